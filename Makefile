@@ -1,0 +1,36 @@
+# Everything a fresh machine needs: `make demo` and `make test` install first.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0
+
+.PHONY: install test demo lint chromium clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet $(TORCH) 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/pip install --quiet -e '.[train,dev]' '$(TORCH)' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's chromium for the real-browser tests (never `playwright install`).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing and not root: browser tests will be skipped" >&2; fi; }
+
+test: install chromium
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/proxaudit demo
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info demo-out

@@ -1,0 +1,23 @@
+"""Named exceptions of the library. The CLI maps them to exit codes in one place (`evaluator.cli`)."""
+
+from __future__ import annotations
+
+
+class ProxauditError(Exception):
+    """Base class: a problem the user can fix, reported without a traceback."""
+
+
+class UsageError(ProxauditError):
+    """Bad arguments: a path that does not exist, an unknown option value (exit code 2)."""
+
+
+class NothingReadableError(ProxauditError):
+    """No input file could be read at all (exit code 2)."""
+
+
+class StoreError(ProxauditError):
+    """The metrics database is missing, locked or not a proxaudit store (exit code 2)."""
+
+
+class ThresholdsError(ProxauditError):
+    """The gate's thresholds file is malformed or names an unknown method, metric or stat (exit code 2)."""

@@ -1,0 +1,68 @@
+"""Token log format, schema v1 (DOMAIN.md section 6): one row per response token, already aligned.
+
+This is the single definition that the hook, the validator and the docs use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+SCHEMA_VERSION_KEY = "proxaudit.schema_version"
+SUPPORTED_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    required: bool
+    meaning: str
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("run_id", pa.string(), True, "run name"),
+    Column("step", pa.int64(), True, "trainer step; the trainer starts it from weights of version `step`"),
+    Column("minibatch", pa.int32(), True, "PPO minibatch index within the step, 0-based"),
+    Column("n_minibatches", pa.int32(), True, "minibatches in the step (>= 1)"),
+    Column("seq_id", pa.int64(), True, "sequence id, unique within the run"),
+    Column("pos", pa.int32(), True, "0-based index of the token in its response"),
+    Column("token_id", pa.int32(), False, "token id"),
+    Column("loss_mask", pa.bool_(), True, "token counts in the loss"),
+    Column("behave_logp", pa.float32(), True, "log pi_behave of the token, from the inference engine"),
+    Column("behave_version", pa.int32(), True, "version that generated the token"),
+    Column("prox_logp", pa.float32(), False, "ground truth log pi_prox (recompute); null where not recomputed"),
+    Column("theta_logp", pa.float32(), True, "log pi_theta at this minibatch"),
+    Column("proximal_t_logp", pa.float32(), False, "segment-wise proximal_t"),
+    Column("proximal_t_version", pa.int32(), False, "version under which `proximal_t_logp` was computed"),
+    Column("advantage", pa.float32(), False, "advantage used by the loss"),
+    Column("reward", pa.float32(), False, "sequence reward, repeated on each of its tokens"),
+)
+
+COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.required)
+LOGP_COLUMNS: tuple[str, ...] = ("behave_logp", "prox_logp", "theta_logp", "proximal_t_logp")
+VERSION_COLUMNS: tuple[str, ...] = ("behave_version", "proximal_t_version")
+
+
+def arrow_schema(columns: list[str] | None = None) -> pa.Schema:
+    """The Arrow schema of schema v1 (all columns, or the named ones in table order), with version metadata.
+
+    Every column is nullable in Arrow terms; the validator enforces which ones must be present and filled.
+    """
+    chosen = COLUMNS if columns is None else tuple(c for c in COLUMNS if c.name in set(columns))
+    unknown = set(columns or ()) - set(COLUMNS_BY_NAME)
+    if unknown:
+        raise ValueError(f"not schema v1 columns: {sorted(unknown)}")
+    return pa.schema([pa.field(c.name, c.type) for c in chosen], metadata={SCHEMA_VERSION_KEY: SCHEMA_VERSION})
+
+
+def markdown_table() -> str:
+    """The schema as the Markdown table used in DOMAIN.md and the README."""
+    lines = ["| column | type | required | meaning |", "| --- | --- | --- | --- |"]
+    for c in COLUMNS:
+        type_name = {"string": "string", "bool": "bool"}.get(str(c.type), str(c.type))
+        lines.append(f"| `{c.name}` | {type_name} | {'yes' if c.required else 'no'} | {c.meaning} |")
+    return "\n".join(lines)
