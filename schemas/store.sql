@@ -65,16 +65,16 @@ CREATE TABLE IF NOT EXISTS sketch_by_staleness (
 );
 
 -- The representative value of a sketch bucket: the midpoint of its relative-width-1/64 interval.
--- bucket = sign(x) * (the top 17 bits of |x| as float64 below the sign: 11 exponent + 6 mantissa);
--- bucket 0 holds |x| < 2^-40. Must agree with evaluator.sketch.bucket_value (a test checks).
+-- bucket = sign(x) * ((bits(|x|) >> 46) - 62911), from the float64 bits of |x| (11 exponent + 6 mantissa
+-- bits); bucket 0 holds |x| < 2^-40. Must agree with evaluator.sketch.bucket_value (a test checks).
 CREATE OR REPLACE MACRO proxaudit_bucket_value(b) AS
     CASE WHEN b = 0 THEN 0.0
-         ELSE sign(b) * pow(2.0, (abs(b) >> 6) - 1023) * (1.0 + ((abs(b) & 63) + 0.5) / 64.0)
+         ELSE sign(b) * pow(2.0, ((abs(b) + 62911) >> 6) - 1023) * (1.0 + (((abs(b) + 62911) & 63) + 0.5) / 64.0)
     END;
 
 CREATE OR REPLACE VIEW run_summary AS
 WITH moments AS (
-    SELECT run_id, method, metric, sum(n) AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
+    SELECT run_id, method, metric, sum(n)::BIGINT AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
     FROM metric_moments GROUP BY run_id, method, metric
 ), buckets AS (
     SELECT run_id, method, metric, bucket, sum(count) AS c
@@ -100,7 +100,7 @@ FROM moments m JOIN quantiles q USING (run_id, method, metric);
 CREATE OR REPLACE VIEW staleness_summary AS
 WITH moments AS (
     SELECT run_id, staleness, method, metric,
-           sum(n) AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
+           sum(n)::BIGINT AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
     FROM metric_moments GROUP BY run_id, staleness, method, metric
 ), buckets AS (
     SELECT run_id, staleness, method, metric, bucket, sum(count) AS c
@@ -126,7 +126,7 @@ FROM moments m JOIN quantiles q USING (run_id, staleness, method, metric);
 CREATE OR REPLACE VIEW step_summary AS
 WITH moments AS (
     SELECT run_id, step, method, metric,
-           sum(n) AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
+           sum(n)::BIGINT AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
     FROM metric_moments GROUP BY run_id, step, method, metric
 ), buckets AS (
     SELECT run_id, step, method, metric, bucket, sum(count) AS c
@@ -152,5 +152,5 @@ FROM moments m JOIN quantiles q USING (run_id, step, method, metric);
 -- Exact moments by step and staleness together (for heat maps); no quantiles at this grain.
 CREATE OR REPLACE VIEW step_staleness_summary AS
 SELECT run_id, step, staleness, method, metric,
-       sum(n) AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
+       sum(n)::BIGINT AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
 FROM metric_moments GROUP BY run_id, step, staleness, method, metric;

@@ -1,0 +1,119 @@
+"""Estimators of log pi_prox (DOMAIN.md section 2): pure numpy functions, no I/O.
+
+Roles: `behave` = log pi_behave (`behave_logp`), `theta` = log pi_theta (`theta_logp`), both packed
+`[n_tokens]` arrays of log-probs (<= 0), cast to float64 on entry. Versions are `[n_tokens]` integer or
+float arrays (or scalars that broadcast).
+
+    alpha = (v_prox - v_behave) / (v_theta - v_behave), clamped to [0, 1]; 0 where v_theta <= v_behave
+
+Version conventions: `areal` (v_prox = step - 1, v_theta = step; what AReaL ships) and `exact`
+(v_prox = step, v_theta = step + minibatch / n_minibatches).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+F64 = NDArray[np.float64]
+
+
+def _same_shape(**arrays: np.ndarray) -> None:
+    shapes = {name: np.shape(a) for name, a in arrays.items()}
+    if len({s for s in shapes.values() if s != ()}) > 1:
+        raise ValueError(f"shapes differ: {shapes}")
+
+
+def alpha(v_prox: ArrayLike, v_behave: ArrayLike, v_theta: ArrayLike) -> F64:
+    """alpha = clip((v_prox - v_behave) / (v_theta - v_behave), 0, 1); 0 where v_theta <= v_behave.
+
+    `v_theta == v_behave` (theta is the behaviour policy) gives 0, so every estimate falls back to behave.
+    """
+    v_prox, v_behave, v_theta = (np.asarray(v, dtype=np.float64) for v in (v_prox, v_behave, v_theta))
+    _same_shape(v_prox=v_prox, v_behave=v_behave, v_theta=v_theta)
+    span = v_theta - v_behave
+    ahead = span > 0
+    ratio = np.divide(v_prox - v_behave, span, out=np.zeros(np.broadcast(v_prox, span).shape), where=ahead)
+    return np.clip(ratio, 0.0, 1.0)
+
+
+def areal_versions(step: ArrayLike) -> tuple[F64, F64]:
+    """The `areal` convention: (v_prox, v_theta) = (step - 1, step)."""
+    step = np.asarray(step, dtype=np.float64)
+    return step - 1.0, step
+
+
+def exact_versions(step: ArrayLike, minibatch: ArrayLike, n_minibatches: ArrayLike) -> tuple[F64, F64]:
+    """The `exact` convention: (v_prox, v_theta) = (step, step + minibatch / n_minibatches)."""
+    step = np.asarray(step, dtype=np.float64)
+    return step, step + np.asarray(minibatch, dtype=np.float64) / np.asarray(n_minibatches, dtype=np.float64)
+
+
+def loglinear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
+    """loglinear = behave + alpha * (theta - behave): interpolation in log space.
+
+    Exactly `behave` at alpha 0 and exactly `theta` at alpha 1 (no rounding).
+    """
+    behave, theta, alpha = (np.asarray(x, dtype=np.float64) for x in (behave, theta, alpha))
+    _same_shape(behave=behave, theta=theta, alpha=alpha)
+    return np.where(alpha == 1.0, theta, behave + alpha * (theta - behave))
+
+
+def linear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
+    """linear = log((1 - alpha) * exp(behave) + alpha * exp(theta)): interpolation in probability space.
+
+    Computed as logaddexp(log1p(-alpha) + behave, log(alpha) + theta), which never forms exp(behave), so it
+    stays finite for log-probs down to -1000 and beyond; log(0) = -inf makes it exact at alpha 0 and 1.
+    (AReaL adds 1e-10 inside the log and floors at about -23.03; this form differs only below about -20.)
+    """
+    behave, theta, alpha = (np.asarray(x, dtype=np.float64) for x in (behave, theta, alpha))
+    _same_shape(behave=behave, theta=theta, alpha=alpha)
+    with np.errstate(divide="ignore"):
+        return np.logaddexp(np.log1p(-alpha) + behave, np.log(alpha) + theta)
+
+
+def rollout(behave: ArrayLike) -> F64:
+    """rollout = behave: no correction at all (the baseline every estimator must beat)."""
+    return np.asarray(behave, dtype=np.float64)
+
+
+def proximal_t(proximal_t_logp: ArrayLike) -> F64:
+    """proximal_t = proximal_t_logp, the segment-wise log-prob under behave_version + 1 (section 4);
+    NaN (null in the log) where the log does not have it."""
+    return np.asarray(proximal_t_logp, dtype=np.float64)
+
+
+def ground_truth(prox_logp: ArrayLike) -> F64:
+    """ground_truth = prox_logp, the recomputed log pi_prox; NaN where it was not recomputed."""
+    return np.asarray(prox_logp, dtype=np.float64)
+
+
+def estimates(
+    *,
+    behave_logp: ArrayLike,
+    theta_logp: ArrayLike,
+    prox_logp: ArrayLike,
+    step: ArrayLike,
+    behave_version: ArrayLike,
+    minibatch: ArrayLike,
+    n_minibatches: ArrayLike,
+    proximal_t_logp: ArrayLike | None = None,
+) -> dict[str, F64]:
+    """Every method's estimate of log pi_prox for packed `[n_tokens]` columns, keyed by method name
+    (`schemas.store.METHODS` order). NaN marks tokens where a method has no estimate."""
+    behave, theta = np.asarray(behave_logp, np.float64), np.asarray(theta_logp, np.float64)
+    v_prox, v_theta = areal_versions(step)
+    alpha_areal = alpha(v_prox, behave_version, v_theta)
+    v_prox, v_theta = exact_versions(step, minibatch, n_minibatches)
+    alpha_exact = alpha(v_prox, behave_version, v_theta)
+    out = {
+        "ground_truth": ground_truth(prox_logp),
+        "loglinear": loglinear(behave, theta, alpha_areal),
+        "linear": linear(behave, theta, alpha_areal),
+        "loglinear_exact": loglinear(behave, theta, alpha_exact),
+        "linear_exact": linear(behave, theta, alpha_exact),
+        "rollout": rollout(behave),
+    }
+    if proximal_t_logp is not None:
+        out["proximal_t"] = proximal_t(proximal_t_logp)
+    return out
