@@ -1,0 +1,277 @@
+"""The CI gate: a judge over the metrics store. It reads summary statistics from DuckDB and applies the
+conditions of a thresholds file (`schemas.thresholds`); it never calls the estimators.
+
+Each (check, run) pair gets one verdict: pass, warn, fail or skip. A metric the database does not hold
+for a run, or too few tokens in the selection, is never a pass (see `judge`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from evaluator.errors import StoreError, ThresholdsError
+from schemas.store import STATS
+from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
+
+__all__ = ["DEFAULT_THRESHOLDS", "GateResult", "Verdict", "judge", "run_gate", "selection_stats"]
+
+VERDICTS = ("pass", "warn", "fail", "skip")
+# Why a verdict is what it is (the JSON report's `outcome`).
+OUTCOMES = (
+    "ok",  # every condition holds
+    "threshold",  # an absolute max/min does not hold
+    "regression",  # worse than the baseline by more than max_regression
+    "insufficient_data",  # fewer than min_tokens tokens in the selection (of the run or of the baseline)
+    "missing_metric",  # the run has no rows at all for this method and metric
+    "missing_baseline",  # the baseline run has no rows for this method and metric
+    "missing_run",  # the run named by the check or by --run is not in the database
+    "not_selected",  # the check is pinned to another run than --run
+)
+_STORE_TABLES = ("file_tokens", "metric_moments", "sketch_by_staleness")
+
+# n, mean, min, max over the selection from the exact moments, and p50/p90/p99 from the staleness
+# sketches summed over the range, with the rule of the public views (schemas/store.sql): rank
+# q * (n - 1), the first bucket whose cumulative count exceeds it, its value clamped to [min, max].
+# With the full range it equals `run_summary`, with one staleness `staleness_summary` (a test checks).
+_SELECTION_SQL = """
+WITH moments AS (
+    SELECT run_id, sum(n) AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
+    FROM metric_moments
+    WHERE method = $method AND metric = $metric AND staleness BETWEEN $lo AND $hi
+    GROUP BY run_id
+), buckets AS (
+    SELECT run_id, bucket, sum(count) AS c
+    FROM sketch_by_staleness
+    WHERE method = $method AND metric = $metric AND staleness BETWEEN $lo AND $hi
+    GROUP BY run_id, bucket
+), ranked AS (
+    SELECT *, sum(c) OVER (PARTITION BY run_id ORDER BY bucket
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum
+    FROM buckets
+), quantiles AS (
+    SELECT r.run_id,
+           min(r.bucket) FILTER (WHERE r.cum > 0.50 * (m.n - 1)) AS b50,
+           min(r.bucket) FILTER (WHERE r.cum > 0.90 * (m.n - 1)) AS b90,
+           min(r.bucket) FILTER (WHERE r.cum > 0.99 * (m.n - 1)) AS b99
+    FROM ranked r JOIN moments m USING (run_id)
+    GROUP BY r.run_id
+)
+SELECT m.run_id, m.n, m.mean, m.min, m.max,
+       CASE WHEN q.b50 IS NOT NULL THEN least(greatest(proxaudit_bucket_value(q.b50), m.min), m.max) END,
+       CASE WHEN q.b90 IS NOT NULL THEN least(greatest(proxaudit_bucket_value(q.b90), m.min), m.max) END,
+       CASE WHEN q.b99 IS NOT NULL THEN least(greatest(proxaudit_bucket_value(q.b99), m.min), m.max) END
+FROM moments m LEFT JOIN quantiles q USING (run_id)
+"""
+_ALL_STALENESS = (-(2**31), 2**31 - 1)
+
+
+def open_store_readonly(db: str | Path) -> duckdb.DuckDBPyConnection:
+    """Open a proxaudit metrics database for reading (StoreError if missing, locked or not a store)."""
+    path = Path(db)
+    if not path.is_file():
+        raise StoreError(f"{path}: metrics database not found (create it with `proxaudit replay`)")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as error:
+        raise StoreError(f"{path}: cannot open the metrics database read-only: {error}") from None
+    found = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    missing = [table for table in _STORE_TABLES if table not in found]
+    if missing:
+        con.close()
+        raise StoreError(f"{path}: not a proxaudit metrics database (no table {missing[0]!r})")
+    return con
+
+
+def selection_stats(
+    con: duckdb.DuckDBPyConnection, method: str, metric: str, staleness: tuple[int, int] | None = None
+) -> dict[str, dict[str, float]]:
+    """`{run_id: {n, mean, min, max, p50, p90, p99}}` over the tokens with staleness in `[lo, hi]`
+    (every token if None); runs without such tokens are absent."""
+    lo, hi = staleness if staleness is not None else _ALL_STALENESS
+    params = {"method": method, "metric": metric, "lo": lo, "hi": hi}
+    rows = con.execute(_SELECTION_SQL, params).fetchall()
+    return {row[0]: dict(zip(STATS, row[1:], strict=True)) for row in rows}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of one check on one run (`run_id` None when the database holds no run at all)."""
+
+    check: Check
+    run_id: str | None
+    verdict: str
+    outcome: str
+    reason: str
+    observed: float | None = None
+    tokens: int = 0
+    baseline_value: float | None = None
+    baseline_tokens: int | None = None
+    regression_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    db: str
+    thresholds: str
+    verdicts: tuple[Verdict, ...]
+
+    def count(self, verdict: str) -> int:
+        return sum(v.verdict == verdict for v in self.verdicts)
+
+    @property
+    def passed(self) -> bool:
+        """True when no verdict is a failure (warnings and skips allowed)."""
+        return self.count("fail") == 0
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+
+def regression_limit(baseline: float, max_regression: float, better: str) -> float:
+    """The worst value allowed: baseline moved by max_regression * |baseline| in the worse direction.
+
+    For a positive baseline and better = "lower" this is (1 + max_regression) * baseline; for
+    better = "higher" it is (1 - max_regression) * baseline. Using |baseline| keeps "worse" meaning
+    worse for negative statistics (e.g. the mean of approx_logp).
+    """
+    step = max_regression * abs(baseline)
+    return baseline + step if better == "lower" else baseline - step
+
+
+def _failing(check: Check) -> str:
+    return "warn" if check.warn_only else "fail"
+
+
+def _insufficient(check: Check, run_id: str, why: str, **fields) -> Verdict:
+    verdict = "warn" if check.warn_only else check.on_insufficient
+    return Verdict(check, run_id, verdict, "insufficient_data", why, **fields)
+
+
+def _regression_failure(check: Check, observed: float, base_value: float, limit: float) -> str | None:
+    """The failure text when `observed` is worse than `limit`, else None (NaN is always worse)."""
+    lower = check.better == "lower"
+    if (not observed <= limit) if lower else (not observed >= limit):
+        sign, move = (">", "+") if lower else ("<", "-")
+        allowed = f"baseline {base_value:.6g} {move}{check.max_regression:.0%}"
+        return f"{check.stat} {observed:.6g} {sign} {limit:.6g} ({allowed})"
+    return None
+
+
+def judge(check: Check, run_id: str, stats: dict | None, baseline: dict | None = None) -> Verdict:
+    """Judge one run's statistics on the check's selection; pure, no database access.
+
+    `stats` None: no token of the run falls in the selection. `baseline`: the baseline run's statistics
+    on the same selection (None: no token), used only when the check has `baseline_run`. A statistic
+    that is NaN, or unavailable (None), fails.
+    """
+    n = int(stats["n"]) if stats else 0
+    if n == 0 or n < check.min_tokens:
+        return _insufficient(
+            check, run_id, f"{n} tokens in the selection < min_tokens {check.min_tokens}", tokens=n
+        )
+    if stats[check.stat] is None:
+        why = f"no {check.stat} for {check.method}/{check.metric}: the store has moments but no sketch"
+        return Verdict(check, run_id, _failing(check), "missing_metric", why, tokens=n)
+    observed = float(stats[check.stat])
+    fields: dict = dict(observed=observed, tokens=n)
+    failures = []  # (outcome, text); written as `not ok` so that NaN fails
+    if check.max is not None and not observed <= check.max:
+        failures.append(("threshold", f"{check.stat} {observed:.6g} > max {check.max:g}"))
+    if check.min is not None and not observed >= check.min:
+        failures.append(("threshold", f"{check.stat} {observed:.6g} < min {check.min:g}"))
+    if check.baseline_run is not None:
+        base_n = int(baseline["n"]) if baseline else 0
+        fields["baseline_tokens"] = base_n
+        if base_n == 0 or base_n < check.min_tokens:
+            why = f"baseline {check.baseline_run!r}: {base_n} tokens < min_tokens {check.min_tokens}"
+            return _insufficient(check, run_id, why, **fields)
+        base_value = baseline[check.stat]
+        limit = (
+            None if base_value is None else regression_limit(base_value, check.max_regression, check.better)
+        )
+        fields.update(baseline_value=base_value, regression_limit=limit)
+        text = (
+            "baseline statistic unavailable"
+            if limit is None
+            else _regression_failure(check, observed, base_value, limit)
+        )
+        if text:
+            failures.append(("regression", text))
+    if failures:
+        reason = "; ".join(text for _, text in failures)
+        return Verdict(check, run_id, _failing(check), failures[0][0], reason, **fields)
+    return Verdict(check, run_id, "pass", "ok", f"{check.stat} {observed:.6g} within limits", **fields)
+
+
+def _runs_to_judge(check: Check, runs: list[str], only_run: str | None) -> list[str] | Verdict:
+    """The runs a check applies to, or a verdict that settles it without data."""
+    if check.run is not None and only_run is not None and check.run != only_run:
+        why = f"pinned to run {check.run!r}; --run selects {only_run!r}"
+        return Verdict(check, check.run, "skip", "not_selected", why)
+    if check.run is not None or only_run is not None:
+        return [check.run or only_run]
+    return [run for run in runs if run != check.baseline_run]
+
+
+def _missing(check: Check, run_id: str, runs: list[str], present: set[str]) -> Verdict | None:
+    """A failing verdict when the run, its metric, or the baseline's metric is not in the store."""
+    if run_id not in runs:
+        why = f"run {run_id!r} is not in the database (runs: {', '.join(runs) or 'none'})"
+        return Verdict(check, run_id, _failing(check), "missing_run", why)
+    if run_id not in present:
+        why = f"run {run_id!r} has no {check.method}/{check.metric} rows"
+        return Verdict(check, run_id, _failing(check), "missing_metric", why)
+    if check.baseline_run is not None and check.baseline_run not in present:
+        where = "is not in the database" if check.baseline_run not in runs else "has no such rows"
+        why = f"baseline run {check.baseline_run!r} {where} ({check.method}/{check.metric})"
+        return Verdict(check, run_id, _failing(check), "missing_baseline", why)
+    return None
+
+
+def evaluate(
+    con: duckdb.DuckDBPyConnection, thresholds: Thresholds, only_run: str | None = None
+) -> list[Verdict]:
+    """Every verdict of every check, in file order, runs sorted."""
+    runs = sorted(r[0] for r in con.execute("SELECT DISTINCT run_id FROM file_tokens").fetchall())
+    verdicts: list[Verdict] = []
+    for check in thresholds.checks:
+        selected = _runs_to_judge(check, runs, only_run)
+        if isinstance(selected, Verdict):
+            verdicts.append(selected)
+            continue
+        if not selected:
+            why = "the database holds no run to judge" + (
+                f" other than the baseline {check.baseline_run!r}" if check.baseline_run else ""
+            )
+            verdicts.append(Verdict(check, None, _failing(check), "missing_run", why))
+            continue
+        present = _runs_with_metric(con, check.method, check.metric)
+        stats = selection_stats(con, check.method, check.metric, check.staleness)
+        for run_id in selected:
+            missing = _missing(check, run_id, runs, present)
+            baseline = stats.get(check.baseline_run) if check.baseline_run else None
+            verdicts.append(missing or judge(check, run_id, stats.get(run_id), baseline))
+    return verdicts
+
+
+def _runs_with_metric(con: duckdb.DuckDBPyConnection, method: str, metric: str) -> set[str]:
+    sql = "SELECT DISTINCT run_id FROM metric_moments WHERE method = ? AND metric = ? AND n > 0"
+    return {row[0] for row in con.execute(sql, [method, metric]).fetchall()}
+
+
+def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> GateResult:
+    """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check."""
+    try:
+        parsed = load_thresholds(thresholds)
+    except ThresholdsFormatError as error:
+        raise ThresholdsError(str(error)) from None
+    con = open_store_readonly(db)
+    try:
+        verdicts = evaluate(con, parsed, only_run=run)
+    finally:
+        con.close()
+    return GateResult(db=str(db), thresholds=str(thresholds), verdicts=tuple(verdicts))

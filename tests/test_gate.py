@@ -1,0 +1,481 @@
+"""The gate (evaluator/gate.py, evaluator/gate_report.py, `proxaudit gate`) on small stores built row by
+row from known values: the statistic of a selection, the judge, the run selection, the reports and the
+exit codes. `tests/test_gate_fixtures.py` runs the same gate on replayed real logs."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import cli
+from evaluator.errors import StoreError, ThresholdsError
+from evaluator.gate import GateResult, judge, open_store_readonly, run_gate, selection_stats
+from evaluator.gate_report import render_json, render_junit, render_markdown, render_table
+from evaluator.sketch import bucket_code, sketch_quantile
+from schemas.store import STATS, STORE_DDL
+from schemas.thresholds import parse_thresholds
+
+
+def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]) -> Path:
+    """A store holding exactly `samples[(run_id, staleness, method, metric)]`, each split over two files
+    (so every statistic has to merge rows), with the tables `proxaudit replay` fills."""
+    con = duckdb.connect(str(path))
+    con.execute(STORE_DDL)
+    moments, sketches, tokens = [], [], {}
+    for (run, staleness, method, metric), values in samples.items():
+        for file_id, part in enumerate(np.array_split(np.asarray(values, np.float64), 2), start=1):
+            if len(part) == 0:
+                continue
+            step = 10 + staleness
+            moments.append((file_id, run, step, staleness, method, metric, len(part), *_moments(part)))
+            buckets, counts = np.unique(bucket_code(part), return_counts=True)
+            sketches += [
+                (file_id, run, staleness, method, metric, int(b), int(c))
+                for b, c in zip(buckets, counts, strict=True)
+            ]
+            key = (file_id, run, step, staleness)
+            tokens[key] = max(tokens.get(key, 0), len(part))
+    tokens_rows = [(*key, n, n) for key, n in tokens.items()]
+    for table, rows in (
+        ("metric_moments", moments),
+        ("sketch_by_staleness", sketches),
+        ("file_tokens", tokens_rows),
+    ):
+        if rows:
+            names = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+            frame = pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})  # noqa: F841
+            con.execute(f"INSERT INTO {table} SELECT * FROM frame")
+    con.close()
+    return path
+
+
+def _moments(part: np.ndarray) -> tuple[float, float, float]:
+    return float(part.sum()), float(part.min()), float(part.max())
+
+
+def lognormal(seed: int, n: int, mu: float = -5.0, sigma: float = 1.0) -> np.ndarray:
+    return np.random.default_rng(seed).lognormal(mu, sigma, n)
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    """Runs `base` and `new`, loglinear abs_error at staleness 0..3 (error grows with staleness; `new` is
+    worse), rollout abs_error for `base` only, and run `tiny` with 50 tokens."""
+    samples = {}
+    for s in range(4):
+        samples["base", s, "loglinear", "abs_error"] = lognormal(s, 400 + 100 * s, mu=-6 + s)
+        samples["new", s, "loglinear", "abs_error"] = lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s)
+        samples["base", s, "rollout", "abs_error"] = lognormal(20 + s, 300, mu=-3)
+    samples["tiny", 0, "loglinear", "abs_error"] = lognormal(30, 50)
+    return build_store(tmp_path / "metrics.duckdb", samples)
+
+
+LOGLINEAR = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\n'
+
+
+def gate_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "gate.toml"
+    path.write_text(body)
+    return path
+
+
+def check(body: str):
+    (parsed,) = parse_thresholds("[[check]]\n" + body).checks
+    return parsed
+
+
+def stats(n=2000, **values) -> dict:
+    return {"n": n, "mean": 0.01, "min": 0.0, "max": 1.0, "p50": 0.005, "p90": 0.02, "p99": 0.05} | values
+
+
+class TestSelectionStats:
+    def test_full_range_equals_run_summary_and_one_staleness_equals_staleness_summary(self, store):
+        con = duckdb.connect(str(store), read_only=True)
+        for method in ("loglinear", "rollout"):
+            views = con.execute(
+                "SELECT * FROM run_summary WHERE method = ? AND metric = 'abs_error'", [method]
+            )
+            expected = {row[0]: dict(zip(STATS, row[3:], strict=True)) for row in views.fetchall()}
+            assert_same(selection_stats(con, method, "abs_error"), expected)
+            for s in range(4):
+                sql = "SELECT * FROM staleness_summary WHERE method = ? AND metric = ? AND staleness = ?"
+                rows = con.execute(sql, [method, "abs_error", s]).fetchall()
+                expected = {row[0]: dict(zip(STATS, row[4:], strict=True)) for row in rows}
+                assert_same(selection_stats(con, method, "abs_error", (s, s)), expected)
+
+    def test_a_range_merges_the_sketches_like_one_sketch_of_all_its_tokens(self, store, tmp_path):
+        values = np.concatenate([lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s) for s in (1, 2)])
+        con = duckdb.connect(str(store), read_only=True)
+        got = selection_stats(con, "loglinear", "abs_error", (1, 2))["new"]
+        assert got["n"] == len(values) == 1100
+        assert got["min"] == values.min() and got["max"] == values.max()
+        assert math.isclose(got["mean"], values.mean(), rel_tol=1e-12)
+        buckets, counts = np.unique(bucket_code(values), return_counts=True)
+        for q, stat in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+            assert got[stat] == sketch_quantile(buckets, counts, q, values.min(), values.max())
+            assert got[stat] == pytest.approx(np.quantile(values, q, method="lower"), rel=0.03)
+        # not the token-weighted average of the per-staleness p99s (which is what a shortcut would give)
+        per = [selection_stats(con, "loglinear", "abs_error", (s, s))["new"] for s in (1, 2)]
+        averaged = (per[0]["p99"] * per[0]["n"] + per[1]["p99"] * per[1]["n"]) / got["n"]
+        assert abs(averaged - got["p99"]) > 0.05 * got["p99"]
+
+    def test_runs_without_tokens_in_the_range_are_absent(self, store):
+        con = duckdb.connect(str(store), read_only=True)
+        assert set(selection_stats(con, "loglinear", "abs_error", (1, 3))) == {"base", "new"}
+        assert selection_stats(con, "loglinear", "abs_error", (7, 9)) == {}
+        assert set(selection_stats(con, "rollout", "abs_error")) == {"base"}
+
+
+def assert_same(got: dict, expected: dict) -> None:
+    assert set(got) == set(expected) and expected
+    for run, row in expected.items():
+        for stat in STATS:
+            if stat == "mean":  # a sum of doubles in another order
+                assert math.isclose(got[run][stat], row[stat], rel_tol=1e-12), (run, stat)
+            else:
+                assert got[run][stat] == row[stat], (run, stat)
+
+
+class TestJudge:
+    def test_max_passes_at_the_limit_and_fails_above_it(self):
+        at = judge(
+            check('method="loglinear"\nmetric="abs_error"\nstat="p99"\nmax=0.05'), "r", stats(p99=0.05)
+        )
+        assert (at.verdict, at.outcome, at.observed, at.tokens) == ("pass", "ok", 0.05, 2000)
+        above = judge(
+            check('method="loglinear"\nmetric="abs_error"\nstat="p99"\nmax=0.05'), "r", stats(p99=0.06)
+        )
+        assert (above.verdict, above.outcome) == ("fail", "threshold")
+        assert "p99 0.06 > max 0.05" in above.reason
+
+    def test_min_and_a_band(self):
+        band = check('method="loglinear"\nmetric="behave_imp_weight"\nstat="mean"\nmin=0.9\nmax=1.1')
+        assert judge(band, "r", stats(mean=1.0)).verdict == "pass"
+        assert judge(band, "r", stats(mean=0.8)).reason == "mean 0.8 < min 0.9"
+        assert judge(band, "r", stats(mean=1.2)).verdict == "fail"
+
+    def test_nan_never_passes(self):
+        c = check('method="loglinear"\nmetric="importance_weight"\nstat="max"\nmax=5')
+        assert judge(c, "r", stats(max=float("nan"))).verdict == "fail"
+
+    def test_insufficient_data_fails_or_warns_as_configured(self):
+        c = check('method="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\nmin_tokens=1000')
+        verdict = judge(c, "r", stats(n=999))
+        assert (verdict.verdict, verdict.outcome, verdict.tokens) == ("fail", "insufficient_data", 999)
+        assert judge(c, "r", stats(n=1000)).verdict == "pass"
+        assert judge(c, "r", None).outcome == "insufficient_data"  # no token in the selection at all
+        warn = check(
+            'method="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\nmin_tokens=1000\non_insufficient="warn"'
+        )
+        assert judge(warn, "r", stats(n=10)).verdict == "warn"
+        assert (
+            judge(
+                check('method="loglinear"\nmetric="abs_error"\nstat="n"\nmin=0\nmin_tokens=0'), "r", None
+            ).verdict
+            == "fail"
+        )
+
+    def test_warn_only_turns_failures_into_warnings(self):
+        c = check(
+            'method="loglinear"\nmetric="abs_error"\nstat="p99"\nmax=0.05\nwarn_only=true\nmin_tokens=10'
+        )
+        assert judge(c, "r", stats(p99=0.5)).verdict == "warn"
+        assert judge(c, "r", stats(n=3)).verdict == "warn"
+        assert judge(c, "r", stats(p99=0.01)).verdict == "pass"
+
+    def test_regression_lower_is_better(self):
+        c = check('method="loglinear"\nmetric="abs_error"\nstat="mean"\nbaseline_run="b"\nmax_regression=0.1')
+        ok = judge(c, "r", stats(mean=0.0109), stats(mean=0.01))
+        assert (ok.verdict, ok.baseline_value, ok.regression_limit) == ("pass", 0.01, pytest.approx(0.011))
+        worse = judge(c, "r", stats(mean=0.0111), stats(mean=0.01))
+        assert (worse.verdict, worse.outcome) == ("fail", "regression")
+        assert "0.0111 > 0.011 (baseline 0.01 +10%)" in worse.reason
+        assert judge(c, "r", stats(mean=0.001), stats(mean=0.01)).verdict == "pass"  # better is fine
+
+    def test_regression_higher_is_better_when_only_min_is_set(self):
+        c = check(
+            'method="loglinear"\nmetric="abs_error"\nstat="n"\nmin=1\nbaseline_run="b"\nmax_regression=0.1'
+        )
+        assert c.better == "higher"
+        assert judge(c, "r", stats(n=1800), stats(n=2000)).verdict == "pass"
+        assert judge(c, "r", stats(n=1700), stats(n=2000)).outcome == "regression"
+
+    def test_regression_of_a_negative_statistic_moves_away_from_zero(self):
+        c = check(
+            'method="loglinear"\nmetric="approx_logp"\nstat="mean"\nbaseline_run="b"\nmax_regression=0.5'
+        )
+        assert judge(c, "r", stats(mean=-2.9), stats(mean=-2.0)).verdict == "pass"  # limit -1.0
+        assert judge(c, "r", stats(mean=-0.9), stats(mean=-2.0)).verdict == "fail"
+
+    def test_absolute_and_regression_failures_are_both_reported(self):
+        c = check(
+            'method="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=0.01\nbaseline_run="b"\nmax_regression=0'
+        )
+        verdict = judge(c, "r", stats(mean=0.02), stats(mean=0.01))
+        assert (
+            verdict.outcome == "threshold"
+            and "max 0.01" in verdict.reason
+            and "baseline 0.01" in verdict.reason
+        )
+
+    def test_baseline_with_too_few_tokens_is_insufficient(self):
+        c = check(
+            'method="loglinear"\nmetric="abs_error"\nstat="mean"\nbaseline_run="b"\nmax_regression=0.1\nmin_tokens=100'
+        )
+        verdict = judge(c, "r", stats(), stats(n=5))
+        assert (verdict.verdict, verdict.outcome) == (
+            "fail",
+            "insufficient_data",
+        ) and "baseline" in verdict.reason
+        assert judge(c, "r", stats(), None).outcome == "insufficient_data"
+
+
+class TestEvaluate:
+    def test_every_run_by_default_one_verdict_each(self, store, tmp_path):
+        body = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="n"\nmin=1000\n'
+        result = run_gate(store, gate_file(tmp_path, body))
+        assert [(v.run_id, v.verdict, v.tokens) for v in result.verdicts] == [
+            ("base", "pass", 2200), ("new", "pass", 2200), ("tiny", "fail", 50)
+        ]  # fmt: skip
+        assert result.exit_code == 1
+
+    def test_a_metric_the_run_lacks_is_a_failing_missing_metric(self, store, tmp_path):
+        body = (
+            '[[check]]\nmethod="rollout"\nmetric="abs_error"\nstat="mean"\nmax=100\non_insufficient="warn"\n'
+        )
+        result = run_gate(store, gate_file(tmp_path, body))
+        outcomes = {v.run_id: (v.verdict, v.outcome) for v in result.verdicts}
+        assert outcomes == {
+            "base": ("pass", "ok"), "new": ("fail", "missing_metric"), "tiny": ("fail", "missing_metric")
+        }  # fmt: skip
+        proximal_t = '[[check]]\nmethod="proximal_t"\nmetric="abs_error"\nstat="mean"\nmax=100\nrun="base"\n'
+        assert run_gate(store, gate_file(tmp_path, proximal_t)).verdicts[0].outcome == "missing_metric"
+
+    def test_an_empty_staleness_range_is_insufficient_data(self, store, tmp_path):
+        body = LOGLINEAR + 'stat="mean"\nmax=1\nstaleness=[5,8]\nrun="new"\n'
+        (verdict,) = run_gate(store, gate_file(tmp_path, body)).verdicts
+        assert (verdict.verdict, verdict.outcome, verdict.tokens) == ("fail", "insufficient_data", 0)
+
+    def test_a_run_not_in_the_database_fails(self, store, tmp_path):
+        body = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\nrun="nope"\n'
+        (verdict,) = run_gate(store, gate_file(tmp_path, body)).verdicts
+        assert (verdict.verdict, verdict.outcome) == (
+            "fail",
+            "missing_run",
+        ) and "base, new, tiny" in verdict.reason
+        assert run_gate(store, gate_file(tmp_path, body.replace('run="nope"', "")), run="nope").exit_code == 1
+
+    def test_an_empty_database_fails_every_check(self, tmp_path):
+        empty = build_store(tmp_path / "empty.duckdb", {})
+        body = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\n'
+        (verdict,) = run_gate(empty, gate_file(tmp_path, body)).verdicts
+        assert (verdict.run_id, verdict.verdict, verdict.outcome) == (None, "fail", "missing_run")
+
+    def test_run_option_selects_one_run_and_skips_checks_pinned_to_another(self, store, tmp_path):
+        body = (
+            '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="n"\nmin=1000\n'
+            '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="n"\nmin=1000\nrun="tiny"\n'
+        )
+        result = run_gate(store, gate_file(tmp_path, body), run="base")
+        assert [(v.run_id, v.verdict, v.outcome) for v in result.verdicts] == [
+            ("base", "pass", "ok"), ("tiny", "skip", "not_selected")
+        ]  # fmt: skip
+        assert result.exit_code == 0
+
+    def test_baseline_is_not_judged_against_itself(self, store, tmp_path):
+        body = LOGLINEAR + 'stat="p90"\nbaseline_run="base"\nmax_regression=0.1\n'
+        result = run_gate(store, gate_file(tmp_path, body))
+        # base p90 0.101 (limit 0.111); new p90 0.155 is worse, tiny p90 0.027 better
+        outcomes = {v.run_id: (v.verdict, v.outcome) for v in result.verdicts}
+        assert outcomes == {"new": ("fail", "regression"), "tiny": ("pass", "ok")}
+        generous = body.replace("0.1", "10.0")
+        assert {v.run_id: v.verdict for v in run_gate(store, gate_file(tmp_path, generous)).verdicts} == {
+            "new": "pass", "tiny": "pass"
+        }  # fmt: skip
+
+    def test_missing_baseline(self, store, tmp_path):
+        for baseline, where in (("gone", "not in the database"), ("new", "has no such rows")):
+            body = (
+                f'[[check]]\nmethod="rollout"\nmetric="abs_error"\nstat="mean"\nbaseline_run="{baseline}"\n'
+            )
+            body += 'max_regression=0.1\nrun="base"\n'
+            (verdict,) = run_gate(store, gate_file(tmp_path, body)).verdicts
+            assert (verdict.verdict, verdict.outcome) == (
+                "fail",
+                "missing_baseline",
+            ) and where in verdict.reason
+
+
+class TestStore:
+    def test_missing_database(self, tmp_path):
+        with pytest.raises(StoreError, match="not found"):
+            open_store_readonly(tmp_path / "absent.duckdb")
+
+    def test_not_a_store(self, tmp_path):
+        duckdb.connect(str(tmp_path / "other.duckdb")).execute("CREATE TABLE t (x INT)").close()
+        with pytest.raises(StoreError, match="not a proxaudit metrics database"):
+            open_store_readonly(tmp_path / "other.duckdb")
+        (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
+        with pytest.raises(StoreError, match="cannot open"):
+            open_store_readonly(tmp_path / "junk.duckdb")
+
+    def test_bad_thresholds_is_a_thresholds_error(self, store, tmp_path):
+        with pytest.raises(ThresholdsError, match="'stat'"):
+            run_gate(
+                store,
+                gate_file(tmp_path, '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="p95"\nmax=1\n'),
+            )
+
+
+MIXED = """
+[defaults]
+min_tokens = 100
+
+[[check]]
+name = "tail | pipes"
+method = "loglinear"
+metric = "abs_error"
+stat = "p99"
+max = 10
+run = "base"
+
+[[check]]
+method = "loglinear"
+metric = "abs_error"
+stat = "mean"
+max = 1e-9
+run = "new"
+
+[[check]]
+method = "loglinear"
+metric = "abs_error"
+stat = "mean"
+max = 1e-9
+run = "base"
+warn_only = true
+"""
+
+
+@pytest.fixture
+def mixed(store, tmp_path) -> GateResult:
+    return run_gate(store, gate_file(tmp_path, MIXED))
+
+
+class TestReports:
+    def test_junit_parses_with_one_case_per_verdict_and_the_right_counts(self, mixed):
+        root = ET.fromstring(render_junit(mixed))
+        suite = root.find("testsuite")
+        assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == (
+            "3",
+            "1",
+            "1",
+            "0",
+        )
+        cases = suite.findall("testcase")
+        assert [c.get("name") for c in cases] == [v.check.name for v in mixed.verdicts]
+        assert cases[0].find("failure") is None and cases[0].find("skipped") is None
+        failure = cases[1].find("failure")
+        observed = f"{mixed.verdicts[1].observed:.6g}"
+        assert failure.get("type") == "threshold" and observed in failure.get("message")
+        assert cases[2].find("skipped").get("type") == "warning"
+        properties = {p.get("name"): p.get("value") for p in cases[1].find("properties")}
+        assert (
+            properties["verdict"] == "fail"
+            and properties["run_id"] == "new"
+            and properties["tokens"] == "2200"
+        )
+
+    def test_markdown_has_a_status_heading_and_a_row_per_verdict(self, mixed):
+        text = render_markdown(mixed)
+        assert text.startswith("### proxaudit gate ❌ FAILED")
+        rows = [line for line in text.splitlines() if line.startswith("| ")]
+        assert len(rows) == 2 + 3  # header, alignment row, verdicts
+        assert "tail \\| pipes" in rows[2] and "✅ pass" in rows[2]
+        assert "❌ fail" in rows[3] and "⚠️ warn" in rows[4]
+
+    def test_json_has_every_field(self, mixed):
+        document = json.loads(render_json(mixed))
+        assert document["passed"] is False and document["exit_code"] == 1
+        assert document["counts"] == {"pass": 1, "warn": 1, "fail": 1, "skip": 0}
+        first = document["verdicts"][0]
+        assert first["name"] == "tail | pipes" and first["stat"] == "p99" and first["max"] == 10.0
+        assert first["tokens"] == 2200 and first["verdict"] == "pass" and first["min_tokens"] == 100
+        assert {"observed", "threshold", "outcome", "reason", "baseline_value", "staleness"} <= set(first)
+
+    def test_table_lists_each_verdict(self, mixed):
+        lines = render_table(mixed).splitlines()
+        assert lines[0].split()[:6] == ["check", "run", "observed", "threshold", "tokens", "verdict"]
+        assert (
+            len(lines) == 2 + 3 + 2
+            and lines[-1] == "gate FAILED: 1 failed, 1 warnings, 1 passed, 0 skipped (3 verdicts)"
+        )
+
+
+class TestCli:
+    def test_exit_codes_and_reports(self, store, tmp_path):
+        runner = CliRunner()
+        passing = gate_file(
+            tmp_path, '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="max"\nmax=100\nrun="new"\n'
+        )
+        out = tmp_path / "reports"
+        args = ["gate", "--db", str(store), "--thresholds", str(passing)]
+        reports = [
+            "--junit",
+            str(out / "j.xml"),
+            "--markdown",
+            str(out / "s.md"),
+            "--json",
+            str(out / "g.json"),
+        ]
+        result = runner.invoke(cli, args + reports)
+        assert result.exit_code == 0, result.output
+        assert "gate passed" in result.output
+        assert ET.parse(out / "j.xml").getroot().find("testsuite").get("tests") == "1"
+        assert json.loads((out / "g.json").read_text())["passed"] is True
+        failing = passing.read_text().replace("max=100", "max=1e-6")
+        passing.write_text(failing)
+        result = runner.invoke(cli, args + reports)
+        assert result.exit_code == 1 and "gate FAILED" in result.output
+        assert ET.parse(out / "j.xml").getroot().find("testsuite").get("failures") == "1"
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            '[[check]]\nmethod="logistic"\nmetric="abs_error"\nstat="mean"\nmax=1\n',
+            '[[check]]\nmethod="loglinear"\nmetric="abs_err"\nstat="mean"\nmax=1\n',
+            '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="p95"\nmax=1\n',
+            '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="mean"\n',
+            "[[check]\n",
+        ],
+        ids=["method", "metric", "stat", "no-condition", "toml"],
+    )
+    def test_bad_thresholds_exit_2(self, store, tmp_path, body):
+        result = CliRunner().invoke(
+            cli, ["gate", "--db", str(store), "--thresholds", str(gate_file(tmp_path, body))]
+        )
+        assert result.exit_code == 2 and "gate.toml" in result.output
+
+    def test_missing_database_and_thresholds_exit_2(self, store, tmp_path):
+        good = gate_file(tmp_path, '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\n')
+        result = CliRunner().invoke(
+            cli, ["gate", "--db", str(tmp_path / "no.duckdb"), "--thresholds", str(good)]
+        )
+        assert result.exit_code == 2 and "not found" in result.output
+        result = CliRunner().invoke(
+            cli, ["gate", "--db", str(store), "--thresholds", str(tmp_path / "no.toml")]
+        )
+        assert result.exit_code == 2 and "not found" in result.output
+
+    def test_help(self):
+        result = CliRunner().invoke(cli, ["gate", "--help"])
+        assert result.exit_code == 0
+        for option in ("--db", "--thresholds", "--run", "--junit", "--markdown", "--json"):
+            assert option in result.output
