@@ -74,6 +74,73 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     sys.exit(result.exit_code)
 
 
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--db", required=True, type=click.Path(dir_okay=False), help="Metrics database (created if missing)."
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a terminal)."
+)
+@_library_errors
+def replay(paths, db, progress) -> None:
+    """Validate the token logs in PATHS (files or folders), replay them through every estimator and store
+    their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
+    one transaction.
+
+    Exit code 0 when every file was ingested or already there, 1 when a file broke a validation rule (it
+    is skipped, the others are ingested), 2 for a usage error or when no file could be read.
+    """
+    from evaluator.replay import replay as replay_paths
+
+    report = replay_paths(paths, db, on_file=lambda outcome: click.echo(outcome.line()), progress=progress)
+    click.echo(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
+    sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
+
+
+@cli.command()
+@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+@click.option(
+    "--by",
+    type=click.Choice(["run", "staleness", "step"]),
+    default="run",
+    show_default=True,
+    help="Whole run, per staleness, or per step.",
+)
+@click.option("--method", default=None, help="Only this method (loglinear, linear, ..., ground_truth).")
+@click.option("--metric", default=None, help="Only this metric (abs_error, importance_weight, ...).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+@_library_errors
+def summary(db, run_id, by, method, metric, fmt) -> None:
+    """Print n, mean, min, max, p50, p90, p99 of every metric from the public views of DB."""
+    from evaluator.summary import render, summary_table
+
+    click.echo(render(summary_table(db, by=by, run=run_id, method=method, metric=metric), fmt))
+
+
+@cli.command()
+@click.option("--tokens", default=20_000_000, show_default=True, help="Tokens in the synthetic log.")
+@click.option(
+    "--tokens-per-step", default=1 << 20, show_default=True, help="Tokens per trainer step of the log."
+)
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Keep the log and DB here.")
+@_library_errors
+def bench(tokens, tokens_per_step, out) -> None:
+    """Time a full replay against a bare DuckDB scan of the log's three log-prob columns, and report
+    peak memory of the replay and the database size against the log size."""
+    from evaluator.bench import run_bench
+
+    click.echo(run_bench(tokens, tokens_per_step=tokens_per_step, out=out).render())
+
+
 def main() -> None:
     # click's own usage errors exit with 2 already, which matches our convention.
     cli(prog_name="proxaudit")

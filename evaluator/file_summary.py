@@ -1,0 +1,262 @@
+"""Mergeable summaries of one token log: every metric of every method, streamed over record batches.
+
+For each Arrow record batch (numpy, float64): keep `loss_mask` tokens, sort them once by
+(run, step, staleness), compute every method's estimate (`evaluator.estimators`) and metric
+(`evaluator.metrics`), then per series (method, metric):
+
+- exact moments per (run, step, staleness): n and sum by `np.bincount`, min and max by `reduceat` over
+  the sorted groups;
+- sketch counts (`evaluator.sketch` buckets) per (run, step) and per (run, staleness): one dense
+  `np.bincount` over (group, bucket - min bucket) each, then their nonzero cells.
+
+Batches' parts are concatenated per file; the store sums duplicates when it ingests the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from evaluator.estimators import estimates
+from evaluator.metrics import Terms, metrics_for
+from evaluator.sketch import bucket_code
+from schemas.store import METHODS
+
+BATCH_ROWS = 1 << 18
+SERIES: tuple[tuple[str, str], ...] = tuple(
+    (method, m.name) for method in METHODS for m in metrics_for(method)
+)
+SERIES_ID: dict[tuple[str, str], int] = {s: i for i, s in enumerate(SERIES)}
+INPUT_COLUMNS = (
+    "run_id",
+    "step",
+    "minibatch",
+    "n_minibatches",
+    "loss_mask",
+    "behave_logp",
+    "behave_version",
+    "prox_logp",
+    "theta_logp",
+    "proximal_t_logp",
+)
+
+
+@dataclass
+class Groups:
+    """Tokens of a batch grouped by (run, step, staleness): per-token ids and per-group labels."""
+
+    group: np.ndarray  # (T,) group id, sorted ascending
+    step_group: np.ndarray  # (T,) id of the (run, step) group
+    stale_group: np.ndarray  # (T,) id of the (run, staleness) group
+    labels: dict[str, np.ndarray]  # run, step, staleness of each (run, step, staleness) group, (G,)
+    step_labels: dict[str, np.ndarray]  # run, step of each (run, step) group
+    stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) group
+
+    def subset(self, keep: np.ndarray | None) -> Groups:
+        if keep is None:
+            return self
+        pick = (self.group[keep], self.step_group[keep], self.stale_group[keep])
+        return Groups(*pick, self.labels, self.step_labels, self.stale_labels)
+
+
+def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(id of each element's run of equal values, index of each run's first element)."""
+    new = np.empty(len(sorted_key), dtype=bool)
+    new[:1] = True
+    np.not_equal(sorted_key[1:], sorted_key[:-1], out=new[1:])
+    return np.cumsum(new) - 1, np.flatnonzero(new)
+
+
+def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
+    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order."""
+    step0, stale0 = step.min(), staleness.min()
+    n_stale = int(staleness.max() - stale0) + 1
+    step_key = run * (int(step.max() - step0) + 1) + (step - step0)  # (T,)
+    order = np.argsort(step_key * n_stale + (staleness - stale0), kind="stable")
+    run, step, staleness, step_key = run[order], step[order], staleness[order], step_key[order]
+    group, first = _first_of_runs(step_key * n_stale + (staleness - stale0))
+    step_group, step_first = _first_of_runs(step_key)
+    stale_key = run[first] * n_stale + (staleness[first] - stale0)  # (G,)
+    stale_unique, stale_of_group = np.unique(stale_key, return_inverse=True)
+    groups = Groups(
+        group=group,
+        step_group=step_group,
+        stale_group=stale_of_group[group],
+        labels={"run": run[first], "step": step[first], "staleness": staleness[first]},
+        step_labels={"run": run[step_first], "step": step[step_first]},
+        stale_labels={"run": stale_unique // n_stale, "staleness": stale_unique % n_stale + stale0},
+    )
+    return order, groups
+
+
+@dataclass
+class Parts:
+    """Row parts of the four summary tables, appended batch by batch (duplicates summed at ingest)."""
+
+    tokens: list[dict[str, np.ndarray]] = field(default_factory=list)
+    moments: list[dict[str, np.ndarray]] = field(default_factory=list)
+    by_step: list[dict[str, np.ndarray]] = field(default_factory=list)
+    by_staleness: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+
+def _sketch_counts(codes: np.ndarray, cell: np.ndarray, n_cells: int) -> tuple[np.ndarray, ...]:
+    """Nonzero (cell, bucket, count) of the histogram of `codes` per cell: one dense bincount."""
+    lo = int(codes.min())
+    span = int(codes.max()) - lo + 1
+    counts = np.bincount(cell * span + (codes - lo), minlength=n_cells * span)
+    nonzero = np.flatnonzero(counts)
+    return nonzero // span, nonzero % span + lo, counts[nonzero]
+
+
+def add_series(parts: Parts, series: int, values: np.ndarray, groups: Groups) -> None:
+    """Moments and sketch counts of one series over tokens sorted by group (`values` is (T,))."""
+    if len(values) == 0:
+        return
+    n_groups = len(groups.labels["step"])
+    n = np.bincount(groups.group, minlength=n_groups)  # (G,)
+    present = np.flatnonzero(n)
+    starts = (np.cumsum(n) - n)[present]
+    parts.moments.append(
+        {
+            **{k: v[present] for k, v in groups.labels.items()},
+            "series": np.full(len(present), series),
+            "n": n[present],
+            "sum": np.bincount(groups.group, weights=values, minlength=n_groups)[present],
+            "min": np.minimum.reduceat(values, starts),
+            "max": np.maximum.reduceat(values, starts),
+        }
+    )
+    codes = bucket_code(values)
+    for cells, labels, out in (
+        (groups.step_group, groups.step_labels, parts.by_step),
+        (groups.stale_group, groups.stale_labels, parts.by_staleness),
+    ):
+        cell, bucket, count = _sketch_counts(codes, cells, len(labels["run"]))
+        rows = {k: v[cell] for k, v in labels.items()}
+        out.append({**rows, "series": np.full(len(cell), series), "bucket": bucket, "count": count})
+
+
+def _column(batch: pa.RecordBatch, name: str, dtype: type) -> np.ndarray | None:
+    if name not in batch.schema.names:
+        return None
+    return batch.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def _run_codes(batch: pa.RecordBatch, runs: dict[str, int]) -> np.ndarray:
+    """File-wide integer codes of the batch's `run_id` values (new runs get the next code)."""
+    encoded = pc.dictionary_encode(batch.column("run_id"))
+    to_file = np.array(
+        [runs.setdefault(r, len(runs)) for r in encoded.dictionary.to_pylist()], dtype=np.int64
+    )
+    return to_file[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def add_batch(parts: Parts, batch: pa.RecordBatch, runs: dict[str, int]) -> int:
+    """Summarise one record batch into `parts`; returns its number of loss tokens."""
+    keep = batch.column("loss_mask").to_numpy(zero_copy_only=False)
+    batch = batch.filter(pa.array(keep))
+    if batch.num_rows == 0:
+        return 0
+    run, step = _run_codes(batch, runs), _column(batch, "step", np.int64)
+    staleness = step - _column(batch, "behave_version", np.int64)
+    order, groups = group_tokens(run, step, staleness)
+    cols = {
+        name: values[order]
+        for name in INPUT_COLUMNS[2:]
+        if name not in ("loss_mask", "behave_version")
+        and (values := _column(batch, name, np.float64)) is not None
+    }
+    b, t = cols["behave_logp"], cols["theta_logp"]
+    g = cols.get("prox_logp", np.full(len(b), np.nan))
+    has_truth = ~np.isnan(g)  # (T,)
+    n_tokens = np.bincount(groups.group)
+    n_prox = np.bincount(groups.group, weights=has_truth).astype(np.int64)
+    parts.tokens.append({**groups.labels, "n_tokens": n_tokens, "n_prox": n_prox})
+    per_method = estimates(
+        behave_logp=b,
+        theta_logp=t,
+        prox_logp=g,
+        step=step[order],
+        behave_version=step[order] - staleness[order],
+        minibatch=cols["minibatch"],
+        n_minibatches=cols["n_minibatches"],
+        proximal_t_logp=cols.get("proximal_t_logp"),
+    )
+    for method, a in per_method.items():
+        covered = ~np.isnan(a)
+        keep = None if covered.all() else covered
+        a_, b_, t_, g_ = (x if keep is None else x[keep] for x in (a, b, t, g))
+        terms = Terms(a=a_, b=b_, t=t_, g=g_)
+        on_all = groups.subset(keep)
+        on_truth = on_all.subset(None if terms.all_truth else terms.has_truth)
+        for metric in metrics_for(method):
+            values = metric.value(terms)
+            add_series(
+                parts, SERIES_ID[method, metric.name], values, on_truth if metric.needs_truth else on_all
+            )
+    return int(len(order))
+
+
+def iter_batches(path, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The file's record batches, reading only the columns replay needs."""
+    parquet = pq.ParquetFile(path)
+    columns = [c for c in INPUT_COLUMNS if c in parquet.schema_arrow.names]
+    yield from parquet.iter_batches(batch_size=batch_rows, columns=columns)
+
+
+@dataclass
+class FileSummary:
+    """Everything the store keeps of one file, as Arrow tables without `file_id`."""
+
+    n_rows: int
+    n_tokens: int
+    file_tokens: pa.Table  # run_id, step, staleness, n_tokens, n_prox
+    moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, min, max
+    sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
+    sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
+
+
+def _table(rows: list[dict[str, np.ndarray]], runs: list[str], columns: tuple[str, ...]) -> pa.Table:
+    """Concatenate row parts; `run` and `series` codes become run_id, method, metric strings."""
+    data = {k: np.concatenate([r[k] for r in rows]) if rows else np.zeros(0, np.int64) for k in columns}
+    out = {
+        "run_id": pa.DictionaryArray.from_arrays(
+            data.pop("run").astype(np.int32), pa.array(runs, pa.string())
+        )
+    }
+    if "series" in data:
+        series = data.pop("series").astype(np.int32)
+        for i, name in enumerate(("method", "metric")):
+            labels = sorted({s[i] for s in SERIES})
+            code = np.array([labels.index(s[i]) for s in SERIES], dtype=np.int32)
+            out[name] = pa.DictionaryArray.from_arrays(code[series], pa.array(labels, pa.string()))
+    out.update({k: pa.array(v) for k, v in data.items() if k != "run"})
+    return pa.table(out)
+
+
+def summarise_file(path, *, on_batch=None, batch_rows: int = BATCH_ROWS) -> FileSummary:
+    """Stream `path` batch by batch into its mergeable summaries. `on_batch(rows)` reports progress."""
+    parts, runs, n_rows, n_tokens = Parts(), {}, 0, 0
+    for batch in iter_batches(path, batch_rows):
+        n_tokens += add_batch(parts, batch, runs)
+        n_rows += batch.num_rows
+        if on_batch is not None:
+            on_batch(batch.num_rows)
+    names = list(runs)
+    return FileSummary(
+        n_rows=n_rows,
+        n_tokens=n_tokens,
+        file_tokens=_table(parts.tokens, names, ("run", "step", "staleness", "n_tokens", "n_prox")),
+        moments=_table(
+            parts.moments, names, ("run", "step", "staleness", "series", "n", "sum", "min", "max")
+        ),
+        sketch_by_step=_table(parts.by_step, names, ("run", "step", "series", "bucket", "count")),
+        sketch_by_staleness=_table(
+            parts.by_staleness, names, ("run", "staleness", "series", "bucket", "count")
+        ),
+    )

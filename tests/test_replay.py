@@ -1,0 +1,234 @@
+"""Replay end to end: the public views against an independent numpy computation of DOMAIN.md, and the
+ingest guarantees (idempotence, folder re-replay, bad files skipped, a kill mid-replay)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import cli
+from evaluator.logio import token_table, write_log_atomic
+from evaluator.replay import replay
+from evaluator.store import CRASH_ENV
+from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
+KEYS = {"run": ["run_id"], "staleness": ["run_id", "staleness"], "step": ["run_id", "step"]}
+VIEWS = {"run": "run_summary", "staleness": "staleness_summary", "step": "step_summary"}
+
+
+def write_logs(folder: Path) -> list[Path]:
+    """Two runs in three files: steps split across files, one run recording prox_logp every other step."""
+    a = SyntheticSpec(run_id="run-a", seed=1, tokens_per_step=1024, mean_length=24)
+    b = SyntheticSpec(
+        run_id="run-b", seed=2, tokens_per_step=1024, mean_length=24, prox_every=2, n_minibatches=2
+    )
+    return [
+        write_log_atomic(synthetic_steps(a, 0, 12), folder / "a-000.parquet"),
+        write_log_atomic(synthetic_steps(a, 12, 10), folder / "a-012.parquet"),
+        write_log_atomic(synthetic_steps(b, 0, 16), folder / "sub" / "b-000.parquet"),
+    ]
+
+
+def reference_values(files: list[Path]) -> pd.DataFrame:
+    """DOMAIN.md sections 2 and 3 in plain numpy: one row per (token, method, metric) value."""
+    df = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    df = df[df["loss_mask"]].reset_index(drop=True)
+    b, t, g = (df[c].to_numpy(np.float64) for c in ("behave_logp", "theta_logp", "prox_logp"))
+    step, vb = df["step"].to_numpy(np.float64), df["behave_version"].to_numpy(np.float64)
+    mb = df["minibatch"].to_numpy(np.float64) / df["n_minibatches"].to_numpy(np.float64)
+
+    def alpha(v_prox, v_theta):
+        span = v_theta - vb
+        return np.where(span > 0, np.clip((v_prox - vb) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
+
+    def exact_at_ends(alpha, values):  # DOMAIN.md: both estimators are exact at alpha 0 and 1
+        return np.where(alpha == 0, b, np.where(alpha == 1, t, values))
+
+    aa, ae = alpha(step - 1, step), alpha(step, step + mb)
+    methods = {
+        "ground_truth": g,
+        "loglinear": exact_at_ends(aa, b + aa * (t - b)),
+        "linear": exact_at_ends(aa, np.log((1 - aa) * np.exp(b) + aa * np.exp(t))),  # logp >> -700 here
+        "loglinear_exact": exact_at_ends(ae, b + ae * (t - b)),
+        "linear_exact": exact_at_ends(ae, np.log((1 - ae) * np.exp(b) + ae * np.exp(t))),
+        "rollout": b,
+        "proximal_t": df["proximal_t_logp"].to_numpy(np.float64),
+    }
+    parts = []
+    for method, a in methods.items():
+        covered, truth = ~np.isnan(a), ~np.isnan(a) & ~np.isnan(g)
+        metrics = {
+            "approx_logp": (a, covered),
+            "abs_error": (np.abs(a - g), truth),
+            "rel_error": (np.abs(a - g) / (np.abs(g) + 1e-8), truth),
+            "squared_error": ((a - g) ** 2, truth),
+            "behave_imp_weight": (np.exp(a - b), covered),
+            "behave_imp_weight_abs_error": (np.abs(np.exp(a - b) - np.exp(g - b)), truth),
+            "behave_imp_weight_rel_error": (
+                np.abs(np.exp(a - b) - np.exp(g - b)) / (np.exp(g - b) + 1e-8),
+                truth,
+            ),
+            "importance_weight": (np.exp(t - a), covered),
+            "importance_weight_abs_error": (np.abs(np.exp(t - a) - np.exp(t - g)), truth),
+            "importance_weight_rel_error": (
+                np.abs(np.exp(t - a) - np.exp(t - g)) / (np.exp(t - g) + 1e-8),
+                truth,
+            ),
+        }
+        if method == "ground_truth":
+            metrics["drift"] = (np.abs(g - b), truth)
+        for metric, (values, mask) in metrics.items():
+            part = df.loc[mask, ["run_id", "step"]].copy()
+            part["staleness"] = (df["step"] - df["behave_version"])[mask]
+            part["method"], part["metric"], part["value"] = method, metric, values[mask]
+            parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory) -> tuple[Path, list[Path]]:
+    folder = tmp_path_factory.mktemp("logs")
+    files = write_logs(folder)
+    report = replay([folder], folder / "metrics.duckdb")
+    assert report.clean and report.n_ingested == 3
+    return folder / "metrics.duckdb", files
+
+
+def view(db: Path, name: str) -> pd.DataFrame:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.sql(f"SELECT * FROM {name}").df()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("by", ["run", "staleness", "step"])
+def test_views_agree_with_independent_numpy(replayed, by):
+    db, files = replayed
+    values = reference_values(files)
+    keys = [*KEYS[by], "method", "metric"]
+    grouped = values.groupby(keys)["value"]
+    expected = grouped.agg(["count", "mean", "min", "max"])
+    for q in (0.5, 0.9, 0.99):
+        expected[f"lo{q}"] = grouped.quantile(q, interpolation="lower")
+        expected[f"hi{q}"] = grouped.quantile(q, interpolation="higher")
+    got = view(db, VIEWS[by]).set_index(keys).sort_index()
+    expected = expected.sort_index()
+    assert list(got.index) == list(expected.index)  # the same groups: coverage rules hold
+    np.testing.assert_array_equal(got["n"], expected["count"])
+    for stat in ("mean", "min", "max"):
+        # 1e-9 relative; absolute 1e-12 for values made by cancellation (|exp(x) - exp(y)| near 0), where
+        # the linear estimator's stable form and the naive one above differ by a rounding of O(1) terms
+        np.testing.assert_allclose(got[stat], expected[stat], rtol=1e-9, atol=1e-12)
+    for q, col in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+        lo, hi = expected[f"lo{q}"], expected[f"hi{q}"]
+        assert ((got[col] >= lo - 0.02 * lo.abs()) & (got[col] <= hi + 0.02 * hi.abs())).all(), col
+
+
+def test_coverage_rules(replayed):
+    db, _ = replayed
+    runs = view(db, "run_summary").set_index(["run_id", "method", "metric"])["n"]
+    tokens = dict(
+        view(db, "run_summary")
+        .query("method == 'rollout' and metric == 'approx_logp'")[["run_id", "n"]]
+        .values
+    )
+    # run-b records prox_logp on even steps only: errors count fewer tokens than weights
+    assert runs["run-b", "loglinear", "abs_error"] < runs["run-b", "loglinear", "importance_weight"]
+    assert runs["run-b", "loglinear", "importance_weight"] == tokens["run-b"]
+    assert runs["run-b", "ground_truth", "approx_logp"] == runs["run-b", "loglinear", "abs_error"]
+    assert runs["run-a", "loglinear", "abs_error"] == tokens["run-a"]
+    assert ("run-a", "loglinear", "drift") not in runs.index and (
+        "run-a",
+        "ground_truth",
+        "drift",
+    ) in runs.index
+
+
+def table_counts(db: Path) -> dict[str, int]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
+    finally:
+        con.close()
+
+
+def test_replaying_again_changes_nothing(replayed):
+    db, files = replayed
+    before, summary = table_counts(db), view(db, "run_summary")
+    report = replay(files, db)
+    assert [o.status for o in report.outcomes] == ["already ingested"] * 3
+    assert table_counts(db) == before
+    pd.testing.assert_frame_equal(view(db, "run_summary"), summary)
+
+
+def test_folder_replay_ingests_only_new_files(tmp_path):
+    files = write_logs(tmp_path / "logs")
+    db = tmp_path / "m.duckdb"
+    assert replay([files[0]], db).n_ingested == 1
+    report = replay([tmp_path / "logs"], db)
+    assert sorted(o.status for o in report.outcomes) == ["already ingested", "ingested", "ingested"]
+    fresh = tmp_path / "fresh.duckdb"
+    replay([tmp_path / "logs"], fresh)
+    assert table_counts(db) == table_counts(fresh)
+    key = ["run_id", "step", "method", "metric"]
+    a, b = (view(d, "step_summary").sort_values(key).reset_index(drop=True) for d in (db, fresh))
+    pd.testing.assert_frame_equal(a, b)
+
+
+def bad_log(path: Path) -> Path:
+    """A log with three positive log-probs in `behave_logp`."""
+    table = synthetic_steps(SyntheticSpec(run_id="bad", tokens_per_step=256), 0, 2).to_pydict()
+    table["behave_logp"][:3] = [0.5, 0.25, 1.0]
+    return write_log_atomic(token_table(table), path)
+
+
+def test_bad_file_is_skipped_and_the_others_ingested(tmp_path):
+    files = write_logs(tmp_path / "logs")
+    bad_log(tmp_path / "logs" / "bad.parquet")
+    db = tmp_path / "m.duckdb"
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "logs"), "--db", str(db)])
+    assert result.exit_code == 1, result.output
+    bad_line = next(line for line in result.output.splitlines() if "bad.parquet" in line)
+    assert "skipped" in bad_line and "behave_logp" in bad_line and "3 rows" in bad_line
+    assert table_counts(db)["ingested_file"] == len(files)
+    assert set(view(db, "run_summary")["run_id"]) == {"run-a", "run-b"}
+
+
+def test_nothing_readable_is_exit_2(tmp_path):
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path), "--db", str(tmp_path / "m.duckdb")])
+    assert result.exit_code == 2 and "could be read" in result.output
+
+
+def test_missing_path_is_exit_2(tmp_path):
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "nope"), "--db", str(tmp_path / "m.duckdb")])
+    assert result.exit_code == 2
+
+
+def test_kill_mid_replay_leaves_the_store_as_before_the_file(tmp_path):
+    files = write_logs(tmp_path / "logs")
+    db, only_first = tmp_path / "m.duckdb", tmp_path / "first.duckdb"
+    replay([files[0]], only_first)
+    command = [sys.executable, "-m", "evaluator.cli", "replay", str(tmp_path / "logs"), "--db", str(db)]
+    # the process dies (os._exit, like kill -9) after inserting the second file's rows, before COMMIT
+    env = {**os.environ, CRASH_ENV: files[1].name}
+    crashed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert crashed.returncode == 70, crashed.stderr
+    assert table_counts(db) == table_counts(only_first)
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    assert "already ingested" in finished.stdout and finished.stdout.count(": ingested") == 2
+    fresh = tmp_path / "fresh.duckdb"
+    replay([tmp_path / "logs"], fresh)
+    assert table_counts(db) == table_counts(fresh)
