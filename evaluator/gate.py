@@ -12,7 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from evaluator.errors import StoreError, ThresholdsError
+from evaluator.errors import ThresholdsError
+from evaluator.store import open_store
 from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
 
@@ -30,7 +31,6 @@ OUTCOMES = (
     "missing_run",  # the run named by the check or by --run is not in the database
     "not_selected",  # the check is pinned to another run than --run
 )
-_STORE_TABLES = ("file_tokens", "metric_moments", "sketch_by_staleness")
 
 # n, mean, min, max over the selection from the exact moments, and p50/p90/p99 from the staleness
 # sketches summed over the range, with the rule of the public views (schemas/store.sql): rank
@@ -66,23 +66,6 @@ SELECT m.run_id, m.n, m.mean, m.min, m.max,
 FROM moments m LEFT JOIN quantiles q USING (run_id)
 """
 _ALL_STALENESS = (-(2**31), 2**31 - 1)
-
-
-def open_store_readonly(db: str | Path) -> duckdb.DuckDBPyConnection:
-    """Open a proxaudit metrics database for reading (StoreError if missing, locked or not a store)."""
-    path = Path(db)
-    if not path.is_file():
-        raise StoreError(f"{path}: metrics database not found (create it with `proxaudit replay`)")
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as error:
-        raise StoreError(f"{path}: cannot open the metrics database read-only: {error}") from None
-    found = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    missing = [table for table in _STORE_TABLES if table not in found]
-    if missing:
-        con.close()
-        raise StoreError(f"{path}: not a proxaudit metrics database (no table {missing[0]!r})")
-    return con
 
 
 def selection_stats(
@@ -264,14 +247,13 @@ def _runs_with_metric(con: duckdb.DuckDBPyConnection, method: str, metric: str) 
 
 
 def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> GateResult:
-    """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check."""
+    """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check.
+
+    The thresholds are validated before the database is opened, so a bad file is reported first."""
     try:
         parsed = load_thresholds(thresholds)
     except ThresholdsFormatError as error:
         raise ThresholdsError(str(error)) from None
-    con = open_store_readonly(db)
-    try:
+    with open_store(db) as con:  # read-only; StoreError if missing, locked or not a proxaudit store
         verdicts = evaluate(con, parsed, only_run=run)
-    finally:
-        con.close()
     return GateResult(db=str(db), thresholds=str(thresholds), verdicts=tuple(verdicts))

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.errors import StoreError, ThresholdsError
-from evaluator.gate import GateResult, judge, open_store_readonly, run_gate, selection_stats
+from evaluator.gate import GateResult, judge, run_gate, selection_stats
 from evaluator.gate_report import render_json, render_junit, render_markdown, render_table
 from evaluator.sketch import bucket_code, sketch_quantile
-from schemas.store import STATS, STORE_DDL
+from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
 
 
@@ -29,6 +29,7 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
     (so every statistic has to merge rows), with the tables `proxaudit replay` fills."""
     con = duckdb.connect(str(path))
     con.execute(STORE_DDL)
+    con.execute("INSERT INTO store_meta VALUES ('store_schema_version', ?)", [STORE_SCHEMA_VERSION])
     moments, sketches, tokens = [], [], {}
     for (run, staleness, method, metric), values in samples.items():
         for file_id, part in enumerate(np.array_split(np.asarray(values, np.float64), 2), start=1):
@@ -316,16 +317,22 @@ class TestEvaluate:
 
 class TestStore:
     def test_missing_database(self, tmp_path):
-        with pytest.raises(StoreError, match="not found"):
-            open_store_readonly(tmp_path / "absent.duckdb")
+        with pytest.raises(StoreError, match="no metrics database"):
+            run_gate(tmp_path / "absent.duckdb", gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n'))
 
     def test_not_a_store(self, tmp_path):
+        thresholds = gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n')
         duckdb.connect(str(tmp_path / "other.duckdb")).execute("CREATE TABLE t (x INT)").close()
         with pytest.raises(StoreError, match="not a proxaudit metrics database"):
-            open_store_readonly(tmp_path / "other.duckdb")
+            run_gate(tmp_path / "other.duckdb", thresholds)
         (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
-        with pytest.raises(StoreError, match="cannot open"):
-            open_store_readonly(tmp_path / "junk.duckdb")
+        with pytest.raises(StoreError, match="not a valid DuckDB database"):
+            run_gate(tmp_path / "junk.duckdb", thresholds)
+
+    def test_the_database_is_opened_read_only(self, store, tmp_path):
+        before = store.stat().st_mtime_ns, store.read_bytes()
+        run_gate(store, gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n'))
+        assert (store.stat().st_mtime_ns, store.read_bytes()) == before
 
     def test_bad_thresholds_is_a_thresholds_error(self, store, tmp_path):
         with pytest.raises(ThresholdsError, match="'stat'"):
@@ -468,7 +475,7 @@ class TestCli:
         result = CliRunner().invoke(
             cli, ["gate", "--db", str(tmp_path / "no.duckdb"), "--thresholds", str(good)]
         )
-        assert result.exit_code == 2 and "not found" in result.output
+        assert result.exit_code == 2 and "no metrics database" in result.output
         result = CliRunner().invoke(
             cli, ["gate", "--db", str(store), "--thresholds", str(tmp_path / "no.toml")]
         )
