@@ -1,0 +1,291 @@
+"""The alignment audit (DOMAIN.md section 5): is a column shifted by one token against the others?
+
+Trainers hold log-probs rolled for next-token prediction; mixing a rolled tensor with an unrolled one
+shifts values by one token without any error (seeds/000, bug 2). Each check compares a column X with a
+reference R along each sequence `(run_id, seq_id, minibatch)` at shifts s in {-1, 0, +1}: X at pos i+s
+against R at pos i. Shift s = +1 means X looks like `torch.roll(X_aligned, shifts=1)`.
+
+| X | R | compared tokens | statistic |
+| --- | --- | --- | --- |
+| `behave_logp` | `prox_logp` | the lowest staleness with enough | median abs diff |
+| `theta_logp` | `prox_logp` | minibatch 0 (theta == prox) if enough | median abs diff |
+| `behave_version` is the last segment | `proximal_t_logp == behave_logp` | near boundaries | mismatch rate |
+| `behave_version` (+1 before the last segment) | `proximal_t_version` | near boundaries | mismatch rate |
+
+Log-prob checks compare only "anchor" tokens whose `prox_logp` differs from both neighbours' by at
+least `DISTINCT`, so confident runs of near-zero log-probs cannot pass for a match at a wrong shift.
+A shift is reported only when it beats shift 0 by `RATIO`, shift 0 is worse than an absolute floor, and
+at least `MIN_TOKENS` tokens were compared; anything short of that is a quiet "inconclusive" note.
+Large files are audited on a deterministic sample of whole sequences (hash of `seq_id`), said in a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+from evaluator.problems import Problem
+
+SHIFTS = (-1, 0, 1)
+MAX_AUDIT_TOKENS = 300_000
+"""Audit at most about this many tokens of a file (a sample of whole sequences beyond it)."""
+HASH_BUCKETS = 1 << 16
+MIN_TOKENS = 50
+"""Fewest compared tokens (anchors or boundary tokens) for a verdict."""
+RATIO = 4.0
+"""The best shift must beat shift 0 by this factor."""
+DISTINCT = 0.5
+"""An anchor's prox_logp differs from both neighbours' by at least this (nats)."""
+LOGP_FLOOR = 0.1
+"""Median abs diff at shift 0 below this is never called misaligned (nats)."""
+RATE_FLOOR = 0.15
+"""Version mismatch rate at shift 0 below this is never called misaligned."""
+
+_SAMPLE_COLUMNS = (
+    "step",
+    "minibatch",
+    "behave_version",
+    "prox_logp",
+    "behave_logp",
+    "theta_logp",
+    "proximal_t_logp",
+    "proximal_t_version",
+)
+
+
+@dataclass(frozen=True)
+class ShiftFit:
+    """How well X at pos i+s matches R at pos i, for each shift s."""
+
+    x: str
+    reference: str
+    stat: dict[int, float]
+    """Median abs diff (log-probs) or mismatch rate (versions) per shift."""
+    n: int
+    """Tokens compared (the fewest over the shifts)."""
+    stat_name: str
+    floor: float
+    scope: str = ""
+    """Which tokens were compared, e.g. `staleness <= 1`."""
+
+
+def audit_alignment(
+    con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int
+) -> tuple[list[Problem], list[str]]:
+    """Run every check on the view `src`; returns (misalignment problems, notes)."""
+    if not {"seq_id", "pos"} <= usable:
+        return [], ["alignment audit skipped: needs seq_id and pos"]
+    sample, notes = _load_sample(con, usable, n_rows)
+    problems = []
+    for check in (_behave_fit, _theta_fit, _version_equality_fit, _version_proximal_t_fit):
+        fit = check(sample)
+        if isinstance(fit, str):
+            notes.append(f"alignment: {fit}")
+            continue
+        finding, note = judge(fit)
+        if finding:
+            rule = "misaligned_version" if fit.x.startswith("behave_version") else "misaligned_logp"
+            problems.append(Problem(rule, fit.x.split()[0], 0, note))
+        else:
+            notes.append(f"alignment: {note}")
+    shifted = {p.column for p in problems if p.rule == "misaligned_logp"}
+    if shifted == {"behave_logp", "theta_logp"}:
+        notes.append("alignment: behave_logp and theta_logp are both off: prox_logp may be the shifted one")
+    return problems, notes
+
+
+def judge(fit: ShiftFit) -> tuple[bool, str]:
+    """(misaligned?, explanation). Misaligned when a non-zero shift fits clearly better than shift 0."""
+    if fit.n < MIN_TOKENS:
+        return False, f"{fit.x} vs {fit.reference} inconclusive: only {fit.n} tokens to compare"
+    s0 = fit.stat[0]
+    best = min(SHIFTS, key=lambda s: (fit.stat[s], s != 0))
+    shown = ", ".join(f"{fit.stat[s]:.3g} at {s:+d}" for s in SHIFTS if s != 0)
+    where = f"{fit.n:,} tokens" + (f", {fit.scope}" if fit.scope else "")
+    if best != 0 and s0 >= fit.floor and s0 >= RATIO * fit.stat[best]:
+        return True, (
+            f"{fit.x} fits {fit.reference} better shifted by {best:+d} token ({fit.stat_name} "
+            f"{fit.stat[best]:.3g} vs {s0:.3g} at shift 0; {where}): {fit.x} at pos i{best:+d} matches "
+            f"{fit.reference} at pos i, as after torch.roll(shifts={best:+d}); check the roll alignment"
+        )
+    if best == 0 and all(fit.stat[s] >= RATIO * s0 for s in SHIFTS if s != 0):
+        return (
+            False,
+            f"{fit.x} vs {fit.reference} aligned ({fit.stat_name} {s0:.3g} at shift 0 vs {shown}; {where})",
+        )
+    return (
+        False,
+        f"{fit.x} vs {fit.reference} inconclusive ({fit.stat_name} {s0:.3g} at shift 0 vs {shown}; {where})",
+    )
+
+
+# --- the sample -------------------------------------------------------------------------------------
+
+
+def _load_sample(
+    con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Rows of whole sequences sorted by sequence and pos; `g` numbers the sequences 0, 1, ..."""
+    keys = ", ".join(k for k in ("run_id", "seq_id", "minibatch") if k in usable)
+    selected = ", ".join(
+        f"{c}::DOUBLE AS {c}" if c in usable else f"NULL::DOUBLE AS {c}" for c in _SAMPLE_COLUMNS
+    )
+    where, notes = "seq_id IS NOT NULL AND pos IS NOT NULL", []
+    if n_rows > MAX_AUDIT_TOKENS:
+        buckets = max(1, HASH_BUCKETS * MAX_AUDIT_TOKENS // n_rows)
+        where += f" AND hash(seq_id) % {HASH_BUCKETS} < {buckets}"
+    result = con.execute(f"""SELECT dense_rank() OVER (ORDER BY {keys}) - 1 AS g, pos::BIGINT AS pos,
+        {selected} FROM src WHERE {where} ORDER BY g, pos""").fetchnumpy()
+    sample = {k: np.ma.filled(np.ma.asarray(v).astype(np.float64), np.nan) for k, v in result.items()}
+    if n_rows > MAX_AUDIT_TOKENS:
+        notes.append(
+            f"alignment audit on a deterministic sample of whole sequences (hash of seq_id): "
+            f"{len(sample['pos']):,} of {n_rows:,} tokens"
+        )
+    return sample, notes
+
+
+def _shifted(x: np.ndarray, nxt: np.ndarray, s: int) -> np.ndarray:
+    """`x` at the token `s` positions later in the same sequence (NaN where there is none)."""
+    out = np.full_like(x, np.nan)
+    if s == 0:
+        return x
+    if s == 1:
+        out[:-1] = np.where(nxt[:-1], x[1:], np.nan)
+    else:
+        out[1:] = np.where(nxt[:-1], x[:-1], np.nan)
+    return out
+
+
+def _next_in_sequence(sample: dict[str, np.ndarray]) -> np.ndarray:
+    """True where the next row is the next position of the same sequence."""
+    g, pos = sample["g"], sample["pos"]
+    nxt = np.zeros(len(g), dtype=bool)
+    nxt[:-1] = (g[1:] == g[:-1]) & (pos[1:] == pos[:-1] + 1)
+    return nxt
+
+
+# --- log-prob checks ----------------------------------------------------------------------------------
+
+
+def _logp_fit(
+    sample: dict[str, np.ndarray], x_name: str, strata: Callable[[np.ndarray], tuple]
+) -> ShiftFit | str:
+    """Median abs diff of X at pos i+s against prox_logp at pos i, over anchor tokens i."""
+    x, prox = sample[x_name], sample["prox_logp"]
+    if np.isnan(prox).all():
+        return f"{x_name} vs prox_logp inconclusive: no prox_logp in the file"
+    nxt = _next_in_sequence(sample)
+    x_at = {s: _shifted(x, nxt, s) for s in SHIFTS}
+    gaps = [np.abs(prox - _shifted(prox, nxt, s)) for s in (-1, 1)]
+    anchor = np.minimum(*gaps) >= DISTINCT  # NaN (no neighbour, no prox) compares False
+    anchor &= np.isfinite(np.stack(list(x_at.values()))).all(axis=0)
+    chosen, scope = strata(anchor)
+    stat = {
+        s: float(np.median(np.abs(x_at[s][chosen] - prox[chosen]))) if chosen.any() else np.nan
+        for s in SHIFTS
+    }
+    return ShiftFit(x_name, "prox_logp", stat, int(chosen.sum()), "median abs diff", LOGP_FLOOR, scope)
+
+
+def _behave_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
+    """behave_logp vs prox_logp on the freshest tokens: the lowest staleness cut with MIN_TOKENS anchors."""
+    staleness = sample["step"] - sample["behave_version"]
+
+    def strata(anchor: np.ndarray) -> tuple[np.ndarray, str]:
+        levels = np.unique(staleness[anchor & np.isfinite(staleness)])
+        for level in levels:
+            chosen = anchor & (staleness <= level)
+            if chosen.sum() >= MIN_TOKENS:
+                return chosen, f"staleness <= {level:g}"
+        return anchor, "all staleness"
+
+    return _logp_fit(sample, "behave_logp", strata)
+
+
+def _theta_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
+    """theta_logp vs prox_logp, at minibatch 0 (where theta == prox) when it has MIN_TOKENS anchors."""
+
+    def strata(anchor: np.ndarray) -> tuple[np.ndarray, str]:
+        first = anchor & (sample["minibatch"] == 0)
+        return (first, "minibatch 0") if first.sum() >= MIN_TOKENS else (anchor, "all minibatches")
+
+    return _logp_fit(sample, "theta_logp", strata)
+
+
+# --- version checks -----------------------------------------------------------------------------------
+
+
+def _last_segment(sample: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(token is in its sequence's last segment, sequence has several segments), per row."""
+    g, bv = sample["g"].astype(np.int64), sample["behave_version"]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.array([], dtype=np.int64)
+    group = np.cumsum(np.r_[False, g[1:] != g[:-1]]) if len(g) else g
+    top = np.fmax.reduceat(bv, starts)[group] if len(g) else bv
+    low = np.fmin.reduceat(bv, starts)[group] if len(g) else bv
+    return bv == top, low < top
+
+
+def _mismatch_fit(
+    sample: dict[str, np.ndarray], x: np.ndarray, ref: np.ndarray, valid: np.ndarray, names: tuple[str, str]
+) -> ShiftFit:
+    """Mismatch rate of X at pos i+s against R at pos i, over tokens next to a change of X or R."""
+    nxt = _next_in_sequence(sample)
+    x = np.where(valid, x, np.nan)
+    ref = np.where(valid, ref, np.nan)
+    near = np.zeros(len(x), dtype=bool)
+    for series in (x, ref):
+        for s in (-1, 1):
+            other = _shifted(series, nxt, s)
+            near |= np.isfinite(other) & np.isfinite(series) & (other != series)
+    stat, counts = {}, []
+    for s in SHIFTS:
+        xs = _shifted(x, nxt, s)
+        compared = near & np.isfinite(xs) & np.isfinite(ref)
+        counts.append(int(compared.sum()))
+        stat[s] = float(np.mean(xs[compared] != ref[compared])) if compared.any() else np.nan
+    return ShiftFit(
+        names[0],
+        names[1],
+        stat,
+        min(counts),
+        "mismatch rate",
+        RATE_FLOOR,
+        "tokens next to a segment boundary",
+    )
+
+
+def _version_equality_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
+    """The last segment of behave_version vs where proximal_t_logp equals behave_logp exactly."""
+    name = "behave_version (last segment) vs proximal_t_logp == behave_logp"
+    last, multi = _last_segment(sample)
+    pt, behave = sample["proximal_t_logp"], sample["behave_logp"]
+    valid = multi & np.isfinite(pt) & np.isfinite(behave)
+    if not valid.any():
+        return f"{name} inconclusive: no proximal_t_logp on multi-segment sequences"
+    equal = pt == behave
+    if equal[valid & last].mean() < 0.5 or equal[valid & ~last].mean() > 0.5:
+        return f"{name} inconclusive: proximal_t_logp does not equal behave_logp in last segments only"
+    return _mismatch_fit(
+        sample,
+        last.astype(float),
+        equal.astype(float),
+        valid,
+        ("behave_version", "proximal_t_logp == behave_logp"),
+    )
+
+
+def _version_proximal_t_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
+    """behave_version (+1 where a later segment follows) vs proximal_t_version."""
+    last, multi = _last_segment(sample)
+    bv, ptv = sample["behave_version"], sample["proximal_t_version"]
+    valid = multi & np.isfinite(bv) & np.isfinite(ptv)
+    if not valid.any():
+        return "behave_version vs proximal_t_version inconclusive: no proximal_t on multi-segment sequences"
+    expected = bv + np.where(last, 0.0, 1.0)
+    return _mismatch_fit(
+        sample, expected, ptv, valid, ("behave_version (+1 before the last segment)", "proximal_t_version")
+    )

@@ -1,0 +1,246 @@
+"""Validate token logs against schema v1 (DOMAIN.md sections 4-6): rules in, report objects out.
+
+Every rule is a DuckDB aggregate over `read_parquet(path)`, so a 20M-row file is checked in a few
+streaming passes and never loaded into Python:
+
+1. the Parquet footer: required columns, types, `proxaudit.schema_version`;
+2. one pass of row rules (nulls, log-prob range, versions, minibatch index, proximal_t pairs);
+3. one GROUP BY per abort-resume segment `(run_id, seq_id, minibatch, behave_version)`, rolled up per
+   sequence: duplicate rows, `pos` gaps, segment order, proximal_t coverage and `proximal_t_version`;
+4. the alignment audit (`evaluator.audit`) on a deterministic sample of sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evaluator import audit
+from evaluator.errors import NothingReadableError, UsageError
+from evaluator.problems import FileReport, Problem, format_key
+from evaluator.validate_sequences import sequence_problems
+from schemas.token_log import (
+    COLUMNS,
+    COLUMNS_BY_NAME,
+    LOGP_COLUMNS,
+    SCHEMA_VERSION_KEY,
+    SUPPORTED_SCHEMA_VERSIONS,
+)
+
+
+def find_parquet_files(paths: Sequence[str | Path]) -> list[Path]:
+    """The files named in `paths`, with folders searched recursively for `*.parquet`, in order, once each."""
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or folder")
+        if path.is_dir():
+            found.update(dict.fromkeys(sorted(p for p in path.rglob("*.parquet") if p.is_file())))
+        else:
+            found[path] = None
+    return list(found)
+
+
+def validate_paths(paths: Sequence[str | Path]) -> list[FileReport]:
+    """Validate every Parquet file under `paths`; raises `NothingReadableError` when there is none."""
+    files = find_parquet_files(paths)
+    if not files:
+        raise NothingReadableError(f"no *.parquet files found in {', '.join(map(str, paths))}")
+    return [validate_file(path) for path in files]
+
+
+def require_readable(reports: Sequence[FileReport]) -> None:
+    """Raise `NothingReadableError` when no file of `reports` could be read at all."""
+    if reports and not any(r.readable for r in reports):
+        reasons = "; ".join(f"{r.path}: {r.problems[0].message}" for r in reports)
+        raise NothingReadableError(f"none of the {len(reports)} files could be read ({reasons})")
+
+
+def validate_file(path: Path) -> FileReport:
+    """Check one file against every rule; an unreadable file gives one `unreadable` problem saying why."""
+    path = Path(path)
+    try:
+        parquet = pq.ParquetFile(path)
+        schema, n_rows = parquet.schema_arrow, parquet.metadata.num_rows
+        metadata = parquet.metadata.metadata or {}
+    except Exception as error:  # pyarrow raises several types for truncated or foreign files
+        return FileReport(path, None, [Problem("unreadable", None, 0, f"cannot open as Parquet: {error}")])
+    problems = _schema_problems(schema, metadata)
+    usable = _usable_columns(schema)
+    report = FileReport(path, n_rows, problems)
+    if n_rows == 0:
+        report.notes.append("empty file: no rows to check")
+        return report
+    con = duckdb.connect()
+    try:
+        escaped = str(path).replace("'", "''")
+        con.execute(f"CREATE VIEW src AS SELECT * FROM read_parquet('{escaped}', hive_partitioning = false)")
+        problems += _row_problems(con, usable)
+        problems += sequence_problems(con, usable)
+        audit_problems, notes = audit.audit_alignment(con, usable, n_rows)
+        problems += audit_problems
+        report.notes += notes
+    except duckdb.Error as error:
+        problems.append(
+            Problem("unreadable", None, 0, f"cannot read the data (truncated or corrupt?): {error}")
+        )
+    finally:
+        con.close()
+    return report
+
+
+# --- schema ---------------------------------------------------------------------------------------
+
+
+def _kind(dtype: pa.DataType) -> pa.DataType:
+    """The logical type: dictionary-encoded values and every string flavour count as their plain type."""
+    if pa.types.is_dictionary(dtype):
+        dtype = dtype.value_type
+    if pa.types.is_large_string(dtype) or pa.types.is_string_view(dtype):
+        return pa.string()
+    return dtype
+
+
+def _family(dtype: pa.DataType) -> str:
+    dtype = _kind(dtype)
+    for name, test in (("int", pa.types.is_integer), ("float", pa.types.is_floating)):
+        if test(dtype):
+            return name
+    return str(dtype)
+
+
+def _usable_columns(schema: pa.Schema) -> frozenset[str]:
+    """Schema columns that the value rules can read: present, of the right family (int, float, ...)."""
+    present = {f.name: f.type for f in schema}
+    return frozenset(
+        c.name for c in COLUMNS if c.name in present and _family(present[c.name]) == _family(c.type)
+    )
+
+
+def _schema_problems(schema: pa.Schema, metadata: dict[bytes, bytes]) -> list[Problem]:
+    problems = []
+    present = {f.name: f.type for f in schema}
+    for name in (c.name for c in COLUMNS if c.required and c.name not in present):
+        problems.append(Problem("missing_column", name, 0, f"required column `{name}` is missing"))
+    for name, found in present.items():
+        expected = COLUMNS_BY_NAME[name].type if name in COLUMNS_BY_NAME else None
+        if expected is not None and _kind(found) != expected:
+            problems.append(Problem("wrong_type", name, 0, f"`{name}` is {found}, expected {expected}"))
+    version = metadata.get(SCHEMA_VERSION_KEY.encode())
+    supported = ", ".join(sorted(SUPPORTED_SCHEMA_VERSIONS))
+    if version is None:
+        message = f"no `{SCHEMA_VERSION_KEY}` in the file's key-value metadata (expected one of: {supported})"
+        problems.append(Problem("schema_version", None, 0, message))
+    elif version.decode(errors="replace") not in SUPPORTED_SCHEMA_VERSIONS:
+        message = (
+            f"`{SCHEMA_VERSION_KEY}` is {version.decode(errors='replace')!r}, expected one of: {supported}"
+        )
+        problems.append(Problem("schema_version", None, 0, message))
+    return problems
+
+
+# --- row rules (one pass) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _RowRule:
+    rule: str
+    column: str
+    condition: str
+    """SQL that is true on a breaking row."""
+    expected: str
+    """What a correct row has, for the message."""
+    worst: str | None = None
+    """SQL aggregate over breaking rows that shows the worst value found."""
+
+
+def _row_rules(usable: frozenset[str]) -> list[_RowRule]:
+    rules = [
+        _RowRule("null_required", c.name, f"{c.name} IS NULL", f"`{c.name}` is required and never null")
+        for c in COLUMNS
+        if c.required and c.name in usable
+    ]
+    for col in (c for c in LOGP_COLUMNS if c in usable):
+        rules.append(_RowRule("non_finite_logp", col, f"NOT isfinite({col})", f"`{col}` finite (or null)"))
+        rules.append(
+            _RowRule("positive_logp", col, f"isfinite({col}) AND {col} > 0", f"`{col}` <= 0", f"max({col})")
+        )
+    if {"behave_version", "step"} <= usable:
+        rules.append(
+            _RowRule(
+                "behave_version_after_step",
+                "behave_version",
+                "behave_version > step",
+                "`behave_version` <= `step` (staleness >= 0)",
+                "max(behave_version - step)",
+            )
+        )
+    if "n_minibatches" in usable:
+        rules.append(
+            _RowRule(
+                "n_minibatches_invalid",
+                "n_minibatches",
+                "n_minibatches < 1",
+                "`n_minibatches` >= 1",
+                "min(n_minibatches)",
+            )
+        )
+    if {"minibatch", "n_minibatches"} <= usable:
+        rules.append(
+            _RowRule(
+                "minibatch_out_of_range",
+                "minibatch",
+                "minibatch < 0 OR minibatch >= n_minibatches",
+                "0 <= `minibatch` < `n_minibatches`",
+            )
+        )
+    if {"proximal_t_logp", "proximal_t_version"} <= usable:
+        rules.append(
+            _RowRule(
+                "proximal_t_pair",
+                "proximal_t_version",
+                "(proximal_t_logp IS NULL) <> (proximal_t_version IS NULL)",
+                "`proximal_t_logp` and `proximal_t_version` both set or both null on a row",
+            )
+        )
+    return rules
+
+
+def _row_problems(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> list[Problem]:
+    """Count the breaking rows of every row rule in one scan; then, for broken rules only, find an
+    example row and the worst value."""
+    problems = _lone_proximal_t_column(con, usable)
+    rules = _row_rules(usable)
+    if not rules:
+        return problems
+    counts = con.execute(f"SELECT {', '.join(f'count_if({r.condition})' for r in rules)} FROM src").fetchone()
+    key = ", ".join(f"'{k}': {k}" for k in ("seq_id", "minibatch", "pos") if k in usable)
+    for r, count in zip(rules, counts, strict=True):
+        if not count:
+            continue
+        example, worst = con.execute(
+            f"SELECT {f'min({{{key}}})' if key else 'NULL'}, {r.worst or 'NULL'} FROM src WHERE {r.condition}"
+        ).fetchone()
+        found = f"; worst found {worst:g}" if worst is not None else ""
+        where = f", e.g. {format_key(example)}" if example else ""
+        problems.append(Problem(r.rule, r.column, count, f"{count:,} rows break: {r.expected}{found}{where}"))
+    return problems
+
+
+def _lone_proximal_t_column(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> list[Problem]:
+    """proximal_t_logp without proximal_t_version (or the reverse) leaves every filled row unpaired."""
+    pair = ("proximal_t_logp", "proximal_t_version")
+    if sum(c in usable for c in pair) != 1:
+        return []
+    have, lack = pair if pair[0] in usable else pair[::-1]
+    (count,) = con.execute(f"SELECT count({have}) FROM src").fetchone()
+    if not count:
+        return []
+    message = f"{count:,} rows have `{have}` but the file has no `{lack}` column (both or neither)"
+    return [Problem("proximal_t_pair", lack, count, message)]
