@@ -174,7 +174,8 @@ def render_junit(result: GateResult) -> str:
         properties = ET.SubElement(case, "properties")
         for key, value in verdict_record(v).items():
             if value is not None:
-                ET.SubElement(properties, "property", name=key, value=str(value))
+                text = json.dumps(value) if isinstance(value, bool | list) else str(value)
+                ET.SubElement(properties, "property", name=key, value=text)
         message = (
             f"{v.reason} [observed {_num(v.observed)}; threshold {threshold_text(v)}; tokens {v.tokens}]"
         )

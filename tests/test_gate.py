@@ -399,6 +399,7 @@ class TestReports:
             and properties["run_id"] == "new"
             and properties["tokens"] == "2200"
         )
+        assert properties["warn_only"] == "false" and "staleness" not in properties
 
     def test_markdown_has_a_status_heading_and_a_row_per_verdict(self, mixed):
         text = render_markdown(mixed)
