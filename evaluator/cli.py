@@ -13,6 +13,7 @@ from functools import wraps
 import click
 
 from evaluator import __version__
+from evaluator.dataclass_options import DataclassCommand
 from evaluator.errors import ProxauditError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -139,6 +140,28 @@ def bench(tokens, tokens_per_step, out) -> None:
     from evaluator.bench import run_bench
 
     click.echo(run_bench(tokens, tokens_per_step=tokens_per_step, out=out).render())
+
+
+@cli.command(
+    "train-demo",
+    cls=DataclassCommand,
+    dataclass_path="evaluator.train_demo:Args",
+    short_help="Train the reference asynchronous decoupled-PPO trainer and log its tokens.",
+)
+@click.option("--bench-hook", is_flag=True, help="Instead: time steps with the hook on and off in one run.")
+@_library_errors
+def train_demo(bench_hook: bool, **options) -> None:
+    """Train the reference trainer (a tiny transformer learning to reverse digits, asynchronously, with
+    abort-resume and a bf16 inference engine) and record every minibatch with the hook."""
+    from evaluator.train_demo import Args, report, train
+
+    args = Args(**options)
+    if bench_hook:
+        from evaluator.bench_hook import bench_hook as run_bench_hook
+
+        click.echo(run_bench_hook(args).render())
+        return
+    click.echo(report(train(args, echo=click.echo), args))
 
 
 def main() -> None:

@@ -1,0 +1,64 @@
+"""Click options built from a CleanRL-style `Args` dataclass (a docstring under every field is its help).
+
+`DataclassCommand` builds them on first use, so listing commands never imports the dataclass's module
+(the reference trainer imports torch, which takes seconds).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import textwrap
+import typing
+
+import click
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass, read from its source."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for stmt, after in zip(body, body[1:], strict=False):
+        is_doc = isinstance(after, ast.Expr) and isinstance(getattr(after, "value", None), ast.Constant)
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and is_doc:
+            docs[stmt.target.id] = " ".join(str(after.value.value).split())
+    return docs
+
+
+def click_options(cls: type) -> list[click.Option]:
+    """One `--field-name` option per dataclass field, with its type, default and docstring."""
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    options = []
+    for f in dataclasses.fields(cls):
+        flag, hint = "--" + f.name.replace("_", "-"), hints[f.name]
+        if typing.get_origin(hint) is typing.Literal:
+            kind = dict(type=click.Choice(typing.get_args(hint)))
+        elif hint is bool:
+            flag, kind = f"{flag}/--no-{flag[2:]}", {}
+        else:
+            kind = dict(type=hint)
+        options.append(
+            click.Option([flag, f.name], default=f.default, show_default=True, help=docs.get(f.name), **kind)
+        )
+    return options
+
+
+class DataclassCommand(click.Command):
+    """A command whose options mirror the dataclass named by `dataclass_path` (`module:Name`)."""
+
+    def __init__(self, *args, dataclass_path: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.dataclass_path = dataclass_path
+        self._loaded = False
+
+    def dataclass(self) -> type:
+        module, name = self.dataclass_path.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if not self._loaded:
+            self.params = click_options(self.dataclass()) + self.params
+            self._loaded = True
+        return super().get_params(ctx)

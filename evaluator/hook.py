@@ -1,0 +1,456 @@
+"""The trainer hook: records per-token log-probs and versions into Parquet token logs (schema v1).
+
+A PPO trainer calls `TokenLogHook.record(...)` once per minibatch update with the tensors it already has.
+The hook computes nothing new: it copies the tensors off the training stream, aligns them to one row
+per response token (DOMAIN.md section 5) and writes Parquet files in a background thread.
+
+Layouts (every per-token tensor of one call uses the same one):
+- padded `[B, T]` (prompt+response or response-only), optionally with `attention_mask [B, T]`;
+- packed `[N]` with `cu_seqlens [B + 1]` (sequence b spans `cu_seqlens[b]:cu_seqlens[b + 1]`).
+Response tokens (the rows) are where `response_mask` is true, else from index `prompt_lengths[b]` on
+(the row index of the first response token, left padding included), else every valid token.
+
+Alignment, declared per tensor in `alignment` (default `token`):
+- `token`: value i belongs to token i (AReaL's rollout `logprobs`, verl's `old_log_probs`);
+- `next_token`: value i belongs to token i + 1, as after `torch.roll(x, -1)` or a `logits[:, :-1]` gather
+  (padded tensors may then be `[B, T - 1]`).
+
+Never changes training: tensors are detached and copied (pinned host memory, `non_blocking=True` on CUDA);
+a CUDA event recorded on the current stream is waited on by the writer thread, never by the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from evaluator.logio import token_table, write_log_atomic
+from schemas.token_log import COLUMNS
+
+Alignment = Literal["token", "next_token"]
+ALIGNMENTS = ("token", "next_token")
+TOKEN_COLUMNS = (
+    "token_id",
+    "loss_mask",
+    "behave_logp",
+    "behave_version",
+    "prox_logp",
+    "theta_logp",
+    "proximal_t_logp",
+    "proximal_t_version",
+    "advantage",
+    "reward",
+)
+PER_SEQUENCE_OK = ("advantage", "reward")
+"""Columns that may also be given once per sequence, `[B]`, and are repeated on each of its tokens."""
+LAYOUT_TENSORS = ("response_mask", "attention_mask")
+SORT_KEYS = [("step", "ascending"), ("minibatch", "ascending"), ("seq_id", "ascending"), ("pos", "ascending")]
+
+
+class HookShapeError(ValueError):
+    """Tensors of one `record` call do not fit together (the message names both shapes)."""
+
+
+class HookWriterError(RuntimeError):
+    """The background writer failed; raised to the caller on the next call or on `close()`."""
+
+
+@dataclass
+class Snapshot:
+    """Host copies of one `record` call, waiting for the writer thread."""
+
+    step: int
+    minibatch: int
+    n_minibatches: int
+    tensors: dict[str, torch.Tensor]
+    alignment: dict[str, str]
+    packed: bool
+    per_sequence: frozenset[str]
+    event: torch.cuda.Event | None = None
+
+
+@dataclass
+class _Flush:
+    """Marker in the queue: write what is buffered, then set `done`."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def check_shapes(
+    tensors: Mapping[str, torch.Tensor], alignment: Mapping[str, str], packed: bool
+) -> tuple[int, frozenset[str]]:
+    """Check that every tensor fits the batch; return B and the columns given once per sequence.
+
+    Shapes only (metadata), so this never waits for the device.
+    """
+    for name, how in alignment.items():
+        if name not in TOKEN_COLUMNS and name not in LAYOUT_TENSORS:
+            raise HookShapeError(f"alignment names {name!r}, which is not a per-token tensor of record()")
+        if how not in ALIGNMENTS:
+            raise HookShapeError(f"alignment of {name} must be one of {ALIGNMENTS}, not {how!r}")
+    per_token = {k: v for k, v in tensors.items() if k in TOKEN_COLUMNS or k in LAYOUT_TENSORS}
+    check = _check_packed if packed else _check_padded
+    B, per_sequence = check(tensors, per_token, alignment)
+    for name in ("seq_id", "prompt_lengths"):
+        if name in tensors and _shape(tensors[name]) != (B,):
+            raise HookShapeError(f"{name} has shape {_shape(tensors[name])} but the batch has {B} sequences")
+    return B, per_sequence
+
+
+def _check_packed(tensors, per_token, alignment) -> tuple[int, frozenset[str]]:
+    cu = tensors["cu_seqlens"]
+    if cu.dim() != 1 or cu.shape[0] < 2:
+        raise HookShapeError(f"cu_seqlens must be [B + 1] with B >= 1, got shape {_shape(cu)}")
+    B, N = cu.shape[0] - 1, tensors["theta_logp"].shape[0]
+    per_sequence = frozenset(
+        n for n in PER_SEQUENCE_OK if n in per_token and _shape(per_token[n]) == (B,) != (N,)
+    )
+    for name, t in per_token.items():
+        if name not in per_sequence and _shape(t) != (N,):
+            raise HookShapeError(
+                f"{name} has shape {_shape(t)} but the packed batch is ({N},) (from theta_logp); "
+                f"packed tensors are [total_tokens]"
+                + (f" or [{B}] per sequence" if name in PER_SEQUENCE_OK else "")
+            )
+    return B, per_sequence
+
+
+def _check_padded(tensors, per_token, alignment) -> tuple[int, frozenset[str]]:
+    ref = next((n for n in LAYOUT_TENSORS if n in tensors), None)
+    if ref is None:  # the widest [B, T] tensor: next_token tensors may be one shorter
+        ref = max(
+            (n for n, t in per_token.items() if t.dim() == 2),
+            key=lambda n: per_token[n].shape[1],
+            default=None,
+        )
+    if ref is None or per_token[ref].dim() != 2:
+        raise HookShapeError(
+            f"padded tensors must be [B, T]; got shapes { {n: _shape(t) for n, t in per_token.items()} }"
+        )
+    B, T = _shape(per_token[ref])
+    per_sequence = frozenset(n for n in PER_SEQUENCE_OK if n in per_token and _shape(per_token[n]) == (B,))
+    for name, t in per_token.items():
+        allowed = [(B, T)] + ([(B, T - 1)] if alignment.get(name) == "next_token" else [])
+        if name not in per_sequence and _shape(t) not in allowed:
+            raise HookShapeError(
+                f"{name} has shape {_shape(t)} but the batch is {(B, T)} (from {ref}); "
+                f"{alignment.get(name, 'token')}-aligned {name} must be "
+                + " or ".join(map(str, allowed + ([(B,)] if name in PER_SEQUENCE_OK else [])))
+            )
+    return B, per_sequence
+
+
+def host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A detached host copy; on CUDA into pinned memory without waiting (the caller's stream keeps going)."""
+    t = t.detach()
+    buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
+    buf.copy_(t, non_blocking=True)
+    return buf
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.float()  # numpy has no bfloat16; float32 holds every bf16 value exactly
+    return t.numpy()
+
+
+@dataclass
+class Rows:
+    """Where the response tokens are: sequence `seq`, offset `col` in it, rank `pos` among its responses."""
+
+    seq: np.ndarray
+    col: np.ndarray
+    pos: np.ndarray
+    start: np.ndarray | None
+    """Packed only: the flat index where each sequence starts."""
+
+
+def _token_aligned(mask: np.ndarray, how: str) -> np.ndarray:
+    """A padded `[B, W]` boolean mask moved to token alignment, `[B, W + 1]` for next_token."""
+    return mask if how == "token" else np.pad(mask, ((0, 0), (1, 0)))
+
+
+def locate_rows(arrays: Mapping[str, np.ndarray], alignment: Mapping[str, str], packed: bool) -> Rows:
+    """The response tokens of one call, in (sequence, position) order."""
+    if packed:
+        return _locate_packed(arrays, alignment)
+    B, T = next(
+        arrays[n].shape for n in (*LAYOUT_TENSORS, "theta_logp") if n in arrays and arrays[n].ndim == 2
+    )
+    T = max(T, max(a.shape[1] for n, a in arrays.items() if n in TOKEN_COLUMNS and a.ndim == 2))
+    resp = np.ones((B, T), dtype=bool)  # (B, T)
+    for name in LAYOUT_TENSORS:
+        if name in arrays:
+            resp &= _token_aligned(arrays[name] != 0, alignment.get(name, "token"))[:, :T]
+    if "response_mask" not in arrays and "prompt_lengths" in arrays:
+        resp &= np.arange(T)[None, :] >= arrays["prompt_lengths"][:, None]
+    seq, col = np.nonzero(resp)  # (n,), (n,): by sequence, then position
+    pos = (np.cumsum(resp, axis=1) - 1)[seq, col]  # (n,)
+    return Rows(seq, col, pos, None)
+
+
+def _locate_packed(arrays: Mapping[str, np.ndarray], alignment: Mapping[str, str]) -> Rows:
+    cu, N = arrays["cu_seqlens"].astype(np.int64), arrays["theta_logp"].shape[0]
+    lengths = np.diff(cu)
+    if cu[0] != 0 or (lengths < 0).any() or cu[-1] != N:
+        raise HookShapeError(f"cu_seqlens must rise from 0 to total_tokens {N}, got {cu.tolist()}")
+    seq_of = np.repeat(np.arange(len(lengths)), lengths)  # (N,)
+    local = np.arange(N) - cu[:-1][seq_of]  # (N,) offset in its sequence
+    resp = np.ones(N, dtype=bool)  # (N,)
+    for name in LAYOUT_TENSORS:
+        if name in arrays:
+            shift = 1 if alignment.get(name) == "next_token" else 0
+            resp &= (local >= shift) & (arrays[name][np.maximum(np.arange(N) - shift, 0)] != 0)
+    if "response_mask" not in arrays and "prompt_lengths" in arrays:
+        resp &= local >= arrays["prompt_lengths"][seq_of]
+    flat = np.flatnonzero(resp)  # (n,)
+    before = np.concatenate([[0], np.cumsum(resp)])  # response tokens before each flat index
+    seq = seq_of[flat]
+    return Rows(seq, local[flat], before[flat] - before[cu[:-1]][seq], cu[:-1])
+
+
+def gather(name: str, values: np.ndarray, how: str, rows: Rows) -> np.ndarray:
+    """One value per response token from a per-token array declared with alignment `how`."""
+    col = rows.col - (1 if how == "next_token" else 0)  # (n,) source offset in the sequence
+    orphans = int((col < 0).sum())
+    if orphans:
+        raise HookShapeError(
+            f"{name} is next_token-aligned, but {orphans} response tokens are the first token of their "
+            "sequence, so no value of it belongs to them (is it really rolled? is the prompt included?)"
+        )
+    if rows.start is None:
+        return values[rows.seq, col]
+    return values[rows.start[rows.seq] + col]
+
+
+def snapshot_rows(snap: Snapshot, run_id: str) -> pa.Table:
+    """The schema v1 rows of one `record` call (every column; nulls where the trainer gave nothing)."""
+    arrays = {name: _numpy(t) for name, t in snap.tensors.items()}
+    rows = locate_rows(arrays, snap.alignment, snap.packed)
+    n = len(rows.pos)
+    columns: dict[str, object] = {
+        "run_id": pa.array([run_id] * n, pa.string()),
+        "step": np.full(n, snap.step),
+        "minibatch": np.full(n, snap.minibatch),
+        "n_minibatches": np.full(n, snap.n_minibatches),
+        "seq_id": arrays["seq_id"][rows.seq],
+        "pos": rows.pos,
+        "loss_mask": np.ones(n, dtype=bool),
+    }
+    for name in TOKEN_COLUMNS:
+        if name in snap.per_sequence:
+            columns[name] = arrays[name][rows.seq]
+        elif name in arrays:
+            columns[name] = gather(name, arrays[name], snap.alignment.get(name, "token"), rows)
+    columns["loss_mask"] = np.asarray(columns["loss_mask"]) != 0
+    for c in COLUMNS:
+        if c.name not in columns:
+            columns[c.name] = pa.nulls(n, c.type)
+    return token_table({c.name: columns[c.name] for c in COLUMNS})
+
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+
+
+class TokenLogHook:
+    """Records a trainer's per-token log-probs into Parquet files `{run_id}-step{first}-{last}-{n}.parquet`.
+
+    Use as a context manager (it flushes on exit) or call `close()`. Memory stays bounded: at most
+    `max_pending` calls wait for the writer (then `record` blocks: backpressure) and at most about
+    `rows_per_file` rows are buffered. A file closes when a call brings a step beyond `steps_per_file`
+    distinct steps, or once it holds `rows_per_file` rows; a call's rows never straddle two files, so a
+    sequence's tokens of one minibatch stay together.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        run_id: str,
+        *,
+        steps_per_file: int = 10,
+        rows_per_file: int = 1_000_000,
+        max_pending: int = 8,
+    ) -> None:
+        if not _RUN_ID.match(run_id):
+            raise ValueError(f"run_id {run_id!r} must be a file-name-safe word (letters, digits, _ . = + -)")
+        if steps_per_file < 1 or rows_per_file < 1 or max_pending < 1:
+            raise ValueError("steps_per_file, rows_per_file and max_pending must be >= 1")
+        self.out_dir, self.run_id = Path(out_dir), run_id
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.steps_per_file, self.rows_per_file = steps_per_file, rows_per_file
+        self.files: list[Path] = []
+        self.rows_written = 0
+        self.writer_seconds = 0.0
+        """CPU time the writer thread spent (aligning, encoding, writing)."""
+        self._n_file = 1 + max((int(p.stem.rsplit("-", 1)[1]) for p in self._existing()), default=-1)
+        self._next_seq_id = 0
+        self._chunks: list[pa.Table] = []
+        self._buffered_rows = 0
+        self._buffered_steps: set[int] = set()
+        self._error: BaseException | None = None
+        self._error_reported = False
+        self._queue: queue.Queue[Snapshot | _Flush | None] = queue.Queue(maxsize=max_pending)
+        self._thread = threading.Thread(target=self._run, name=f"proxaudit-hook-{run_id}", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def _existing(self) -> list[Path]:
+        pattern = re.compile(rf"^{re.escape(self.run_id)}-step\d+-\d+-\d+\.parquet$")
+        return [p for p in self.out_dir.iterdir() if pattern.match(p.name)]
+
+    # ---- caller side -------------------------------------------------------------------------------
+    def record(
+        self,
+        *,
+        step: int,
+        minibatch: int = 0,
+        n_minibatches: int = 1,
+        behave_logp: torch.Tensor,
+        behave_version: torch.Tensor,
+        theta_logp: torch.Tensor,
+        prox_logp: torch.Tensor | None = None,
+        proximal_t_logp: torch.Tensor | None = None,
+        proximal_t_version: torch.Tensor | None = None,
+        advantage: torch.Tensor | None = None,
+        reward: torch.Tensor | None = None,
+        token_id: torch.Tensor | None = None,
+        loss_mask: torch.Tensor | None = None,
+        seq_id: torch.Tensor | None = None,
+        response_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        prompt_lengths: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        alignment: Mapping[str, Alignment] | None = None,
+    ) -> None:
+        """Record one minibatch update. Per-token tensors are `[B, T]` (padded) or `[N]` (packed with
+        `cu_seqlens [B + 1]`); `advantage` and `reward` may be `[B]`; `seq_id` is `[B]` (default: fresh
+        ids, unique within this hook). `alignment` maps a tensor's name to `token` or `next_token`."""
+        self._raise_pending()
+        if self._closed:
+            raise HookWriterError("record() after close()")
+        given = {k: v for k, v in locals().items() if k not in ("self", "alignment") and v is not None}
+        tensors = {
+            k: torch.as_tensor(v) for k, v in given.items() if k not in ("step", "minibatch", "n_minibatches")
+        }
+        alignment = dict(alignment or {})
+        B, per_sequence = check_shapes(tensors, alignment, packed=cu_seqlens is not None)
+        alignment = {k: v for k, v in alignment.items() if k in tensors}  # a trainer may declare all at once
+        if seq_id is None:
+            tensors["seq_id"] = torch.arange(self._next_seq_id, self._next_seq_id + B)
+            self._next_seq_id += B
+        on_cuda = any(t.is_cuda for t in tensors.values())
+        snap = Snapshot(
+            step=int(step),
+            minibatch=int(minibatch),
+            n_minibatches=int(n_minibatches),
+            tensors={k: host_copy(t) for k, t in tensors.items()},  # (B, T) / (N,) / (B,) host copies
+            alignment=alignment,
+            packed=cu_seqlens is not None,
+            per_sequence=per_sequence,
+        )
+        if on_cuda:  # the writer waits on this event; the training stream never does
+            snap.event = torch.cuda.Event()
+            snap.event.record(torch.cuda.current_stream())
+        self._put(snap)
+
+    def flush(self) -> None:
+        """Wait until everything recorded so far is written to files."""
+        marker = _Flush()
+        self._put(marker)
+        while not marker.done.wait(0.05):
+            self._raise_pending()
+        self._raise_pending()
+
+    def close(self) -> None:
+        """Write what is buffered, stop the writer, and raise its error if it had one."""
+        if not self._closed:
+            self._closed = True
+            if self._error is None:
+                self._put(None)
+            self._thread.join()
+        self._raise_pending()
+
+    def __enter__(self) -> TokenLogHook:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        with contextlib.suppress(HookWriterError):  # keep the good rows, never hide the caller's exception
+            self.close()
+
+    def _put(self, item: Snapshot | _Flush | None) -> None:
+        while True:  # blocks while the writer is behind (backpressure), wakes if it died
+            self._raise_pending()
+            try:
+                self._queue.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def _raise_pending(self) -> None:
+        if self._error is not None and not self._error_reported:
+            self._error_reported = True
+            raise HookWriterError(f"the token log writer failed: {self._error}") from self._error
+        if self._error is not None:
+            raise HookWriterError("the token log writer failed earlier; nothing more is recorded")
+
+    # ---- writer thread -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                started = time.thread_time()
+                if item is None:
+                    self._write_buffer()
+                    return
+                if isinstance(item, _Flush):
+                    self._write_buffer()
+                    item.done.set()
+                else:
+                    if item.event is not None:
+                        item.event.synchronize()  # waits for the copies, in this thread only
+                    self._add(snapshot_rows(item, self.run_id), item.step)
+                self.writer_seconds += time.thread_time() - started
+        except BaseException as error:  # surfaced to the caller by _raise_pending
+            self._error = error
+
+    def _add(self, table: pa.Table, step: int) -> None:
+        if table.num_rows == 0:
+            return
+        if step not in self._buffered_steps and len(self._buffered_steps) >= self.steps_per_file:
+            self._write_buffer()
+        self._chunks.append(table)
+        self._buffered_rows += table.num_rows
+        self._buffered_steps.add(step)
+        if self._buffered_rows >= self.rows_per_file:
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        if not self._chunks:
+            return
+        table = pa.concat_tables(self._chunks).sort_by(SORT_KEYS)
+        steps = table.column("step")
+        first, last = pa.compute.min(steps).as_py(), pa.compute.max(steps).as_py()
+        path = self.out_dir / f"{self.run_id}-step{first:06d}-{last:06d}-{self._n_file:04d}.parquet"
+        write_log_atomic(table, path)
+        self.files.append(path)
+        self.rows_written += table.num_rows
+        self._n_file += 1
+        self._chunks, self._buffered_rows, self._buffered_steps = [], 0, set()
