@@ -40,6 +40,37 @@ def cli() -> None:
 
 
 @cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="A readable table, or JSON (per file: path, n_rows, ok, readable, problems, notes).",
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Table: also show notes (what the alignment audit compared)."
+)
+@_library_errors
+def validate(paths, fmt, verbose) -> None:
+    """Check the token logs in PATHS (files, or folders searched for *.parquet) against schema v1:
+    columns, types and schema version, log-prob and version values, duplicate rows and pos gaps,
+    proximal_t, and the alignment audit (columns shifted by one token).
+
+    Exit code 0 when every file is clean, 1 when some file broke a rule, 2 when a path does not exist
+    or no file could be read.
+    """
+    from evaluator.validate import require_readable, validate_paths
+    from evaluator.validate_report import render_json, render_table
+
+    reports = validate_paths(paths)
+    click.echo(render_json(reports) if fmt == "json" else render_table(reports, verbose=verbose))
+    require_readable(reports)
+    sys.exit(EXIT_OK if all(r.ok for r in reports) else EXIT_FINDINGS)
+
+
+@cli.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
 @click.option(
     "--thresholds",

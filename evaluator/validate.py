@@ -70,7 +70,11 @@ def validate_file(path: Path) -> FileReport:
         schema, n_rows = parquet.schema_arrow, parquet.metadata.num_rows
         metadata = parquet.metadata.metadata or {}
     except Exception as error:  # pyarrow raises several types for truncated or foreign files
-        return FileReport(path, None, [Problem("unreadable", None, 0, f"cannot open as Parquet: {error}")])
+        return FileReport(
+            path,
+            None,
+            [Problem("unreadable", None, 0, f"cannot open as Parquet (truncated, or not Parquet): {error}")],
+        )
     problems = _schema_problems(schema, metadata)
     usable = _usable_columns(schema)
     report = FileReport(path, n_rows, problems)
@@ -229,7 +233,9 @@ def _row_problems(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> lis
         ).fetchone()
         found = f"; worst found {worst:g}" if worst is not None else ""
         where = f", e.g. {format_key(example)}" if example else ""
-        problems.append(Problem(r.rule, r.column, count, f"{count:,} rows break: {r.expected}{found}{where}"))
+        problems.append(
+            Problem(r.rule, r.column, count, f"{count:,} rows break: expected {r.expected}{found}{where}")
+        )
     return problems
 
 
