@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -28,6 +29,8 @@ from evaluator.sketch import bucket_code
 from schemas.store import METHODS
 
 BATCH_ROWS = 1 << 18
+COMPACT_ROWS = 1 << 22
+"""Merge a file's summary parts once they hold this many rows (bounds memory on long files)."""
 SERIES: tuple[tuple[str, str], ...] = tuple(
     (method, m.name) for method in METHODS for m in metrics_for(method)
 )
@@ -56,6 +59,14 @@ class Groups:
     labels: dict[str, np.ndarray]  # run, step, staleness of each (run, step, staleness) group, (G,)
     step_labels: dict[str, np.ndarray]  # run, step of each (run, step) group
     stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) group
+
+    def extents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids of the nonempty groups, their token counts, their first token), computed once."""
+        if not hasattr(self, "_extents"):
+            n = np.bincount(self.group, minlength=len(self.labels["step"]))  # (G,)
+            present = np.flatnonzero(n)
+            self._extents = present, n[present], (np.cumsum(n) - n)[present]
+        return self._extents
 
     def subset(self, keep: np.ndarray | None) -> Groups:
         if keep is None:
@@ -103,42 +114,61 @@ class Parts:
     by_step: list[dict[str, np.ndarray]] = field(default_factory=list)
     by_staleness: list[dict[str, np.ndarray]] = field(default_factory=list)
 
+    def rows(self) -> int:
+        return sum(len(p["series"]) for p in (*self.moments, *self.by_step, *self.by_staleness))
 
-def _sketch_counts(codes: np.ndarray, cell: np.ndarray, n_cells: int) -> tuple[np.ndarray, ...]:
-    """Nonzero (cell, bucket, count) of the histogram of `codes` per cell: one dense bincount."""
-    lo = int(codes.min())
-    span = int(codes.max()) - lo + 1
-    counts = np.bincount(cell * span + (codes - lo), minlength=n_cells * span)
+    def compact(self) -> None:
+        """Merge duplicate keys across batches (a step or staleness seen in many batches) to bound memory."""
+        self.tokens = _merged(self.tokens, {"n_tokens": "sum", "n_prox": "sum"})
+        self.moments = _merged(self.moments, {"n": "sum", "sum": "sum", "min": "min", "max": "max"})
+        self.by_step = _merged(self.by_step, {"count": "sum"})
+        self.by_staleness = _merged(self.by_staleness, {"count": "sum"})
+
+
+def _merged(parts: list[dict[str, np.ndarray]], how: dict[str, str]) -> list[dict[str, np.ndarray]]:
+    if len(parts) < 2:
+        return parts
+    frame = pl.concat([pl.DataFrame(p) for p in parts])
+    keys = [c for c in frame.columns if c not in how]
+    merged = frame.group_by(keys).agg(getattr(pl.col(c), f)() for c, f in how.items())
+    return [{c: merged[c].to_numpy() for c in merged.columns}]
+
+
+def _sketch_counts(offsets: np.ndarray, span: int, cell: np.ndarray, n_cells: int) -> tuple[np.ndarray, ...]:
+    """Nonzero (cell, bucket offset, count) of the histogram of `offsets` (bucket - lowest bucket, in
+    [0, span)) per cell: one dense bincount."""
+    keys = offsets if n_cells == 1 else cell * span + offsets
+    counts = np.bincount(keys, minlength=n_cells * span)
     nonzero = np.flatnonzero(counts)
-    return nonzero // span, nonzero % span + lo, counts[nonzero]
+    return nonzero // span, nonzero % span, counts[nonzero]
 
 
 def add_series(parts: Parts, series: int, values: np.ndarray, groups: Groups) -> None:
     """Moments and sketch counts of one series over tokens sorted by group (`values` is (T,))."""
     if len(values) == 0:
         return
-    n_groups = len(groups.labels["step"])
-    n = np.bincount(groups.group, minlength=n_groups)  # (G,)
-    present = np.flatnonzero(n)
-    starts = (np.cumsum(n) - n)[present]
+    present, n, starts = groups.extents()
+    mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)  # (G,)
     parts.moments.append(
         {
             **{k: v[present] for k, v in groups.labels.items()},
             "series": np.full(len(present), series),
-            "n": n[present],
-            "sum": np.bincount(groups.group, weights=values, minlength=n_groups)[present],
-            "min": np.minimum.reduceat(values, starts),
-            "max": np.maximum.reduceat(values, starts),
+            "n": n,
+            "sum": np.add.reduceat(values, starts),
+            "min": mins,
+            "max": maxs,
         }
     )
-    codes = bucket_code(values)
+    lo, hi = bucket_code(np.array([mins.min(), maxs.max()]))  # buckets are ordered like values
+    offsets = bucket_code(values)
+    offsets -= lo
     for cells, labels, out in (
         (groups.step_group, groups.step_labels, parts.by_step),
         (groups.stale_group, groups.stale_labels, parts.by_staleness),
     ):
-        cell, bucket, count = _sketch_counts(codes, cells, len(labels["run"]))
+        cell, offset, count = _sketch_counts(offsets, int(hi - lo) + 1, cells, len(labels["run"]))
         rows = {k: v[cell] for k, v in labels.items()}
-        out.append({**rows, "series": np.full(len(cell), series), "bucket": bucket, "count": count})
+        out.append({**rows, "series": np.full(len(cell), series), "bucket": offset + lo, "count": count})
 
 
 def _column(batch: pa.RecordBatch, name: str, dtype: type) -> np.ndarray | None:
@@ -245,6 +275,8 @@ def summarise_file(path, *, on_batch=None, batch_rows: int = BATCH_ROWS) -> File
     for batch in iter_batches(path, batch_rows):
         n_tokens += add_batch(parts, batch, runs)
         n_rows += batch.num_rows
+        if parts.rows() > COMPACT_ROWS:
+            parts.compact()
         if on_batch is not None:
             on_batch(batch.num_rows)
     names = list(runs)

@@ -30,11 +30,13 @@ RELATIVE_ACCURACY = 1.0 / 2 ** (MANTISSA_BITS + 1)
 def bucket_code(x: ArrayLike) -> NDArray[np.int64]:
     """The bucket of each value of a float64 array: sign(x) * ((bits(|x|) >> 46) - 62911), 0 for
     |x| < 2^-40. Codes of values of one sign are contiguous small integers, ordered like the values."""
-    x = np.asarray(x, dtype=np.float64)
-    magnitude = np.abs(x)
-    code = (magnitude.view(np.int64) >> SHIFT) - OFFSET  # (T,)
+    bits = np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
+    code = ((bits & np.int64(0x7FFF_FFFF_FFFF_FFFF)) >> SHIFT) - OFFSET  # (T,) from |x|
     np.maximum(code, 0, out=code)  # everything below 2^-40 (and 0 itself) is bucket 0
-    return np.where(x < 0, -code, code)
+    sign = bits >> 63  # (T,) -1 for negative x, else 0
+    code ^= sign
+    code -= sign  # two's complement negation where x < 0
+    return code
 
 
 def bucket_value(bucket: ArrayLike) -> NDArray[np.float64]:

@@ -1,0 +1,94 @@
+"""The metrics store: opening, versioning, digests, atomic ingest and the public views' columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from evaluator.errors import StoreError
+from evaluator.file_summary import summarise_file
+from evaluator.logio import write_log_atomic
+from evaluator.store import file_digest, ingest, ingested_digests, open_store
+from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from schemas.store import PUBLIC_VIEWS
+
+
+@pytest.fixture
+def log(tmp_path) -> Path:
+    spec = SyntheticSpec(run_id="r", tokens_per_step=512, mean_length=16)
+    return write_log_atomic(synthetic_steps(spec, 0, 4), tmp_path / "log.parquet")
+
+
+def test_reading_a_missing_store_is_an_error(tmp_path):
+    with pytest.raises(StoreError, match="no metrics database"), open_store(tmp_path / "none.duckdb"):
+        pass
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_a_foreign_duckdb_file_is_not_a_store(tmp_path):
+    con = duckdb.connect(str(tmp_path / "other.duckdb"))
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.close()
+    with (
+        pytest.raises(StoreError, match="not a proxaudit metrics database"),
+        open_store(tmp_path / "other.duckdb"),
+    ):
+        pass
+
+
+def test_a_non_duckdb_file_is_an_error(tmp_path):
+    (tmp_path / "junk.duckdb").write_bytes(b"hello")
+    with pytest.raises(StoreError), open_store(tmp_path / "junk.duckdb"):
+        pass
+
+
+def test_public_views_have_the_documented_columns(tmp_path):
+    with open_store(tmp_path / "m.duckdb", write=True) as con:
+        for view, columns in PUBLIC_VIEWS.items():
+            assert tuple(con.execute(f"SELECT * FROM {view} LIMIT 0").df().columns) == columns
+        staleness_step = con.execute("SELECT * FROM step_staleness_summary LIMIT 0").df().columns
+        assert tuple(staleness_step) == (
+            "run_id",
+            "step",
+            "staleness",
+            "method",
+            "metric",
+            "n",
+            "mean",
+            "min",
+            "max",
+        )
+
+
+def test_digest_is_of_the_bytes(tmp_path, log):
+    copy = tmp_path / "copy.parquet"
+    copy.write_bytes(log.read_bytes())
+    assert file_digest(copy) == file_digest(log) and len(file_digest(log)) == 64
+    copy.write_bytes(log.read_bytes() + b"\0")
+    assert file_digest(copy) != file_digest(log)
+
+
+def test_ingest_is_once_per_digest(tmp_path, log):
+    db, digest, summary = tmp_path / "m.duckdb", file_digest(log), summarise_file(log)
+    assert ingested_digests(db) == set()
+    assert ingest(db, log, digest, summary) is True
+    assert ingest(db, log, digest, summary) is False
+    assert ingested_digests(db) == {digest}
+    with open_store(db) as con:
+        rows = con.execute("SELECT file_id, path, n_rows, n_tokens FROM ingested_file").fetchall()
+        assert rows == [(1, str(log.resolve()), summary.n_rows, summary.n_tokens)]
+        n = con.execute("SELECT sum(n_tokens) FROM file_tokens").fetchall()[0][0]
+        assert n == summary.n_tokens
+
+
+def test_a_failed_insert_leaves_nothing(tmp_path, log, monkeypatch):
+    db, summary = tmp_path / "m.duckdb", summarise_file(log)
+    broken = summary.sketch_by_step.drop_columns(["bucket"])  # the last-but-one insert fails
+    monkeypatch.setattr(summary, "sketch_by_step", broken)
+    with pytest.raises(duckdb.Error):
+        ingest(db, log, file_digest(log), summary)
+    with open_store(db) as con:
+        for table in ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step"):
+            assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == 0, table

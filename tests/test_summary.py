@@ -1,0 +1,71 @@
+"""`proxaudit summary`: filters, formats and errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import cli
+from evaluator.errors import UsageError
+from evaluator.logio import write_log_atomic
+from evaluator.replay import replay
+from evaluator.summary import render, summary_table
+from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("summary")
+    spec = SyntheticSpec(run_id="r1", tokens_per_step=512, mean_length=16, max_staleness=3)
+    write_log_atomic(synthetic_steps(spec, 0, 6), folder / "r1.parquet")
+    replay([folder], folder / "m.duckdb")
+    return folder / "m.duckdb"
+
+
+def test_filters_and_grain(db):
+    table = summary_table(db, by="staleness", method="loglinear", metric="abs_error")
+    rows = table.to_pylist()
+    assert [r["staleness"] for r in rows] == [0, 1, 2, 3]
+    assert {(r["method"], r["metric"]) for r in rows} == {("loglinear", "abs_error")}
+    steps = summary_table(db, by="step", method="rollout", metric="approx_logp").column("step").to_pylist()
+    assert steps == list(range(6))
+    assert summary_table(db).num_rows == 6 * 10 + 1 + 10  # 6 estimators x 10 metrics, drift, proximal_t
+
+
+def test_unknown_names_are_usage_errors(db):
+    with pytest.raises(UsageError, match="unknown method"):
+        summary_table(db, method="nope")
+    with pytest.raises(UsageError, match="no run 'x'.*r1"):
+        summary_table(db, run="x")
+
+
+def test_formats(db):
+    table = summary_table(db, method="linear", metric="importance_weight")
+    (row,) = json.loads(render(table, "json"))
+    assert row["run_id"] == "r1" and row["p50"] <= row["p90"] <= row["p99"] <= row["max"]
+    (parsed,) = list(csv.DictReader(io.StringIO(render(table, "csv"))))
+    assert float(parsed["mean"]) == pytest.approx(row["mean"])
+    text = render(table, "table").splitlines()
+    assert text[0].split() == ["run_id", "method", "metric", "n", "mean", "min", "max", "p50", "p90", "p99"]
+    assert text[1].split()[:3] == ["r1", "linear", "importance_weight"]
+
+
+def test_cli_missing_db_is_exit_2(tmp_path):
+    result = CliRunner().invoke(cli, ["summary", "--db", str(tmp_path / "none.duckdb")])
+    assert result.exit_code == 2 and "no metrics database" in result.output
+
+
+def test_cli_prints_json(db):
+    result = CliRunner().invoke(cli, ["summary", "--db", str(db), "--by", "step", "--format", "json"])
+    assert result.exit_code == 0
+    assert len(json.loads(result.output)) == 6 * 71
+
+
+def test_every_command_has_help():
+    for command in ("replay", "summary", "bench"):
+        result = CliRunner().invoke(cli, [command, "--help"])
+        assert result.exit_code == 0 and "Usage" in result.output
