@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 
 import click
 
@@ -193,6 +194,31 @@ def train_demo(bench_hook: bool, **options) -> None:
         click.echo(run_bench_hook(args).render())
         return
     click.echo(report(train(args, echo=click.echo), args))
+
+
+@cli.command()
+@click.option(
+    "--db", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Metrics database."
+)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on (local only by default)."
+)
+@click.option("--port", default=8501, show_default=True, type=int, help="TCP port.")
+@click.option(
+    "--thresholds",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Gate thresholds file (TOML): the Overview shows the gate's verdict.",
+)
+@_library_errors
+def dashboard(db, host, port, thresholds) -> None:
+    """Serve the dashboard (Streamlit) on DB in the foreground until Ctrl-C: drift and importance weights
+    by staleness, error over training, run comparison, token inspector. The app opens DB read-only and
+    never writes; `proxaudit replay` may keep filling it meanwhile. A missing DB is an error (exit 2).
+    """
+    from evaluator.dashboard_cmd import serve
+
+    sys.exit(serve(db, host, port, thresholds))
 
 
 def main() -> None:

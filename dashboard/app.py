@@ -1,0 +1,113 @@
+"""The proxaudit dashboard (Streamlit): is the proximal log-prob approximation safe for this run?
+
+Run it with `proxaudit dashboard --db DB` (or `streamlit run dashboard/app.py -- --db DB`). The app opens
+the metrics store read-only and never writes. The page, the sidebar filters and each page's own choices
+live in the URL (`?page=drift&run=...`), so a view can be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import queries
+from dashboard.views import common, compare, drift, inspector, overview, training, weights
+
+PAGES = {
+    "overview": ("Overview", overview.render),
+    "drift": ("Drift by staleness", drift.render),
+    "weights": ("Importance weights by staleness", weights.render),
+    "training": ("Over training", training.render),
+    "compare": ("Run comparison", compare.render),
+    "tokens": ("Token inspector", inspector.render),
+}
+REPLAY_HINT = """No runs in this database yet. Fill it from token logs (Parquet, schema v1) with
+
+    proxaudit replay LOGS --db {db}
+
+and this page shows them as soon as the first file is committed (replay may run while the dashboard
+is open)."""
+
+
+def _arguments() -> tuple[Path | None, Path | None]:
+    """`--db` and `--thresholds` after `--` on the streamlit command line, else PROXAUDIT_DB and
+    PROXAUDIT_THRESHOLDS from the environment (how tests point the app at a database)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db", type=Path)
+    parser.add_argument("--thresholds", type=Path)
+    args, _ = parser.parse_known_args(sys.argv[1:])
+    db = args.db or (Path(os.environ["PROXAUDIT_DB"]) if os.environ.get("PROXAUDIT_DB") else None)
+    thresholds = args.thresholds or (
+        Path(os.environ["PROXAUDIT_THRESHOLDS"]) if os.environ.get("PROXAUDIT_THRESHOLDS") else None
+    )
+    return db, thresholds
+
+
+def _range_filter(label: str, key: str, lo: int, hi: int) -> tuple[int, int] | None:
+    """A range slider over [lo, hi]; None (no restriction) when it covers everything."""
+    if lo >= hi:
+        st.sidebar.caption(f"{label}: {lo} (the only value)")
+        return None
+    common.seed(key, (lo, hi), common.int_range(lo, hi))
+    chosen = st.sidebar.slider(label, min_value=lo, max_value=hi, key=key)
+    return None if tuple(chosen) == (lo, hi) else (int(chosen[0]), int(chosen[1]))
+
+
+def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
+    """The filters: page, run, methods, staleness range, step range, thresholds file."""
+    common.seed("page", "overview", common.choice(list(PAGES)))
+    st.sidebar.radio("Page", list(PAGES), format_func=lambda slug: PAGES[slug][0], key="page")
+    run_ids = list(runs["run_id"])
+    common.seed("run", run_ids[0], common.choice(run_ids))
+    run_id = st.sidebar.selectbox("run_id", run_ids, key="run")
+    present = common.load(db, "methods_present", (run_id,))
+    estimators = [m for m in common.ESTIMATORS if m in present] + [
+        m for m in present if m not in common.ESTIMATORS and m != "ground_truth"
+    ]
+    common.seed("methods", estimators, common.subset(estimators))
+    methods = st.sidebar.multiselect("method (estimators)", estimators, key="methods")
+    row = runs.set_index("run_id").loc[run_id]
+    staleness = _range_filter("staleness", "staleness", int(row["min_staleness"]), int(row["max_staleness"]))
+    steps = _range_filter("step", "steps", int(row["first_step"]), int(row["last_step"]))
+    common.seed("thresholds", str(thresholds or ""))
+    chosen = st.sidebar.text_input("thresholds file (gate)", key="thresholds", placeholder="thresholds.toml")
+    st.sidebar.caption(f"database: `{db}` (read-only)")
+    filters = queries.Filters((run_id,), tuple(methods), staleness, steps)
+    return common.Context(db, Path(chosen) if chosen.strip() else None, run_id, filters, runs, tuple(present))
+
+
+@st.fragment(run_every=dt.timedelta(seconds=5))
+def _follow_replay(db: Path, version: tuple[int, ...]) -> None:
+    """Rerun the whole app when a replay commits new data to the database."""
+    if queries.data_version(db) != version:
+        st.rerun()
+
+
+def main() -> None:
+    st.set_page_config(page_title="proxaudit", layout="wide")
+    st.session_state["_url_keys"] = []
+    st.session_state["_busy_noted"] = False
+    db, thresholds = _arguments()
+    if db is None:
+        st.error("No database given: start the dashboard with `proxaudit dashboard --db DB`.")
+        st.stop()
+    runs = common.load(db, "store_overview")
+    if runs.empty:
+        st.title("proxaudit")
+        st.info(REPLAY_HINT.format(db=db))
+        _follow_replay(db, queries.data_version(db))
+        st.stop()
+    ctx = _sidebar(db, thresholds, runs)
+    title, render = PAGES[st.session_state["page"]]
+    st.title(title)
+    render(ctx)
+    common.publish()
+    _follow_replay(db, queries.data_version(db))
+
+
+main()

@@ -1,0 +1,134 @@
+"""What every page shares: the page context, cached reads that survive a busy database, URL state."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import queries
+from dashboard.queries import Filters
+
+ESTIMATORS = ("loglinear", "linear", "loglinear_exact", "linear_exact", "rollout", "proximal_t")
+ERROR_METRICS = (
+    "abs_error",
+    "rel_error",
+    "squared_error",
+    "behave_imp_weight_abs_error",
+    "importance_weight_abs_error",
+)
+# Last good result of each read, served when replay holds the write lock for too long.
+_LAST_GOOD: dict[tuple, tuple[Any, dt.datetime]] = {}
+_LAST_GOOD_MAX = 512
+
+
+@dataclass(frozen=True)
+class Context:
+    """The selection every page renders: the store, the sidebar filters and the store's runs."""
+
+    db: Path
+    thresholds: Path | None
+    run_id: str
+    filters: Filters
+    runs: pd.DataFrame
+    methods: tuple[str, ...]
+
+    def with_methods(self, *methods: str) -> Filters:
+        return replace(self.filters, methods=tuple(methods))
+
+
+@st.cache_data(ttl=600, max_entries=512, show_spinner=False)
+def _cached(name: str, db: str, version: tuple[int, ...], args: tuple) -> Any:
+    return getattr(queries, name)(Path(db), *args)
+
+
+def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
+    """`queries.<name>(db, *args)`, cached until the database changes. While a replay keeps the write
+    lock past the retry budget, the last good result is shown with a note; a store error stops the page
+    with its message (never a traceback). `watch`: another file whose changes invalidate the cache."""
+    key = (name, str(db), args)
+    version = queries.data_version(db)
+    if watch is not None and watch.is_file():
+        version += (watch.stat().st_mtime_ns,)
+    try:
+        value = _cached(name, str(db), version, args)
+    except queries.DatabaseBusy:
+        if key not in _LAST_GOOD:
+            st.warning(
+                "database busy: replay in progress and nothing read yet; the page retries on your next action"
+            )
+            st.button("Retry")
+            st.stop()
+        value, at = _LAST_GOOD[key]
+        if not st.session_state.get("_busy_noted"):
+            st.session_state["_busy_noted"] = True
+            st.info(f"database busy: replay in progress, showing data from {at:%H:%M:%S}")
+        return value
+    except queries.StoreError as error:
+        st.error(str(error))
+        st.stop()
+    if len(_LAST_GOOD) >= _LAST_GOOD_MAX:
+        _LAST_GOOD.pop(next(iter(_LAST_GOOD)))
+    _LAST_GOOD[key] = (value, dt.datetime.now())
+    return value
+
+
+def seed(key: str, default: Any, parse: Callable[[str], Any] = str) -> None:
+    """Give widget `key` its starting value once per session: from the URL if valid, else `default`;
+    the key's value goes into the URL at the end of this run (`publish`)."""
+    st.session_state.setdefault("_url_keys", []).append(key)
+    if key in st.session_state:
+        return
+    raw = st.query_params.get(key)
+    value = None
+    if raw is not None:
+        try:
+            value = parse(raw)
+        except (ValueError, TypeError):
+            value = None
+    st.session_state[key] = default if value is None else value
+
+
+def subset(options: list | tuple) -> Callable[[str], list | None]:
+    """A URL parser of "a,b" that keeps only known `options` (None when nothing is left)."""
+    return lambda raw: [x for x in raw.split(",") if x in options] or None
+
+
+def choice(options: list | tuple) -> Callable[[str], Any]:
+    """A URL parser that accepts only one of `options` (compared as text)."""
+    by_text = {str(option): option for option in options}
+    return lambda raw: by_text.get(raw)
+
+
+def int_range(lo: int, hi: int) -> Callable[[str], tuple[int, int] | None]:
+    """A URL parser of "a-b" into a range clamped to [lo, hi]."""
+
+    def parse(raw: str) -> tuple[int, int] | None:
+        a, b = (int(x) for x in raw.split("-"))
+        a, b = max(lo, min(a, b)), min(hi, max(a, b))
+        return (a, b) if a <= b else None
+
+    return parse
+
+
+def url_text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return (
+            "-".join(map(str, value)) if all(isinstance(v, int) for v in value) else ",".join(map(str, value))
+        )
+    return str(value)
+
+
+def publish() -> None:
+    """Write the value of every widget seeded in this run into the URL, so that the view can be shared."""
+    keys = dict.fromkeys(st.session_state.pop("_url_keys", []))
+    st.query_params.from_dict({k: url_text(st.session_state[k]) for k in keys if k in st.session_state})
+
+
+def show(fig: Any, key: str) -> None:
+    st.plotly_chart(fig, key=f"chart_{key}", width="stretch", config={"displaylogo": False})

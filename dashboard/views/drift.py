@@ -1,0 +1,68 @@
+"""Drift by staleness: how far the policy moved since each token was generated (true drift), and how
+wrong each estimator is, against staleness; the `areal` and `exact` version conventions side by side."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts
+from dashboard.views.common import ERROR_METRICS, Context, choice, load, seed, show
+
+CONVENTION_PAIRS = (("loglinear", "loglinear_exact"), ("linear", "linear_exact"))
+LINEAR_FLOOR_NOTE = (
+    "`linear` here is the stable log-add-exp form; AReaL's own adds 1e-10 inside the log and floors at "
+    "about -23.03, so the two differ only for tokens with log-prob below about -20."
+)
+
+
+def staleness_table(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Rows staleness, columns (method, stat): the numbers behind the charts."""
+    part = frame[frame["metric"] == metric]
+    stats = (
+        ["n", "mean", "p50", "p90", "p99", "max"]
+        if charts.has_quantiles(part)
+        else ["n", "mean", "min", "max"]
+    )
+    return (
+        part.pivot_table(index="staleness", columns="method", values=stats)
+        .swaplevel(axis=1)
+        .sort_index(axis=1)
+    )
+
+
+def render(ctx: Context) -> None:
+    seed("metric", "abs_error", choice(ERROR_METRICS))
+    left, right = st.columns([3, 1])
+    metric = left.selectbox("error metric", ERROR_METRICS, key="metric", help="DOMAIN.md section 3")
+    log_y = right.toggle("log y", value=True)
+    estimators = ctx.filters.methods
+    frame = load(ctx.db, "by_staleness", ctx.with_methods(*estimators, "ground_truth"), (metric, "drift"))
+    drift = frame[(frame["method"] == "ground_truth") & (frame["metric"] == "drift")]
+    errors = frame[(frame["method"] != "ground_truth") & (frame["metric"] == metric)]
+    if ctx.filters.steps is not None:
+        st.caption(
+            "Step range selected: bands are min..max around the exact mean (quantiles are over all steps)"
+        )
+    st.subheader("True drift against staleness")
+    st.caption(
+        "drift = |prox_logp - behave_logp|: what every estimator has to bridge. Bands: p50-p90 and p90-p99."
+    )
+    show(charts.facets_by_method(drift, "staleness", "drift", log_y=log_y), "drift")
+    st.subheader(f"{metric} of each estimator against staleness")
+    st.caption("Dashed: the true drift p50 (the error of using behave_logp as is, for comparison).")
+    show(charts.facets_by_method(errors, "staleness", metric, reference=drift, log_y=log_y), "errors")
+    st.subheader("Version conventions: areal vs exact")
+    pairs = tuple(p for p in CONVENTION_PAIRS if all(m in ctx.methods for m in p))
+    if pairs:
+        st.caption(
+            "areal: v_prox = step - 1, v_theta = step (what AReaL ships). exact: v_prox = step, "
+            "v_theta = step + minibatch / n_minibatches. " + LINEAR_FLOOR_NOTE
+        )
+        pair_frame = load(ctx.db, "by_staleness", ctx.with_methods(*[m for p in pairs for m in p]), (metric,))
+        show(charts.conventions(pair_frame, metric, pairs, log_y=log_y), "conventions")
+    else:
+        st.info("This run has no rows for the loglinear/linear pairs of both conventions.")
+    st.subheader("Numbers")
+    st.dataframe(staleness_table(frame[frame["method"] != "ground_truth"], metric), width="stretch")
+    st.dataframe(staleness_table(drift, "drift"), width="stretch")

@@ -1,0 +1,78 @@
+"""Overview: what is in the store, and the headline error of each method on the selected run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts
+from dashboard.views.common import Context, load, show
+from evaluator.errors import ProxauditError
+
+HEADLINE_METRICS = ("abs_error", "drift", "behave_imp_weight_abs_error", "importance_weight_abs_error")
+
+
+def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per method: abs_error statistics and the p99 of both weight errors."""
+    stats = ["n", "mean", "p50", "p90", "p99", "max"]
+    err = frame[frame["metric"] == "abs_error"].set_index("method")[stats].add_prefix("abs_error ")
+    for metric in HEADLINE_METRICS[2:]:
+        part = frame[frame["metric"] == metric].set_index("method")
+        column = "p99" if part["p99"].notna().any() else "max"
+        err[f"{metric} {column}"] = part[column]
+    return err.rename(columns={"abs_error n": "tokens"})
+
+
+def _numbers(ctx: Context) -> None:
+    row = ctx.runs.set_index("run_id").loc[ctx.run_id]
+    cols = st.columns(5)
+    cols[0].metric("runs in the store", len(ctx.runs))
+    cols[1].metric("tokens (loss_mask)", f"{int(row['n_tokens']):,}")
+    cols[2].metric("steps", f"{int(row['n_steps']):,}", help=f"steps {row['first_step']}..{row['last_step']}")
+    cols[3].metric("staleness", f"{row['min_staleness']}..{row['max_staleness']}")
+    share = row["n_prox"] / row["n_tokens"] if row["n_tokens"] else 0.0
+    cols[4].metric("with prox_logp", f"{share:.0%}", help="tokens with the recomputed ground truth")
+
+
+def _gate(ctx: Context) -> None:
+    if ctx.thresholds is None:
+        st.caption("Gate: give a thresholds file in the sidebar (or `--thresholds`) to see the verdict here.")
+        return
+    try:
+        verdicts = load(ctx.db, "gate_verdicts", str(ctx.thresholds), ctx.run_id, watch=ctx.thresholds)
+    except ProxauditError as error:  # a missing or malformed thresholds file
+        st.error(f"Gate: {error}")
+        return
+    counts = verdicts["verdict"].value_counts()
+    text = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("fail", "warn", "pass", "skip"))
+    if counts.get("fail", 0):
+        st.error(f"Gate FAILED on {ctx.run_id} ({ctx.thresholds.name}): {text}")
+    else:
+        st.success(f"Gate passed on {ctx.run_id} ({ctx.thresholds.name}): {text}")
+    st.dataframe(verdicts, hide_index=True, width="stretch")
+
+
+def render(ctx: Context) -> None:
+    _numbers(ctx)
+    _gate(ctx)
+    frame = load(
+        ctx.db, "run_headline", ctx.with_methods(*ctx.filters.methods, "ground_truth"), HEADLINE_METRICS
+    )
+    drift = frame[(frame["method"] == "ground_truth") & (frame["metric"] == "drift")]
+    estimators = frame[frame["method"] != "ground_truth"]
+    if not drift.empty:
+        d = drift.iloc[0]
+        q = f", p99 {d['p99']:.4g}" if pd.notna(d["p99"]) else f", max {d['max']:.4g}"
+        st.markdown(f"True drift `abs(prox_logp - behave_logp)`: mean **{d['mean']:.4g}** nats{q}.")
+    st.subheader("Headline error per method")
+    if ctx.filters.steps is not None or ctx.filters.staleness is not None:
+        st.caption(
+            "Step or staleness range selected: exact mean/min/max over it (quantiles need the full range)"
+        )
+    show(charts.headline_bars(estimators[estimators["metric"] == "abs_error"], "abs_error"), "headline")
+    if not estimators.empty:
+        st.dataframe(headline_table(estimators), width="stretch")
+    st.subheader("Tokens by staleness")
+    show(charts.tokens_by_staleness(load(ctx.db, "tokens_by_staleness", ctx.filters)), "tokens")
+    st.subheader("Runs in the store")
+    st.dataframe(ctx.runs, hide_index=True, width="stretch")

@@ -1,0 +1,43 @@
+"""Over training: does the estimators' error grow as the run goes on, and where on the step x staleness
+grid does it concentrate?"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard.views.common import ERROR_METRICS, Context, choice, load, seed, show
+
+
+def render(ctx: Context) -> None:
+    seed("metric", "abs_error", choice(ERROR_METRICS))
+    left, right = st.columns([3, 1])
+    metric = left.selectbox("error metric", ERROR_METRICS, key="metric")
+    log_y = right.toggle("log y", value=True)
+    st.subheader(f"mean {metric} against step")
+    means = load(ctx.db, "by_step", ctx.filters, (metric,), False)
+    show(charts.over_steps(means, metric, log_y=log_y), "steps")
+
+    options = ["ground_truth", *ctx.filters.methods]
+    seed("focus", options[1] if len(options) > 1 else options[0], choice(options))
+    focus = st.selectbox("method in focus", options, key="focus", help="ground_truth shows the true drift")
+    focus_metric = "drift" if focus == "ground_truth" else metric
+    st.subheader(f"{focus}: {focus_metric} per step")
+    if ctx.filters.staleness is not None:
+        st.caption(
+            "Staleness range selected: min..max around the exact mean (quantiles are over all staleness)."
+        )
+    else:
+        st.caption("Line: p50 per step; bands p50-p90 and p90-p99; diamonds: mean.")
+    frame = load(ctx.db, "by_step", ctx.with_methods(focus), (focus_metric,))
+    show(charts.facets_by_method(frame, "step", focus_metric, log_y=log_y), "focus")
+
+    st.subheader(f"{focus}: mean {focus_metric} on the step x staleness grid")
+    cells = load(ctx.db, "step_staleness", ctx.with_methods(focus), focus_metric)
+    show(charts.step_staleness_heatmap(cells, focus_metric, focus), "heatmap")
+    if not cells.empty:
+        worst = cells.loc[cells["mean"].idxmax()]
+        st.markdown(
+            f"Worst cell: step **{worst['step']}**, staleness **{worst['staleness']}**: mean {focus_metric} "
+            f"**{worst['mean']:.4g}** over {int(worst['n']):,} tokens."
+        )

@@ -1,0 +1,74 @@
+"""Serve the Streamlit dashboard (`dashboard/app.py`) on a metrics database, in the foreground.
+
+The app runs in a child process (`python -m streamlit run`), local only by default, with Streamlit's
+usage statistics off (nothing leaves the machine) and the database passed through as `--db`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from importlib.resources import files
+from pathlib import Path
+
+from evaluator.errors import StoreError, UsageError
+
+APP = Path(str(files("dashboard") / "app.py"))
+
+
+def streamlit_command(db: Path, host: str, port: int, thresholds: Path | None = None) -> list[str]:
+    """The command line that serves the dashboard on `host:port`."""
+    command = [
+        sys.executable, "-m", "streamlit", "run", str(APP),
+        "--server.address", host,
+        "--server.port", str(port),
+        "--server.headless", "true",
+        "--server.fileWatcherType", "none",
+        "--server.runOnSave", "false",
+        "--browser.gatherUsageStats", "false",
+        "--global.developmentMode", "false",
+        "--client.toolbarMode", "viewer",
+        "--", "--db", str(Path(db).resolve()),
+    ]  # fmt: skip
+    if thresholds is not None:
+        command += ["--thresholds", str(Path(thresholds).resolve())]
+    return command
+
+
+def check_inputs(db: Path, port: int, thresholds: Path | None) -> None:
+    """StoreError for a missing database, UsageError for a bad port or a missing thresholds file."""
+    if not Path(db).is_file():
+        raise StoreError(f"{db}: no such metrics database (make one with `proxaudit replay LOGS --db {db}`)")
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port}: not a TCP port (1-65535)")
+    if thresholds is not None and not Path(thresholds).is_file():
+        raise UsageError(f"--thresholds {thresholds}: no such file")
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(db: Path, host: str = "127.0.0.1", port: int = 8501, thresholds: Path | None = None) -> int:
+    """Serve the dashboard on `db` until Ctrl-C or SIGTERM (or the server exits); returns the exit code."""
+    check_inputs(db, port, thresholds)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    child = subprocess.Popen(streamlit_command(db, host, port, thresholds))
+    print(f"proxaudit dashboard: http://{host}:{port}  (database {db}; Ctrl-C stops it)", flush=True)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if child.poll() is None:
+            child.terminate()  # Ctrl-C reached the child already; SIGTERM covers a signal to us alone
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
