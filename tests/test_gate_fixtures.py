@@ -1,0 +1,289 @@
+"""The gate on real data: the logs in `fixtures/` (made by the reference trainer) replayed once into a
+database. Every kind of check is shown both passing and failing, with thresholds set relative to the
+observed values (x0.5 and x2) so the tests stay meaningful when the fixtures are regenerated; every kind
+of bad configuration exits with 2."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import cli
+from evaluator.gate import run_gate, selection_stats
+from evaluator.logio import write_log_atomic
+from evaluator.replay import replay
+from schemas.store import STATS
+from schemas.thresholds import DEFAULT_THRESHOLDS
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+METHOD, METRIC = "loglinear", "abs_error"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    """The fixture logs replayed into a fresh database (once for this module)."""
+    logs = sorted(FIXTURES.glob("*.parquet"))
+    assert logs, f"no fixture logs in {FIXTURES}"
+    path = tmp_path_factory.mktemp("gate") / "fixtures.duckdb"
+    report = replay([str(p) for p in logs], path, progress=False)
+    assert report.clean and report.n_ingested == len(logs)
+    return path
+
+
+@pytest.fixture(scope="module")
+def views(db) -> dict:
+    """Per run, the loglinear abs_error row of `run_summary` (the public view) and the staleness values."""
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute(
+        "SELECT * FROM run_summary WHERE method = ? AND metric = ?", [METHOD, METRIC]
+    ).fetchall()
+    summary = {row[0]: dict(zip(STATS, row[3:], strict=True)) for row in rows}
+    staleness = con.execute("SELECT DISTINCT staleness FROM file_tokens ORDER BY 1").fetchall()
+    con.close()
+    assert len(summary) >= 2, "the fixtures should hold at least two runs (for the baseline checks)"
+    return {"summary": summary, "staleness": [s[0] for s in staleness]}
+
+
+@pytest.fixture(scope="module")
+def run(views) -> str:
+    """The run with the most tokens."""
+    return max(views["summary"], key=lambda r: views["summary"][r]["n"])
+
+
+def gate(db: Path, tmp_path: Path, body: str, **options) -> tuple[int, dict]:
+    """Run `proxaudit gate` on `body` (TOML); return the exit code and the JSON report."""
+    thresholds = tmp_path / "gate.toml"
+    thresholds.write_text(body)
+    report = tmp_path / "gate.json"
+    args = ["gate", "--db", str(db), "--thresholds", str(thresholds), "--json", str(report)]
+    for key, value in options.items():
+        args += [f"--{key}", value]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code in (0, 1, 2), result.output
+    return result.exit_code, (
+        json.loads(report.read_text()) if result.exit_code != 2 else {"error": result.output}
+    )
+
+
+def check_toml(run: str, stat: str, metric: str = METRIC, **keys) -> str:
+    lines = [
+        "[[check]]",
+        f'method = "{METHOD}"',
+        f'metric = "{metric}"',
+        f'stat = "{stat}"',
+        f'run = "{run}"',
+    ]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def verdicts(report: dict) -> list[tuple[str, str]]:
+    return [(v["verdict"], v["outcome"]) for v in report["verdicts"]]
+
+
+@pytest.mark.parametrize("stat", STATS)
+def test_max_and_min_pass_and_fail_on_every_stat(db, views, run, tmp_path, stat):
+    observed = views["summary"][run][stat]
+    spread = max(0.5 * abs(observed), 1e-6)  # the min of abs_error can be exactly 0
+    body = "".join(
+        [
+            check_toml(run, stat, name="max above", max=observed + spread),
+            check_toml(run, stat, name="max below", max=observed - spread),
+            check_toml(run, stat, name="min below", min=observed - spread),
+            check_toml(run, stat, name="min above", min=observed + spread),
+        ]
+    )
+    code, report = gate(db, tmp_path, body)
+    assert code == 1
+    assert verdicts(report) == [("pass", "ok"), ("fail", "threshold"), ("pass", "ok"), ("fail", "threshold")]
+    assert all(v["observed"] == observed for v in report["verdicts"])  # the public view's value exactly
+    code, _ = gate(db, tmp_path, check_toml(run, stat, max=observed + spread, min=observed - spread))
+    assert code == 0
+
+
+def test_staleness_range_passes_and_fails(db, views, run, tmp_path):
+    lo, hi = 1, max(2, min(4, views["staleness"][-1]))
+    con = duckdb.connect(str(db), read_only=True)
+    sql = "SELECT n, mean FROM staleness_summary WHERE run_id = ? AND method = ? AND metric = ?"
+    sql += " AND staleness BETWEEN ? AND ?"
+    per = con.execute(sql, [run, METHOD, METRIC, lo, hi]).fetchall()
+    expected = selection_stats(con, METHOD, METRIC, (lo, hi))[run]
+    con.close()
+    # exact moments of the range agree with the public per-staleness view
+    assert expected["n"] == sum(n for n, _ in per) and len(per) == hi - lo + 1
+    assert expected["mean"] == pytest.approx(sum(n * m for n, m in per) / expected["n"], rel=1e-12)
+    body = "".join(
+        check_toml(run, stat, name=f"{stat} {factor}", max=factor * expected[stat], staleness=[lo, hi])
+        for stat in ("mean", "p90", "p99")
+        for factor in (2.0, 0.5)
+    )
+    code, report = gate(db, tmp_path, body)
+    assert code == 1
+    assert [v for v, _ in verdicts(report)] == ["pass", "fail"] * 3
+    assert {v["tokens"] for v in report["verdicts"]} == {expected["n"]} and expected["n"] < views["summary"][
+        run
+    ]["n"]
+    # the range's p99 is its own, not the whole run's
+    assert report["verdicts"][4]["observed"] == expected["p99"]
+
+
+def test_baseline_regression_passes_and_fails(db, views, tmp_path):
+    summary = views["summary"]
+    worse, better = sorted(summary, key=lambda r: summary[r]["mean"], reverse=True)[:2]
+    ratio = summary[worse]["mean"] / summary[better]["mean"] - 1.0
+    assert ratio > 0.01, "two fixture runs should differ in loglinear abs_error"
+    body = "".join(
+        [
+            check_toml(
+                worse, "mean", name="within 2x the gap", baseline_run=better, max_regression=2 * ratio
+            ),
+            check_toml(
+                worse, "mean", name="within half the gap", baseline_run=better, max_regression=ratio / 2
+            ),
+            check_toml(
+                better, "mean", name="better than its baseline", baseline_run=worse, max_regression=0.0
+            ),
+        ]
+    )
+    code, report = gate(db, tmp_path, body)
+    assert code == 1
+    assert verdicts(report) == [("pass", "ok"), ("fail", "regression"), ("pass", "ok")]
+    first = report["verdicts"][1]
+    assert first["baseline_value"] == summary[better]["mean"] and first["observed"] == summary[worse]["mean"]
+    assert first["regression_limit"] == pytest.approx(summary[better]["mean"] * (1 + ratio / 2))
+    # a `min` check regresses downwards: the run with fewer tokens is worse on n
+    fewer, more = sorted(summary, key=lambda r: summary[r]["n"])[:2]
+    if summary[fewer]["n"] < summary[more]["n"]:
+        drop = 1.0 - summary[fewer]["n"] / summary[more]["n"]
+        body = check_toml(fewer, "n", min=1, baseline_run=more, max_regression=drop / 2)
+        body += check_toml(
+            fewer, "n", name="n generous", min=1, baseline_run=more, max_regression=min(1.0, 2 * drop)
+        )
+        assert verdicts(gate(db, tmp_path, body)[1]) == [("fail", "regression"), ("pass", "ok")]
+
+
+def test_insufficient_data_fails_or_warns_and_enough_passes(db, views, run, tmp_path):
+    n = views["summary"][run]["n"]
+    body = "".join(
+        [
+            check_toml(run, "mean", name="enough", max=1e9, min_tokens=n),
+            check_toml(run, "mean", name="one short, fail", max=1e9, min_tokens=n + 1),
+            check_toml(
+                run, "mean", name="one short, warn", max=1e9, min_tokens=n + 1, on_insufficient="warn"
+            ),
+            check_toml(run, "mean", name="empty range", max=1e9, staleness=[1000, 2000]),
+        ]
+    )
+    code, report = gate(db, tmp_path, body)
+    assert code == 1
+    assert verdicts(report) == [
+        ("pass", "ok"),
+        ("fail", "insufficient_data"),
+        ("warn", "insufficient_data"),
+        ("fail", "insufficient_data"),
+    ]
+    code, report = gate(
+        db, tmp_path, check_toml(run, "mean", max=1e9, min_tokens=n + 1, on_insufficient="warn")
+    )
+    assert code == 0  # a warning does not fail the gate
+
+
+def test_warn_only_and_missing_run(db, views, run, tmp_path):
+    observed = views["summary"][run]["p99"]
+    code, report = gate(db, tmp_path, check_toml(run, "p99", max=0.5 * observed, warn_only=True))
+    assert (code, verdicts(report)) == (0, [("warn", "threshold")])
+    body = check_toml(run, "p99", max=1e9).replace(f'run = "{run}"', 'run = "no-such-run"')
+    assert verdicts(gate(db, tmp_path, body)[1]) == [("fail", "missing_run")]
+
+
+def test_missing_metric_on_a_run_logged_without_the_recompute_pass(tmp_path):
+    """A real fixture log with `prox_logp` dropped (as a trainer running `loglinear` in production logs
+    it): the error metrics cannot be measured, so they fail; the weights are still there and judged."""
+    source = sorted(FIXTURES.glob("*.parquet"))[0]
+    table = pq.read_table(source)
+    n = table.num_rows
+    table = table.set_column(
+        table.schema.get_field_index("prox_logp"), "prox_logp", pa.nulls(n, pa.float32())
+    )
+    run = table.column("run_id")[0].as_py() + "-no-recompute"
+    table = table.set_column(
+        table.schema.get_field_index("run_id"), "run_id", pa.array([run] * n, pa.string())
+    )
+    write_log_atomic(table, tmp_path / "logs" / "no_recompute.parquet")
+    db = tmp_path / "no_recompute.duckdb"
+    assert replay([str(tmp_path / "logs")], db, progress=False).clean
+    con = duckdb.connect(str(db), read_only=True)
+    sql = "SELECT mean FROM run_summary WHERE method = ? AND metric = ?"
+    weight = con.execute(sql, [METHOD, "behave_imp_weight"]).fetchone()[0]
+    con.close()
+    body = check_toml(run, "mean", name="abs_error needs the truth", max=1e9)
+    body += check_toml(run, "mean", name="warn-only abs_error", max=1e9, warn_only=True)
+    body += check_toml(run, "mean", "behave_imp_weight", name="weight", max=2 * weight, min=0.5 * weight)
+    body += check_toml(run, "mean", "behave_imp_weight", name="narrow", max=2 * weight, min=1.5 * weight)
+    code, report = gate(db, tmp_path, body)
+    assert code == 1
+    assert verdicts(report) == [
+        ("fail", "missing_metric"),
+        ("warn", "missing_metric"),
+        ("pass", "ok"),
+        ("fail", "threshold"),
+    ]
+    code, report = gate(db, tmp_path, DEFAULT_THRESHOLDS.read_text())
+    assert code == 1 and {v["outcome"] for v in report["verdicts"]} == {"missing_metric"}
+
+
+def test_every_run_by_default_and_reports(db, views, tmp_path):
+    body = CHECK.replace("mean", "n") + "min = 1\n"
+    junit = tmp_path / "gate.xml"
+    code, report = gate(db, tmp_path, body, junit=str(junit))
+    assert code == 0 and sorted(v["run_id"] for v in report["verdicts"]) == sorted(views["summary"])
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert int(suite.get("tests")) == len(views["summary"]) and suite.get("failures") == "0"
+    run = sorted(views["summary"])[0]
+    code, report = gate(db, tmp_path, body, run=run)
+    assert [v["run_id"] for v in report["verdicts"]] == [run]
+
+
+CHECK = '[[check]]\nmethod = "loglinear"\nmetric = "abs_error"\nstat = "mean"\n'
+BAD_CONFIGURATIONS = {
+    "not TOML": "[[check]\nmethod = 1\n",
+    "unknown key": CHECK + "max = 1\nthreshold = 2\n",
+    "unknown method": CHECK.replace("loglinear", "loglin") + "max = 1\n",
+    "unknown metric": CHECK.replace("abs_error", "error") + "max = 1\n",
+    "unknown stat": CHECK.replace("mean", "p95") + "max = 1\n",
+    "wrong type": CHECK + 'max = "0.1"\n',
+    "no condition": CHECK,
+    "min above max": CHECK + "max = 1\nmin = 2\n",
+    "bad staleness": CHECK + "max = 1\nstaleness = [4, 1]\n",
+    "regression without baseline": CHECK + "max_regression = 0.1\n",
+    "bad on_insufficient": '[defaults]\non_insufficient = "skip"\n' + CHECK + "max = 1\n",
+    "no checks": "[defaults]\nmin_tokens = 10\n",
+}
+
+
+@pytest.mark.parametrize("body", BAD_CONFIGURATIONS.values(), ids=BAD_CONFIGURATIONS.keys())
+def test_bad_configuration_exits_2(db, tmp_path, body):
+    code, report = gate(db, tmp_path, body)
+    assert code == 2 and "gate.toml" in report["error"]
+    assert not (tmp_path / "gate.json").exists()
+
+
+def test_missing_database_exits_2(tmp_path):
+    result = CliRunner().invoke(cli, ["gate", "--db", str(tmp_path / "absent.duckdb")])
+    assert result.exit_code == 2 and "absent.duckdb" in result.output
+
+
+def test_default_thresholds_run_on_the_fixtures(db, views, capsys):
+    result = run_gate(db, DEFAULT_THRESHOLDS)
+    assert len(result.verdicts) == 9 * len(views["summary"])
+    assert {v.outcome for v in result.verdicts} <= {"ok", "threshold"}  # every metric measured, enough tokens
+    with capsys.disabled():
+        counts = ", ".join(f"{result.count(v)} {v}" for v in ("pass", "warn", "fail"))
+        print(f"\ndefault thresholds on the fixtures: {counts}")
