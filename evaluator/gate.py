@@ -29,7 +29,7 @@ OUTCOMES = (
     "missing_metric",  # the run has no rows at all for this method and metric
     "missing_baseline",  # the baseline run has no rows for this method and metric
     "missing_run",  # the run named by the check or by --run is not in the database
-    "not_selected",  # the check is pinned to another run than --run
+    "not_selected",  # pinned to another run than --run, or --run selects the check's baseline
 )
 
 # n, mean, min, max over the selection from the exact moments, and p50/p90/p99 from the staleness
@@ -195,6 +195,9 @@ def _runs_to_judge(check: Check, runs: list[str], only_run: str | None) -> list[
     if check.run is not None and only_run is not None and check.run != only_run:
         why = f"pinned to run {check.run!r}; --run selects {only_run!r}"
         return Verdict(check, check.run, "skip", "not_selected", why)
+    if check.run is None and only_run is not None and only_run == check.baseline_run:
+        why = f"--run selects {only_run!r}, this check's baseline"
+        return Verdict(check, only_run, "skip", "not_selected", why)
     if check.run is not None or only_run is not None:
         return [check.run or only_run]
     return [run for run in runs if run != check.baseline_run]

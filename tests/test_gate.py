@@ -302,6 +302,13 @@ class TestEvaluate:
             "new": "pass", "tiny": "pass"
         }  # fmt: skip
 
+    def test_run_option_naming_the_baseline_skips_the_regression_check(self, store, tmp_path):
+        body = LOGLINEAR + 'stat="p90"\nbaseline_run="base"\nmax_regression=0.1\n'
+        (verdict,) = run_gate(store, gate_file(tmp_path, body), run="base").verdicts
+        assert (verdict.run_id, verdict.verdict, verdict.outcome) == ("base", "skip", "not_selected")
+        (verdict,) = run_gate(store, gate_file(tmp_path, body), run="new").verdicts
+        assert (verdict.run_id, verdict.outcome) == ("new", "regression")
+
     def test_missing_baseline(self, store, tmp_path):
         for baseline, where in (("gone", "not in the database"), ("new", "has no such rows")):
             body = (
