@@ -377,13 +377,14 @@ class TokenLogHook:
         self._raise_pending()
 
     def close(self) -> None:
-        """Write what is buffered, stop the writer, and raise its error if it had one."""
+        """Write what is buffered, stop the writer, and raise its error if not yet raised."""
         if not self._closed:
             self._closed = True
             if self._error is None:
                 self._put(None)
             self._thread.join()
-        self._raise_pending()
+        if not self._error_reported:
+            self._raise_pending()
 
     def __enter__(self) -> TokenLogHook:
         return self

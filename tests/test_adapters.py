@@ -1,0 +1,125 @@
+"""Adapters for AReaL's and verl's batch layouts: the hook's rows carry each token's own values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from evaluator.adapters import areal_record_args, verl_record_args
+from evaluator.hook import TokenLogHook
+
+# seeds/000's example: prompt [101..105], response [201..205] generated under versions [5, 5, 6, 6, 7].
+PROMPT, RESPONSE = [101, 102, 103, 104, 105], [201, 202, 203, 204, 205]
+BEHAVE = [-1.0, -1.1, -2.2, -1.3, -1.4]  # pi_behave of each response token
+PROX = [-1.5, -1.6, -1.7, -1.8, -1.9]  # pi_prox of each response token
+THETA = [-0.5, -0.6, -0.7, -0.8, -0.9]
+ADV = [0.1, 0.2, 0.3, 0.4, 0.5]
+VERSIONS = [5, 5, 6, 6, 7]
+
+
+def rows_of(tmp_path: Path, **record_args) -> list[dict]:
+    with TokenLogHook(tmp_path, "run") as hook:
+        hook.record(step=8, minibatch=0, n_minibatches=1, **record_args)
+    return [r for f in sorted(tmp_path.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def token_aligned(values: list[float], fill: float = 0.0) -> torch.Tensor:
+    return torch.tensor([[fill] * len(PROMPT) + values])  # (1, T): prompt part filled
+
+
+def areal_batch(rolled: bool) -> dict[str, torch.Tensor]:
+    """AReaL's actor batch as rlvr.py builds it, then (rolled) as compute_advantages leaves it."""
+    loss_mask = token_aligned([1.0] * 5).bool()
+    logprobs = token_aligned(BEHAVE)
+    batch = {
+        "input_ids": torch.tensor([PROMPT + RESPONSE]),
+        "attention_mask": torch.ones(1, 10, dtype=torch.bool),
+        "versions": token_aligned(VERSIONS, -1).long(),
+        "prox_logp": torch.roll(token_aligned(PROX), -1, -1),  # compute_logp returns rolled log-probs
+        "proximal_logprobs_t": token_aligned(PROX),  # un-rolled, as rlvr.py stores it
+        "rewards": torch.tensor([1.0]),
+    }
+    if rolled:
+        batch |= {
+            "loss_mask": torch.roll(loss_mask, -1, -1),
+            "logprobs": torch.roll(logprobs, -1, -1),
+            "advantages": torch.roll(token_aligned(ADV), -1, -1),
+        }
+    else:
+        batch |= {"loss_mask": loss_mask, "logprobs": logprobs}
+    return batch
+
+
+class TestAReaL:
+    @pytest.mark.parametrize("rolled", [True, False])
+    def test_each_row_holds_its_tokens_values(self, tmp_path, rolled):
+        theta = torch.roll(token_aligned(THETA), -1, -1)  # the loss function's logprobs: rolled
+        rows = rows_of(tmp_path, **areal_record_args(areal_batch(rolled), theta_logp=theta, rolled=rolled))
+        assert [r["token_id"] for r in rows] == RESPONSE
+        assert [r["pos"] for r in rows] == [0, 1, 2, 3, 4]
+        assert [r["behave_logp"] for r in rows] == pytest.approx(BEHAVE)
+        assert [r["prox_logp"] for r in rows] == pytest.approx(PROX)
+        assert [r["theta_logp"] for r in rows] == pytest.approx(THETA)
+        assert [r["proximal_t_logp"] for r in rows] == pytest.approx(PROX)
+        assert [r["behave_version"] for r in rows] == VERSIONS
+        assert [r["advantage"] for r in rows] == (pytest.approx(ADV) if rolled else [None] * 5)
+        assert [r["reward"] for r in rows] == [1.0] * 5
+
+    def test_packed_batch(self, tmp_path):
+        """Two sequences packed into [N] with cu_seqlens; rolls run over the whole packed tensor."""
+        one = areal_batch(rolled=False)
+        flat = {k: torch.cat([v[0], v[0]]) for k, v in one.items() if v.dim() == 2}
+        flat["versions"] = torch.cat([one["versions"][0], one["versions"][0] + 1])
+        batch = flat | {
+            "cu_seqlens": torch.tensor([0, 10, 20]),
+            "rewards": torch.tensor([1.0, 0.0]),
+            "loss_mask": torch.roll(flat["loss_mask"], -1),
+            "logprobs": torch.roll(flat["logprobs"], -1),
+            "prox_logp": torch.roll(torch.cat([token_aligned(PROX)[0]] * 2), -1),
+        }
+        theta = torch.roll(torch.cat([token_aligned(THETA)[0]] * 2), -1)
+        rows = rows_of(tmp_path, **areal_record_args(batch, theta_logp=theta))
+        assert [r["seq_id"] for r in rows] == [0] * 5 + [1] * 5
+        assert [r["behave_logp"] for r in rows] == pytest.approx(BEHAVE * 2)
+        assert [r["prox_logp"] for r in rows] == pytest.approx(PROX * 2)
+        assert [r["theta_logp"] for r in rows] == pytest.approx(THETA * 2)
+        assert [r["behave_version"] for r in rows] == VERSIONS + [v + 1 for v in VERSIONS]
+        assert [r["reward"] for r in rows] == [1.0] * 5 + [0.0] * 5
+
+
+class TestVerl:
+    def batch(self) -> dict[str, torch.Tensor]:
+        mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])  # (B, R): response 1 is 3 tokens long
+        scores = torch.zeros(2, 5)
+        scores[0, 4], scores[1, 2] = 1.0, 0.5  # verl puts the score on the last response token
+        return {
+            "responses": torch.tensor([RESPONSE, [301, 302, 303, 0, 0]]),
+            "response_mask": mask,
+            "rollout_log_probs": torch.tensor([BEHAVE, BEHAVE]) * mask,
+            "old_log_probs": torch.tensor([PROX, PROX]) * mask,
+            "advantages": torch.tensor([ADV, ADV]) * mask,
+            "token_level_scores": scores,
+        }
+
+    @pytest.mark.parametrize(
+        "version", [7, torch.tensor([7, 7]), torch.full((2, 5), 7)], ids=["int", "per-seq", "per-token"]
+    )
+    def test_response_only_rows(self, tmp_path, version):
+        theta = torch.tensor([THETA, THETA])
+        rows = rows_of(tmp_path, **verl_record_args(self.batch(), theta_logp=theta, behave_version=version))
+        assert [r["token_id"] for r in rows] == RESPONSE + [301, 302, 303]
+        assert [r["behave_logp"] for r in rows] == pytest.approx(BEHAVE + BEHAVE[:3])
+        assert [r["prox_logp"] for r in rows] == pytest.approx(PROX + PROX[:3])
+        assert [r["theta_logp"] for r in rows] == pytest.approx(THETA + THETA[:3])
+        assert [r["advantage"] for r in rows] == pytest.approx(ADV + ADV[:3])
+        assert [r["reward"] for r in rows] == [1.0] * 5 + [0.5] * 3
+        assert {r["behave_version"] for r in rows} == {7}
+
+    def test_needs_rollout_log_probs(self):
+        batch = self.batch()
+        del batch["rollout_log_probs"]
+        with pytest.raises(KeyError, match="calculate_log_probs"):
+            verl_record_args(batch, theta_logp=torch.zeros(2, 5), behave_version=0)

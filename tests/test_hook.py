@@ -1,0 +1,324 @@
+"""The trainer hook: layouts, alignment, shape errors, never touching training, the writer thread."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import evaluator.hook as hook_module
+from evaluator.hook import HookShapeError, HookWriterError, TokenLogHook
+from schemas.token_log import SCHEMA_VERSION, SCHEMA_VERSION_KEY, arrow_schema
+
+REPO = Path(__file__).resolve().parents[1]
+# A batch of B=2 sequences, prompt+response padded to T=6; prompt 3 tokens; sequence 1 has 2 response tokens.
+B, T, P = 2, 6, 3
+RESP = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0]], dtype=torch.bool)  # (B, T)
+LOGP = -torch.arange(1, B * T + 1, dtype=torch.float32).reshape(B, T) / 10  # (B, T) token i's log-prob
+VERSION = torch.tensor([[-1, -1, -1, 4, 4, 5], [-1, -1, -1, 5, 5, -1]])  # (B, T)
+
+
+def read_rows(out: Path) -> list[dict]:
+    files = sorted(out.glob("*.parquet"))
+    assert files, f"no files in {out}"
+    return [row for f in files for row in pq.read_table(f).to_pylist()]
+
+
+def record_all(out: Path, run_id: str = "run", **kwargs) -> list[dict]:
+    with TokenLogHook(out, run_id) as hook:
+        hook.record(step=7, minibatch=1, n_minibatches=2, **kwargs)
+    return read_rows(out)
+
+
+def base(**overrides) -> dict:
+    kwargs = dict(
+        behave_logp=LOGP,
+        behave_version=VERSION,
+        theta_logp=LOGP - 0.01,
+        response_mask=RESP,
+        seq_id=torch.tensor([10, 11]),
+    )
+    return kwargs | overrides
+
+
+class TestLayouts:
+    def test_padded_prompt_and_response_rows(self, tmp_path):
+        rows = record_all(tmp_path, **base(reward=torch.tensor([1.0, 0.0])))
+        # Response tokens: seq 10 at t=3,4,5; seq 11 at t=3,4; behave_logp of (b, t) is -(b*T + t + 1)/10.
+        assert [(r["seq_id"], r["pos"]) for r in rows] == [(10, 0), (10, 1), (10, 2), (11, 0), (11, 1)]
+        assert [r["behave_logp"] for r in rows] == pytest.approx([-0.4, -0.5, -0.6, -1.0, -1.1])
+        assert [r["behave_version"] for r in rows] == [4, 4, 5, 5, 5]
+        assert [r["reward"] for r in rows] == [1.0, 1.0, 1.0, 0.0, 0.0]
+        assert {(r["step"], r["minibatch"], r["n_minibatches"], r["run_id"]) for r in rows} == {
+            (7, 1, 2, "run")
+        }
+        assert all(r["loss_mask"] for r in rows) and all(r["prox_logp"] is None for r in rows)
+
+    def test_file_is_schema_v1(self, tmp_path):
+        record_all(tmp_path, **base())
+        (path,) = tmp_path.glob("*.parquet")
+        schema = pq.read_schema(path)
+        assert schema.remove_metadata().equals(arrow_schema().remove_metadata())
+        assert schema.metadata[SCHEMA_VERSION_KEY.encode()] == SCHEMA_VERSION.encode()
+        assert path.name == "run-step000007-000007-0000.parquet"
+
+    def test_prompt_lengths_same_rows_as_response_mask(self, tmp_path):
+        by_mask = record_all(tmp_path / "a", **base())
+        attention = torch.tensor([[1] * 6, [1] * 5 + [0]])  # (B, T) sequence 1 is padded at t=5
+        by_length = record_all(
+            tmp_path / "b",
+            **base(response_mask=None, prompt_lengths=torch.tensor([P, P]), attention_mask=attention),
+        )
+        assert by_length == by_mask
+
+    def test_packed_same_rows_as_padded(self, tmp_path):
+        padded = record_all(tmp_path / "a", **base(advantage=torch.tensor([0.5, -0.5])))
+        keep = torch.tensor([[1] * 6, [1] * 5 + [0]], dtype=torch.bool)  # drop the pad token of sequence 1
+        packed = record_all(
+            tmp_path / "b",
+            **base(
+                behave_logp=LOGP[keep],
+                behave_version=VERSION[keep],
+                theta_logp=(LOGP - 0.01)[keep],
+                response_mask=RESP[keep],
+                advantage=torch.tensor([0.5, -0.5]),  # [B] per sequence
+                cu_seqlens=torch.tensor([0, 6, 11]),
+            ),
+        )
+        assert packed == padded
+
+    def test_response_only_layout(self, tmp_path):
+        rows = record_all(
+            tmp_path,
+            behave_logp=LOGP[:, P:],
+            behave_version=VERSION[:, P:],
+            theta_logp=LOGP[:, P:],
+            response_mask=RESP[:, P:],
+        )
+        assert [r["behave_logp"] for r in rows] == pytest.approx([-0.4, -0.5, -0.6, -1.0, -1.1])
+        assert [r["seq_id"] for r in rows] == [0, 0, 0, 1, 1]  # fresh ids when none are given
+
+
+class TestAlignment:
+    def test_token_rolled_and_sliced_give_identical_rows(self, tmp_path):
+        token = record_all(tmp_path / "token", **base(prox_logp=LOGP - 0.02))
+        rolled = record_all(
+            tmp_path / "rolled",
+            **base(
+                theta_logp=torch.roll(LOGP - 0.01, -1, -1),  # value i belongs to token i + 1
+                prox_logp=torch.roll(LOGP - 0.02, -1, -1),
+                alignment={"theta_logp": "next_token", "prox_logp": "next_token"},
+            ),
+        )
+        sliced = record_all(
+            tmp_path / "sliced",
+            **base(
+                theta_logp=(LOGP - 0.01)[:, 1:],  # a logits[:, :-1] gather: [B, T - 1]
+                prox_logp=(LOGP - 0.02)[:, 1:],
+                alignment={"theta_logp": "next_token", "prox_logp": "next_token"},
+            ),
+        )
+        assert token == rolled == sliced
+        assert [r["theta_logp"] for r in token] == pytest.approx([-0.41, -0.51, -0.61, -1.01, -1.11])
+
+    def test_rolled_mask_and_packed_next_token(self, tmp_path):
+        keep = torch.tensor([[1] * 6, [1] * 5 + [0]], dtype=torch.bool)
+        token = record_all(tmp_path / "token", **base(cu_seqlens=torch.tensor([0, 6, 11]), **_packed(keep)))
+        rolled = {k: torch.roll(v, -1, -1) for k, v in _packed(keep).items() if k != "behave_version"}
+        next_token = record_all(
+            tmp_path / "next",
+            **base(cu_seqlens=torch.tensor([0, 6, 11]), behave_version=VERSION[keep], **rolled),
+            alignment={
+                "response_mask": "next_token",
+                "behave_logp": "next_token",
+                "theta_logp": "next_token",
+            },
+        )
+        assert next_token == token
+
+    def test_next_token_on_response_only_has_no_value_for_first_token(self, tmp_path):
+        hook = TokenLogHook(tmp_path, "run")
+        args = dict(behave_logp=LOGP[:, P:], behave_version=VERSION[:, P:], theta_logp=LOGP[:, P:])
+        hook.record(step=0, **args, alignment={"theta_logp": "next_token"})
+        with pytest.raises(HookWriterError, match="first token of their sequence"):
+            hook.flush()
+        with pytest.raises(HookWriterError):
+            hook.record(step=1, **args)  # the hook stays failed, loudly
+        hook.close()
+
+
+def _packed(keep: torch.Tensor) -> dict:
+    return dict(
+        behave_logp=LOGP[keep],
+        behave_version=VERSION[keep],
+        theta_logp=(LOGP - 0.01)[keep],
+        response_mask=RESP[keep],
+    )
+
+
+class TestShapeErrors:
+    def test_mismatch_names_both_shapes(self, tmp_path):
+        with TokenLogHook(tmp_path, "run") as hook, pytest.raises(HookShapeError) as error:
+            hook.record(step=0, **base(theta_logp=LOGP[:, 1:]))  # token-aligned but one short
+        assert "theta_logp has shape (2, 5)" in str(error.value) and "(2, 6)" in str(error.value)
+
+    def test_packed_mismatch(self, tmp_path):
+        with TokenLogHook(tmp_path, "run") as hook, pytest.raises(HookShapeError, match=r"\(11,\)"):
+            hook.record(
+                step=0,
+                behave_logp=torch.zeros(11),
+                behave_version=torch.zeros(10),
+                theta_logp=torch.zeros(11),
+                cu_seqlens=torch.tensor([0, 6, 11]),
+            )
+
+    def test_per_sequence_and_alignment_errors(self, tmp_path):
+        with TokenLogHook(tmp_path, "run") as hook:
+            with pytest.raises(HookShapeError, match="seq_id has shape"):
+                hook.record(step=0, **base(seq_id=torch.arange(3)))
+            with pytest.raises(HookShapeError, match="alignment of theta_logp"):
+                hook.record(step=0, **base(), alignment={"theta_logp": "rolled"})
+            with pytest.raises(HookShapeError, match="not a per-token tensor"):
+                hook.record(step=0, **base(), alignment={"theta": "token"})
+        assert not list(tmp_path.glob("*.parquet"))  # nothing half-recorded
+
+
+class TestNeverChangesTraining:
+    def test_no_grad_kept_inputs_unchanged_and_snapshotted(self, tmp_path):
+        weight = torch.ones(1, requires_grad=True)
+        theta = LOGP * weight  # part of an autograd graph
+        behave = LOGP.clone()
+        before = {"theta": theta.detach().clone(), "behave": behave.clone()}
+        with TokenLogHook(tmp_path, "run") as hook:
+            hook.record(step=0, **base(theta_logp=theta, behave_logp=behave))
+            behave.add_(-5.0)  # the trainer reuses its buffer right after the call
+            snap = hook_module.host_copy(theta)
+            assert not snap.requires_grad and snap.grad_fn is None
+        assert torch.equal(theta.detach(), before["theta"]) and theta.requires_grad and weight.grad is None
+        theta.sum().backward()  # the graph is intact
+        assert [r["behave_logp"] for r in read_rows(tmp_path)] == pytest.approx(
+            [-0.4, -0.5, -0.6, -1.0, -1.1]
+        )
+
+
+class TestWriter:
+    def test_error_surfaces_on_next_call_and_on_close(self, tmp_path, monkeypatch):
+        def broken(table, path):
+            raise OSError("disk full")
+
+        monkeypatch.setattr(hook_module, "write_log_atomic", broken)
+        hook = TokenLogHook(tmp_path, "run", rows_per_file=1)
+        hook.record(step=0, **base())
+        deadline = time.time() + 5
+        with pytest.raises(HookWriterError, match="disk full"):  # on one of the next calls
+            while time.time() < deadline:
+                hook.record(step=1, **base())
+                time.sleep(0.01)
+        hook2 = TokenLogHook(tmp_path, "run2", rows_per_file=1)
+        hook2.record(step=0, **base())
+        with pytest.raises(HookWriterError, match="disk full"):
+            hook2.close()
+
+    def test_backpressure_blocks_the_caller(self, tmp_path, monkeypatch):
+        gate = threading.Event()
+        real = hook_module.snapshot_rows
+
+        def slow(snap, run_id):
+            gate.wait()
+            return real(snap, run_id)
+
+        monkeypatch.setattr(hook_module, "snapshot_rows", slow)
+        hook = TokenLogHook(tmp_path, "run", max_pending=2)
+        for step in range(3):  # one in the writer's hands, two queued
+            hook.record(step=step, **base())
+        blocked = threading.Thread(target=lambda: hook.record(step=3, **base()))
+        blocked.start()
+        blocked.join(0.3)
+        assert blocked.is_alive() and hook._queue.qsize() == 2  # the caller waits; the queue stays bounded
+        gate.set()
+        blocked.join(5)
+        assert not blocked.is_alive()
+        hook.close()
+        assert sorted({r["step"] for r in read_rows(tmp_path)}) == [0, 1, 2, 3]
+
+    def test_roll_by_step(self, tmp_path):
+        with TokenLogHook(tmp_path, "run", steps_per_file=2) as hook:
+            for step in range(5):
+                for minibatch in range(2):
+                    hook.record(step=step, minibatch=minibatch, n_minibatches=2, **base())
+        names = sorted(p.name for p in tmp_path.glob("*.parquet"))
+        assert names == [
+            "run-step000000-000001-0000.parquet",
+            "run-step000002-000003-0001.parquet",
+            "run-step000004-000004-0002.parquet",
+        ]
+        with TokenLogHook(tmp_path, "run") as hook:  # a restarted run continues the counter
+            hook.record(step=5, **base())
+        assert (tmp_path / "run-step000005-000005-0003.parquet").exists()
+
+    def test_roll_by_size_keeps_sequences_whole_and_sorted(self, tmp_path):
+        with TokenLogHook(tmp_path, "run", rows_per_file=8) as hook:
+            for minibatch in (1, 0, 2):  # out of order: each file is sorted anyway
+                seq_ids = torch.tensor([20 - minibatch, 10 + minibatch])
+                hook.record(step=3, minibatch=minibatch, n_minibatches=3, **base(seq_id=seq_ids))
+        files = sorted(tmp_path.glob("*.parquet"))
+        assert [pq.read_metadata(f).num_rows for f in files] == [10, 5]
+        for f in files:
+            rows = pq.read_table(f).to_pylist()
+            keys = [(r["step"], r["minibatch"], r["seq_id"], r["pos"]) for r in rows]
+            assert keys == sorted(keys)
+        seqs_per_file = [{(r["minibatch"], r["seq_id"]) for r in pq.read_table(f).to_pylist()} for f in files]
+        assert not seqs_per_file[0] & seqs_per_file[1]
+
+    def test_bad_run_id(self, tmp_path):
+        with pytest.raises(ValueError, match="file-name-safe"):
+            TokenLogHook(tmp_path, "../escape")
+
+    def test_sigkill_mid_write_leaves_no_partial_file(self, tmp_path):
+        script = textwrap.dedent(
+            f"""
+            import torch, sys
+            sys.path.insert(0, {str(REPO)!r})
+            from evaluator.hook import TokenLogHook
+            hook = TokenLogHook({str(tmp_path)!r}, "killed", rows_per_file=20000)
+            B, T = 64, 400
+            logp = -torch.rand(B, T)
+            step = 0
+            while True:
+                hook.record(step=step, behave_logp=logp, behave_version=torch.zeros(B, T, dtype=torch.long),
+                            theta_logp=logp, prox_logp=logp)
+                step += 1
+            """
+        )
+        proc = subprocess.Popen([sys.executable, "-c", script])
+        try:
+            deadline = time.time() + 60
+            while len(list(tmp_path.glob("*.parquet"))) < 2 and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.05)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        files = list(tmp_path.glob("*.parquet"))
+        assert len(files) >= 2
+        for f in files:  # every visible file is complete
+            assert pq.read_table(f).num_rows >= 20000
+        others = [p.name for p in tmp_path.iterdir() if p.suffix != ".parquet"]
+        assert all(n.startswith(".") and n.endswith(".tmp") for n in others)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_give_the_same_rows(tmp_path):
+    cpu = record_all(tmp_path / "cpu", **base())
+    on_gpu = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in base().items()}
+    assert record_all(tmp_path / "gpu", **on_gpu) == cpu
