@@ -105,9 +105,15 @@ class GateResult:
         return sum(v.verdict == verdict for v in self.verdicts)
 
     @property
+    def judged(self) -> int:
+        """Verdicts that judged data (not skipped)."""
+        return len(self.verdicts) - self.count("skip")
+
+    @property
     def passed(self) -> bool:
-        """True when no verdict is a failure (warnings and skips allowed)."""
-        return self.count("fail") == 0
+        """True when no verdict is a failure (warnings and skips allowed) and something was judged:
+        a gate whose every check was skipped proves nothing."""
+        return self.count("fail") == 0 and self.judged > 0
 
     @property
     def exit_code(self) -> int:

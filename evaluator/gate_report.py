@@ -44,7 +44,8 @@ def summary_line(result: GateResult) -> str:
     """'gate FAILED: 2 failed, 1 warning, 7 passed, 0 skipped (10 verdicts)'."""
     status = "passed" if result.passed else "FAILED"
     counts = ", ".join(f"{result.count(v)} {word}" for v, word in _WORDS)
-    return f"gate {status}: {counts} ({len(result.verdicts)} verdicts)"
+    nothing = "; nothing was judged" if result.judged == 0 else ""
+    return f"gate {status}: {counts} ({len(result.verdicts)} verdicts{nothing})"
 
 
 _WORDS = (("fail", "failed"), ("warn", "warnings"), ("pass", "passed"), ("skip", "skipped"))

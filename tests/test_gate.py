@@ -302,6 +302,12 @@ class TestEvaluate:
             "new": "pass", "tiny": "pass"
         }  # fmt: skip
 
+    def test_a_gate_that_judged_nothing_fails(self, store, tmp_path):
+        body = LOGLINEAR + 'stat="n"\nmin=1\nrun="tiny"\n'
+        result = run_gate(store, gate_file(tmp_path, body), run="base")
+        assert [v.verdict for v in result.verdicts] == ["skip"] and result.exit_code == 1
+        assert render_table(result).endswith("(1 verdicts; nothing was judged)")
+
     def test_run_option_naming_the_baseline_skips_the_regression_check(self, store, tmp_path):
         body = LOGLINEAR + 'stat="p90"\nbaseline_run="base"\nmax_regression=0.1\n'
         (verdict,) = run_gate(store, gate_file(tmp_path, body), run="base").verdicts
