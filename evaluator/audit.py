@@ -14,8 +14,9 @@ against R at pos i. Shift s = +1 means X looks like `torch.roll(X_aligned, shift
 
 Log-prob checks compare only "anchor" tokens whose `prox_logp` differs from both neighbours' by at
 least `DISTINCT`, so confident runs of near-zero log-probs cannot pass for a match at a wrong shift.
-A shift is reported only when it beats shift 0 by `RATIO`, shift 0 is worse than an absolute floor, and
-at least `MIN_TOKENS` tokens were compared; anything short of that is a quiet "inconclusive" note.
+A shift is reported only when at least `MIN_TOKENS` tokens were compared, shift 0 is worse than an
+absolute floor, and the shift beats shift 0 by a ratio (for log-probs also token by token on most of
+them); anything short of that is a quiet "inconclusive" note.
 Large files are audited on a deterministic sample of whole sequences (hash of `seq_id`), said in a note.
 """
 
@@ -36,7 +37,12 @@ HASH_BUCKETS = 1 << 16
 MIN_TOKENS = 50
 """Fewest compared tokens (anchors or boundary tokens) for a verdict."""
 RATIO = 4.0
-"""The best shift must beat shift 0 by this factor."""
+"""Versions: the best shift's mismatch rate must beat shift 0's by this factor."""
+LOGP_RATIO = 1.5
+"""Log-probs: the best shift's median abs diff must beat shift 0's by this factor ..."""
+MIN_WIN_RATE = 0.65
+"""... and be closer on at least this fraction of the compared tokens (a correct log with staleness up
+to 8 and a fast-moving policy stays under 0.35; a shifted one is at 0.68-1.0)."""
 DISTINCT = 0.5
 """An anchor's prox_logp differs from both neighbours' by at least this (nats)."""
 LOGP_FLOOR = 0.1
@@ -68,8 +74,12 @@ class ShiftFit:
     """Tokens compared (the fewest over the shifts)."""
     stat_name: str
     floor: float
+    ratio: float
+    """How many times better than shift 0 the best shift must be."""
     scope: str = ""
     """Which tokens were compared, e.g. `staleness <= 1`."""
+    wins: dict[int, float] | None = None
+    """Log-probs: the fraction of compared tokens on which shift s is strictly closer than shift 0."""
 
 
 def audit_alignment(
@@ -97,6 +107,17 @@ def audit_alignment(
     return problems, notes
 
 
+def _beats(fit: ShiftFit, s: int, t: int) -> bool:
+    """Shift s fits clearly better than shift t (one of them 0): by `fit.ratio` and, for log-probs, on
+    at least `MIN_WIN_RATE` of the tokens."""
+    if fit.stat[t] < max(fit.floor, fit.ratio * fit.stat[s]):
+        return False
+    if fit.wins is None:
+        return True
+    win_rate = fit.wins[s] if t == 0 else 1.0 - fit.wins[t]
+    return win_rate >= MIN_WIN_RATE
+
+
 def judge(fit: ShiftFit) -> tuple[bool, str]:
     """(misaligned?, explanation). Misaligned when a non-zero shift fits clearly better than shift 0."""
     if fit.n < MIN_TOKENS:
@@ -105,13 +126,15 @@ def judge(fit: ShiftFit) -> tuple[bool, str]:
     best = min(SHIFTS, key=lambda s: (fit.stat[s], s != 0))
     shown = ", ".join(f"{fit.stat[s]:.3g} at {s:+d}" for s in SHIFTS if s != 0)
     where = f"{fit.n:,} tokens" + (f", {fit.scope}" if fit.scope else "")
-    if best != 0 and s0 >= fit.floor and s0 >= RATIO * fit.stat[best]:
+    if best != 0 and _beats(fit, best, 0):
+        closer = f", closer on {fit.wins[best]:.0%} of them" if fit.wins else ""
         return True, (
             f"{fit.x} fits {fit.reference} better shifted by {best:+d} token ({fit.stat_name} "
-            f"{fit.stat[best]:.3g} vs {s0:.3g} at shift 0; {where}): {fit.x} at pos i{best:+d} matches "
-            f"{fit.reference} at pos i, as after torch.roll(shifts={best:+d}); check the roll alignment"
+            f"{fit.stat[best]:.3g} vs {s0:.3g} at shift 0; {where}{closer}): {fit.x} at pos i{best:+d} "
+            f"matches {fit.reference} at pos i, as after torch.roll(shifts={best:+d}); check the roll "
+            "alignment"
         )
-    if best == 0 and all(fit.stat[s] >= RATIO * s0 for s in SHIFTS if s != 0):
+    if best == 0 and all(_beats(fit, 0, s) for s in SHIFTS if s != 0):
         return (
             False,
             f"{fit.x} vs {fit.reference} aligned ({fit.stat_name} {s0:.3g} at shift 0 vs {shown}; {where})",
@@ -184,11 +207,11 @@ def _logp_fit(
     anchor = np.minimum(*gaps) >= DISTINCT  # NaN (no neighbour, no prox) compares False
     anchor &= np.isfinite(np.stack(list(x_at.values()))).all(axis=0)
     chosen, scope = strata(anchor)
-    stat = {
-        s: float(np.median(np.abs(x_at[s][chosen] - prox[chosen]))) if chosen.any() else np.nan
-        for s in SHIFTS
-    }
-    return ShiftFit(x_name, "prox_logp", stat, int(chosen.sum()), "median abs diff", LOGP_FLOOR, scope)
+    error = {s: np.abs(x_at[s][chosen] - prox[chosen]) for s in SHIFTS}
+    stat = {s: float(np.median(e)) if len(e) else np.nan for s, e in error.items()}
+    wins = {s: float(np.mean(e < error[0])) if len(e) else np.nan for s, e in error.items()}
+    n = int(chosen.sum())
+    return ShiftFit(x_name, "prox_logp", stat, n, "median abs diff", LOGP_FLOOR, LOGP_RATIO, scope, wins)
 
 
 def _behave_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
@@ -247,15 +270,8 @@ def _mismatch_fit(
         compared = near & np.isfinite(xs) & np.isfinite(ref)
         counts.append(int(compared.sum()))
         stat[s] = float(np.mean(xs[compared] != ref[compared])) if compared.any() else np.nan
-    return ShiftFit(
-        names[0],
-        names[1],
-        stat,
-        min(counts),
-        "mismatch rate",
-        RATE_FLOOR,
-        "tokens next to a segment boundary",
-    )
+    scope = "tokens next to a segment boundary"
+    return ShiftFit(names[0], names[1], stat, min(counts), "mismatch rate", RATE_FLOOR, RATIO, scope)
 
 
 def _version_equality_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:

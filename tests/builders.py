@@ -125,6 +125,16 @@ def _truncated(t: pa.Table, path: Path) -> Broken:
     return Broken(path, "unreadable", None, 0)
 
 
+def _corrupt_data(t: pa.Table, path: Path) -> Broken:
+    """A readable footer over data pages overwritten with noise (a bad disk block, a partial copy)."""
+    write_log_atomic(t, path)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 3
+    data[middle : middle + 4096] = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+    return Broken(path, "unreadable", None, 0)
+
+
 def _not_parquet(t: pa.Table, path: Path) -> Broken:
     path.write_text("run_id,step\nx,1\n")
     return Broken(path, "unreadable", None, 0)
@@ -254,6 +264,7 @@ BUILDERS: dict[str, Callable[[pa.Table, Path], Broken]] = {
     "unknown_schema_version": _unknown_schema_version,
     "truncated": _truncated,
     "not_parquet": _not_parquet,
+    "corrupt_data": _corrupt_data,
     "null_required": _null_required,
     "non_finite_logp": _non_finite_logp,
     "positive_logp": _positive_logp,

@@ -1,0 +1,181 @@
+"""The validator's rules (DOMAIN.md sections 4-6): every rule on a file that breaks it and on files that
+do not, the file discovery, the reports and the `proxaudit validate` command."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, cli
+from evaluator.errors import NothingReadableError, UsageError
+from evaluator.logio import write_log_atomic
+from evaluator.synthetic import synthetic_steps
+from evaluator.validate import find_parquet_files, require_readable, validate_file, validate_paths
+from evaluator.validate_report import render_table, report_dict
+from tests.builders import BUILDERS, FIRST_STEP, N_STEPS, SPEC, build, clean_table, set_column
+
+
+@pytest.fixture(scope="module")
+def table() -> pa.Table:
+    return clean_table()
+
+
+@pytest.fixture
+def clean_file(tmp_path: Path, table: pa.Table) -> Path:
+    return write_log_atomic(table, tmp_path / "clean.parquet")
+
+
+class TestEveryRule:
+    @pytest.mark.parametrize("case", sorted(BUILDERS))
+    def test_broken_file_is_reported_with_its_row_count(self, case: str, tmp_path: Path, table: pa.Table):
+        broken = build(case, tmp_path, table)
+        report = validate_file(broken.path)
+        hits = [p for p in report.problems if p.rule == broken.rule]
+        assert hits, f"{case}: expected {broken.rule}, got {report.problems}"
+        assert (hits[0].column, hits[0].rows) == (broken.column, broken.rows)
+        assert hits[0].message
+        assert {p.rule for p in report.problems} - {broken.rule} <= broken.also
+        assert not report.ok
+
+    def test_clean_file_breaks_no_rule(self, clean_file: Path, table: pa.Table):
+        report = validate_file(clean_file)
+        assert report.problems == []
+        assert report.ok and report.readable and report.n_rows == table.num_rows
+
+    @pytest.mark.parametrize(
+        "spec",
+        [
+            dataclasses.replace(SPEC, prox_every=2),  # prox_logp null on odd steps: optional, allowed
+            dataclasses.replace(SPEC, prox_every=0, with_proximal_t=False),  # no recompute, no proximal_t
+            dataclasses.replace(SPEC, resume_fraction=0.0, n_minibatches=1),  # one segment, one minibatch
+        ],
+        ids=["prox-every-2", "no-prox-no-proximal-t", "single-segment"],
+    )
+    def test_other_correct_logs_are_clean(self, spec, tmp_path: Path):
+        path = write_log_atomic(synthetic_steps(spec, FIRST_STEP, N_STEPS), tmp_path / "log.parquet")
+        assert validate_file(path).problems == []
+
+    def test_unknown_extra_columns_and_optional_columns_missing_are_allowed(self, tmp_path, table):
+        slim = table.drop_columns(
+            ["token_id", "advantage", "reward", "proximal_t_logp", "proximal_t_version"]
+        )
+        slim = slim.append_column("my_note", pa.array(["x"] * slim.num_rows))
+        assert validate_file(write_log_atomic(slim, tmp_path / "slim.parquet")).problems == []
+
+    def test_a_string_column_is_a_wrong_type_and_its_rules_are_skipped(self, tmp_path, table):
+        index = table.schema.get_field_index("step")
+        bad = table.set_column(index, pa.field("step", pa.string()), table["step"].cast(pa.string()))
+        report = validate_file(write_log_atomic(bad, tmp_path / "bad.parquet"))
+        assert [(p.rule, p.column) for p in report.problems] == [("wrong_type", "step")]
+        assert "string" in report.problems[0].message and "int64" in report.problems[0].message
+
+    def test_positive_and_non_finite_are_counted_apart(self, tmp_path, table):
+        values = table["behave_logp"].to_numpy().copy()
+        values[:3], values[3:5] = 0.5, np.inf  # +inf is non-finite, not "positive"
+        report = validate_file(
+            write_log_atomic(set_column(table, "behave_logp", values), tmp_path / "x.parquet")
+        )
+        assert {(p.rule, p.rows) for p in report.problems} == {("positive_logp", 3), ("non_finite_logp", 2)}
+        assert "worst found 0.5" in next(p.message for p in report.problems if p.rule == "positive_logp")
+
+    def test_proximal_t_logp_without_its_version_column(self, tmp_path, table):
+        report = validate_file(
+            write_log_atomic(table.drop_columns(["proximal_t_version"]), tmp_path / "x.parquet")
+        )
+        (problem,) = report.problems
+        assert (problem.rule, problem.column, problem.rows) == (
+            "proximal_t_pair",
+            "proximal_t_version",
+            table.num_rows,
+        )
+
+    def test_empty_file_is_clean_with_a_note(self, tmp_path, table):
+        report = validate_file(write_log_atomic(table.slice(0, 0), tmp_path / "empty.parquet"))
+        assert report.ok and report.n_rows == 0 and report.notes
+
+    def test_unreadable_file_says_why(self, tmp_path, table):
+        report = validate_file(build("truncated", tmp_path, table).path)
+        assert not report.readable and report.n_rows is None
+        assert "Parquet" in report.problems[0].message
+
+
+class TestPaths:
+    def test_folders_are_searched_recursively_once_each(self, tmp_path, table):
+        a = write_log_atomic(table, tmp_path / "a.parquet")
+        b = write_log_atomic(table, tmp_path / "sub" / "b.parquet")
+        (tmp_path / "notes.txt").write_text("not a log")
+        assert find_parquet_files([tmp_path, a]) == [a, b]
+
+    def test_missing_path_is_a_usage_error(self, tmp_path):
+        with pytest.raises(UsageError, match="nope"):
+            find_parquet_files([tmp_path / "nope"])
+
+    def test_folder_without_parquet_is_nothing_readable(self, tmp_path):
+        with pytest.raises(NothingReadableError):
+            validate_paths([tmp_path])
+
+    def test_require_readable(self, tmp_path, table):
+        broken = validate_paths([build("not_parquet", tmp_path, table).path])
+        with pytest.raises(NothingReadableError, match="not_parquet"):
+            require_readable(broken)
+        require_readable(
+            validate_paths([write_log_atomic(table, tmp_path / "ok.parquet"), *[r.path for r in broken]])
+        )
+
+
+class TestReports:
+    def test_json_has_every_file_problem_and_counts(self, tmp_path, table, clean_file):
+        broken = build("positive_logp", tmp_path, table)
+        data = report_dict(validate_paths([clean_file, broken.path]))
+        assert [f["ok"] for f in data["files"]] == [True, False]
+        assert data["files"][1]["problems"][0] == {
+            "rule": "positive_logp",
+            "column": "theta_logp",
+            "rows": broken.rows,
+            "message": data["files"][1]["problems"][0]["message"],
+        }
+        assert data["summary"] == {"files": 2, "clean": 1, "with_problems": 1, "unreadable": 0}
+
+    def test_table_has_one_block_per_file_and_a_count_line(self, tmp_path, table, clean_file):
+        reports = validate_paths([clean_file, build("pos_gap", tmp_path, table).path])
+        text = render_table(reports)
+        assert "clean.parquet" in text and "pos_gap.parquet" in text and "pos_gap  pos" in text
+        assert text.splitlines()[-1] == "2 files: 1 clean, 1 with problems, 0 unreadable"
+        assert "note:" not in text and "note: alignment" in render_table(reports, verbose=True)
+
+
+class TestCommand:
+    def run(self, *args: str):
+        return CliRunner().invoke(cli, ["validate", *map(str, args)])
+
+    def test_exit_0_when_clean(self, clean_file):
+        result = self.run(clean_file)
+        assert result.exit_code == EXIT_OK, result.output
+        assert "1 clean" in result.output
+
+    def test_exit_1_when_a_file_breaks_a_rule_and_json_lists_it(self, tmp_path, table, clean_file):
+        broken = build("duplicate_row", tmp_path, table)
+        result = self.run("--format", "json", tmp_path)
+        assert result.exit_code == EXIT_FINDINGS
+        files = {Path(f["path"]).name: f for f in json.loads(result.output)["files"]}
+        assert (
+            files["clean.parquet"]["ok"] and files[broken.path.name]["problems"][0]["rule"] == "duplicate_row"
+        )
+
+    def test_exit_2_for_a_missing_path(self, tmp_path):
+        result = self.run(tmp_path / "missing")
+        assert result.exit_code == EXIT_USAGE and "missing" in result.output
+
+    def test_exit_2_when_nothing_is_readable_with_the_reason(self, tmp_path, table):
+        result = self.run(build("truncated", tmp_path, table).path)
+        assert result.exit_code == EXIT_USAGE
+        assert "unreadable" in result.output and "could be read" in result.output
+
+    def test_exit_2_for_a_folder_without_parquet(self, tmp_path):
+        assert self.run(tmp_path).exit_code == EXIT_USAGE
