@@ -16,16 +16,8 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import queries
-from dashboard.views import common, compare, drift, inspector, overview, training, weights
+from dashboard.views import PAGES, common
 
-PAGES = {
-    "overview": ("Overview", overview.render),
-    "drift": ("Drift by staleness", drift.render),
-    "weights": ("Importance weights by staleness", weights.render),
-    "training": ("Over training", training.render),
-    "compare": ("Run comparison", compare.render),
-    "tokens": ("Token inspector", inspector.render),
-}
 REPLAY_HINT = """No runs in this database yet. Fill it from token logs (Parquet, schema v1) with
 
     proxaudit replay LOGS --db {db}

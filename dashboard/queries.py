@@ -75,9 +75,10 @@ def _is_lock_error(error: duckdb.Error) -> bool:
 
 
 @contextmanager
-def read_only(db: Path, retry_seconds: float = RETRY_SECONDS) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived read-only connection; retries while another process holds the write lock."""
-    db = Path(db)
+def read_only(db: Path, retry_seconds: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived read-only connection; retries (RETRY_SECONDS by default) while another process
+    holds the write lock, then raises DatabaseBusy."""
+    db, retry_seconds = Path(db), RETRY_SECONDS if retry_seconds is None else retry_seconds
     if not db.is_file():
         raise StoreError(f"{db}: no such metrics database (make one with `proxaudit replay LOGS --db {db}`)")
     deadline, delay = time.monotonic() + retry_seconds, 0.02

@@ -13,3 +13,41 @@ FIXTURES = REPO / "fixtures"
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+# Metrics stores for the dashboard tests (session-wide; tests only read them).
+@pytest.fixture(scope="session")
+def fixture_store(tmp_path_factory) -> Path:
+    """The first 30 steps of both fixture runs (`recompute`, `loglinear`) replayed into a store."""
+    from evaluator.replay import replay
+
+    db = tmp_path_factory.mktemp("fixture_store") / "metrics.duckdb"
+    files = [p for run in ("recompute", "loglinear") for p in sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3]]
+    assert len(files) == 6, "fixtures/*.parquet missing"
+    replay(files, db, progress=False)
+    return db
+
+
+@pytest.fixture(scope="session")
+def one_step_store(tmp_path_factory) -> Path:
+    """One run with a single step (synthetic, staleness 0..8), replayed into a store."""
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay import replay
+    from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+    folder = tmp_path_factory.mktemp("one_step_store")
+    log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="one-step", tokens_per_step=2048), 8, 1),
+                           folder / "one-step.parquet")  # fmt: skip
+    replay([log], folder / "metrics.duckdb", progress=False)
+    return folder / "metrics.duckdb"
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory) -> Path:
+    """A store with the schema and no runs (what `replay` leaves before its first commit)."""
+    from evaluator.store import open_store
+
+    db = tmp_path_factory.mktemp("empty_store") / "metrics.duckdb"
+    with open_store(db, write=True):
+        pass
+    return db

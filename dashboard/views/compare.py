@@ -55,6 +55,11 @@ def render(ctx: Context) -> None:
     headline = {
         n: load(ctx.db, "run_headline", Filters((r,), (m,), **rest), (metric,)) for n, (r, m) in names.items()
     }
+    for name, frame in headline.items():
+        if frame.empty:
+            st.info(
+                f"{name}: no {metric} rows (drift is stored under ground_truth only; errors need prox_logp)."
+            )
     table = pd.concat(headline, names=["selection"]).droplevel(1).drop(columns=["metric"])
     if len(table) == 2:
         stats = ["mean", "p50", "p90", "p99", "max"]

@@ -1,0 +1,200 @@
+"""The Streamlit app through `AppTest`: every page on the fixture, one-step and empty stores, the filters
+that change what is read, URL state, a busy database, the gate verdict, and that nothing is written."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard import queries
+from dashboard.views import PAGES
+from evaluator.dashboard_cmd import APP
+from schemas.store import METHODS
+from schemas.thresholds import DEFAULT_THRESHOLDS
+
+# Plotly charts each page draws on a store with both version conventions and raw logs reachable.
+CHARTS = {"overview": 2, "drift": 3, "weights": 2, "training": 3, "compare": 2, "tokens": 1}
+
+
+def run_app(db: Path | None, monkeypatch, timeout: float = 60, **params: str) -> AppTest:
+    if db is None:
+        monkeypatch.delenv("PROXAUDIT_DB", raising=False)
+    else:
+        monkeypatch.setenv("PROXAUDIT_DB", str(db))
+    monkeypatch.delenv("PROXAUDIT_THRESHOLDS", raising=False)
+    at = AppTest.from_file(str(APP), default_timeout=timeout)
+    at.query_params.update(params)
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def texts(at: AppTest) -> str:
+    parts = [*at.markdown, *at.caption, *at.info, *at.warning, *at.error, *at.success]
+    return "\n".join(str(p.value) for p in parts)
+
+
+def digest(path: Path) -> tuple[str, int]:
+    return hashlib.blake2b(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_on_the_fixture_runs(fixture_store, monkeypatch, page):
+    at = run_app(fixture_store, monkeypatch, page=page, run="recompute")
+    no_exception(at)
+    assert at.title[0].value == PAGES[page][0]
+    assert len(at.get("plotly_chart")) == CHARTS[page]
+    assert not at.error
+
+
+def test_overview_numbers(fixture_store, monkeypatch):
+    at = run_app(fixture_store, monkeypatch, page="overview", run="loglinear")
+    row = queries.store_overview(fixture_store).set_index("run_id").loc["loglinear"]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["runs in the store"] == "2"
+    assert metrics["tokens (loss_mask)"] == f"{row['n_tokens']:,}"
+    assert metrics["steps"] == "30"
+    assert metrics["with prox_logp"] == f"{row['n_prox'] / row['n_tokens']:.0%}"  # even steps only
+    headline = at.dataframe[0].value
+    assert set(headline.index) == set(METHODS) - {"ground_truth"}
+    assert headline.loc["loglinear", "abs_error p99"] > 0
+    assert "True drift" in texts(at)
+
+
+def test_filters_narrow_the_data_and_go_into_the_url(fixture_store, monkeypatch):
+    at = run_app(fixture_store, monkeypatch, page="drift", run="recompute")
+    at.sidebar.multiselect(key="methods").set_value(["loglinear", "linear_exact"])
+    at.sidebar.slider(key="staleness").set_value((1, 3))
+    at.run()
+    no_exception(at)
+    table = at.dataframe[0].value  # rows staleness, columns (method, stat)
+    assert list(table.index) == [1, 2, 3]
+    assert set(table.columns.get_level_values(0)) == {"loglinear", "linear_exact"}
+    assert at.query_params["staleness"] == "1-3"
+    assert at.query_params["methods"] == "loglinear,linear_exact"
+    at.sidebar.slider(key="steps").set_value((10, 20))
+    at.run()
+    no_exception(at)
+    assert "Step range selected" in texts(at)
+    assert at.dataframe[0].value.columns.get_level_values(1).tolist().count("p50") == 0  # moments only
+    assert at.query_params["steps"] == "10-20"
+
+
+def test_url_state_is_restored_and_bad_values_fall_back(fixture_store, monkeypatch):
+    at = run_app(fixture_store, monkeypatch, page="compare", run="nope", A_method="linear", B_run="loglinear",
+                 metric="abs_error", steps="25-99")  # fmt: skip
+    no_exception(at)
+    assert at.sidebar.selectbox(key="run").value == "loglinear"  # unknown run: the first one
+    assert at.sidebar.slider(key="steps").value == (25, 29)  # clamped to the run's steps
+    assert at.selectbox(key="A_method").value == "linear"
+    assert at.selectbox(key="B_run").value == "loglinear"
+    assert at.selectbox(key="metric").value == "abs_error"
+    table = at.dataframe[0].value
+    assert list(table.index) == ["A: loglinear / linear", "B: loglinear / loglinear", "B / A"]
+    assert table.loc["B / A", "mean"] == pytest.approx(table["mean"].iloc[1] / table["mean"].iloc[0])
+    at.selectbox(key="metric").set_value("drift").run()
+    no_exception(at)
+    assert "A: loglinear / linear: no drift rows" in at.info[0].value
+
+
+def test_every_page_on_one_run_with_one_step(one_step_store, monkeypatch):
+    for page in PAGES:
+        at = run_app(one_step_store, monkeypatch, page=page)
+        no_exception(at)
+        assert len(at.get("plotly_chart")) == CHARTS[page], page
+        assert "step: 8 (the only value)" in [c.value for c in at.sidebar.caption]
+
+
+def test_empty_store_explains_how_to_fill_it(empty_store, monkeypatch):
+    for page in PAGES:
+        at = run_app(empty_store, monkeypatch, page=page)
+        no_exception(at)
+        assert "proxaudit replay LOGS --db" in at.info[0].value
+        assert not at.get("plotly_chart")
+
+
+def test_missing_or_foreign_database_is_a_message(tmp_path, monkeypatch):
+    at = run_app(tmp_path / "nope.duckdb", monkeypatch)
+    no_exception(at)
+    assert "no such metrics database" in at.error[0].value
+    at = run_app(None, monkeypatch)
+    assert "proxaudit dashboard --db" in at.error[0].value
+    (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
+    at = run_app(tmp_path / "junk.duckdb", monkeypatch)
+    no_exception(at)
+    assert "cannot open the metrics database" in at.error[0].value
+
+
+def test_token_inspector_when_the_raw_log_moved(tmp_path, monkeypatch):
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay import replay
+    from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+    log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="moved"), 3, 1), tmp_path / "moved.parquet")
+    replay([log], tmp_path / "m.duckdb", progress=False)
+    log.rename(tmp_path / "elsewhere.parquet")
+    at = run_app(tmp_path / "m.duckdb", monkeypatch, page="tokens")
+    no_exception(at)
+    assert "not reachable" in at.warning[0].value and str(log) in at.warning[0].value
+
+
+def test_token_inspector_shows_the_chosen_sequence(fixture_store, monkeypatch):
+    seqs = queries.sequences(fixture_store, "recompute", 12)
+    seq_id = int(seqs["seq_id"].iloc[-1])
+    at = run_app(fixture_store, monkeypatch, page="tokens", run="recompute", step="12", seq=str(seq_id))
+    no_exception(at)
+    assert at.selectbox(key="seq").value == seq_id
+    tokens = at.dataframe[0].value
+    assert len(tokens) == seqs["n_tokens"].iloc[-1]
+    assert {"behave_logp", "prox_logp", "theta_logp", "proximal_t_logp", "behave_version"} <= set(
+        tokens.columns
+    )
+
+
+def test_gate_verdict_on_the_overview(fixture_store, tmp_path, monkeypatch):
+    at = run_app(
+        fixture_store, monkeypatch, page="overview", run="recompute", thresholds=str(DEFAULT_THRESHOLDS)
+    )
+    no_exception(at)
+    verdict = [*at.success, *at.error]
+    assert verdict and "Gate" in verdict[0].value and "recompute" in verdict[0].value
+    assert {"check", "verdict", "observed"} <= set(at.dataframe[0].value.columns)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[check]]\nmethod = 'no_such_method'\n")
+    at = run_app(fixture_store, monkeypatch, page="overview", run="recompute", thresholds=str(bad))
+    no_exception(at)
+    assert at.error[0].value.startswith("Gate:") and "bad.toml" in at.error[0].value
+    assert len(at.get("plotly_chart")) == CHARTS["overview"]  # the rest of the page still renders
+
+
+def test_busy_database_shows_the_last_good_data(one_step_store, tmp_path, monkeypatch):
+    from test_dashboard_queries import _hold_write_lock
+
+    db = tmp_path / "busy.duckdb"
+    db.write_bytes(one_step_store.read_bytes())
+    first = run_app(db, monkeypatch, page="drift")
+    no_exception(first)
+    monkeypatch.setattr(queries, "RETRY_SECONDS", 0.3)
+    child = _hold_write_lock(db, 60)  # it writes, so the cached results are stale
+    try:
+        at = run_app(db, monkeypatch, page="drift")
+    finally:
+        child.kill()
+        child.wait()
+    no_exception(at)
+    assert at.info[0].value.startswith("database busy: replay in progress, showing data from ")
+    assert "lock" not in texts(at).lower()
+    assert len(at.get("plotly_chart")) == CHARTS["drift"]
+
+
+def test_the_app_never_writes(fixture_store, monkeypatch):
+    before = digest(fixture_store)
+    for page in PAGES:
+        no_exception(run_app(fixture_store, monkeypatch, page=page, run="loglinear"))
+    assert digest(fixture_store) == before
+    assert not Path(f"{fixture_store}.wal").exists()
