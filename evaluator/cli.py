@@ -221,6 +221,41 @@ def dashboard(db, host, port, thresholds) -> None:
     sys.exit(serve(db, host, port, thresholds))
 
 
+@cli.command()
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("demo-out"),
+    show_default=True,
+    help="Working folder: the metrics database (made afresh) and, with --train, the logs.",
+)
+@click.option(
+    "--train/--fixtures",
+    default=False,
+    help="Train the reference trainer for about a minute, or use the bundled fixtures (default).",
+)
+@click.option("--serve/--no-serve", default=True, help="End by serving the dashboard (Ctrl-C stops it).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Dashboard address.")
+@click.option("--port", default=8501, show_default=True, type=int, help="Dashboard TCP port.")
+@_library_errors
+def demo(out, train, serve, host, port) -> None:
+    """Run the main job end to end: token logs -> validate -> replay into DuckDB -> summary -> gate ->
+    dashboard. The gate's verdict is shown, not turned into the exit code: exit 0 when the pipeline ran
+    (every file clean and ingested), 1 otherwise.
+    """
+    from evaluator.demo import run_demo
+
+    result = run_demo(out, train=train, echo=click.echo)
+    if not result.ran_clean:
+        click.echo("demo: some files broke validation rules (see above)", err=True)
+        sys.exit(EXIT_FINDINGS)
+    if serve:
+        from evaluator.dashboard_cmd import serve as serve_dashboard
+        from evaluator.gate import DEFAULT_THRESHOLDS
+
+        sys.exit(serve_dashboard(result.db, host, port, DEFAULT_THRESHOLDS))
+
+
 def main() -> None:
     # click's own usage errors exit with 2 already, which matches our convention.
     cli(prog_name="proxaudit")
