@@ -82,6 +82,7 @@ def validate_file(path: Path) -> FileReport:
         report.notes.append("empty file: no rows to check")
         return report
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # stderr belongs to the caller
     try:
         escaped = str(path).replace("'", "''")
         con.execute(f"CREATE VIEW src AS SELECT * FROM read_parquet('{escaped}', hive_partitioning = false)")

@@ -33,7 +33,8 @@ def render_json(reports: Sequence[FileReport]) -> str:
 
 
 def render_table(reports: Sequence[FileReport], *, verbose: bool = False) -> str:
-    """One block per file (problems as rule, column, rows, message), then a line of counts.
+    """One block per file (problems as rule, column, rows, message; rows `-` where the rule is not
+    row-based), then a line of counts.
     `verbose` adds the notes: what the alignment audit compared, sampling, inconclusive checks."""
     blocks = [_file_block(r, verbose) for r in reports]
     return "\n\n".join([*blocks, summary_line(reports)])
@@ -66,7 +67,9 @@ def _file_block(report: FileReport, verbose: bool) -> str:
         verdict = f"{len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}"
     lines = [f"{report.path}  ({rows})  {verdict}"]
     if report.problems:
-        table = [_HEADER] + [(p.rule, p.column or "-", f"{p.rows:,}", p.message) for p in report.problems]
+        table = [_HEADER] + [
+            (p.rule, p.column or "-", f"{p.rows:,}" if p.rows else "-", p.message) for p in report.problems
+        ]
         widths = [max(len(row[i]) for row in table) for i in range(3)]
         for rule, column, n, message in table:
             lines.append(f"  {rule:<{widths[0]}}  {column:<{widths[1]}}  {n:>{widths[2]}}  {message}")
