@@ -200,7 +200,7 @@ def _logp_fit(
     """Median abs diff of X at pos i+s against prox_logp at pos i, over anchor tokens i."""
     x, prox = sample[x_name], sample["prox_logp"]
     if np.isnan(prox).all():
-        return f"{x_name} vs prox_logp inconclusive: no prox_logp in the file"
+        return f"{x_name} vs prox_logp inconclusive: no prox_logp on any sequence"
     nxt = _next_in_sequence(sample)
     x_at = {s: _shifted(x, nxt, s) for s in SHIFTS}
     gaps = [np.abs(prox - _shifted(prox, nxt, s)) for s in (-1, 1)]

@@ -23,7 +23,8 @@ def _keys(usable: frozenset[str]) -> list[str]:
 
 
 def sequence_problems(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> list[Problem]:
-    """All sequence rules; needs `seq_id` and `pos` (their absence is already a schema problem)."""
+    """All sequence rules; needs `seq_id` and `pos` (their absence is already a schema problem). Rows
+    with a null key are left out (already `null_required`)."""
     if not {"seq_id", "pos"} <= usable:
         return []
     keys = ", ".join(_keys(usable))
@@ -40,7 +41,7 @@ def sequence_problems(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) ->
     con.execute(f"""CREATE TEMP TABLE seg AS
         SELECT {keys}, {bv} AS bv, count(*) AS n_rows, count(pos) AS n, min(pos) AS mn, max(pos) AS mx,
             sum(pos::HUGEINT) AS s1, sum(pos::HUGEINT * pos) AS s2, {pt}
-        FROM src GROUP BY ALL""")
+        FROM src WHERE {" AND ".join(f"{k} IS NOT NULL" for k in _keys(usable))} GROUP BY ALL""")
     con.execute(f"""CREATE TEMP TABLE seq AS
         SELECT {keys}, sum(n_rows) AS n_rows, sum(n) AS n, min(mn) AS mn, max(mx) AS mx,
             sum(s1) AS s1, sum(s2) AS s2, sum(n_pt) AS n_pt, max(bv) AS max_bv

@@ -18,7 +18,7 @@ from evaluator.logio import write_log_atomic
 from evaluator.synthetic import synthetic_steps
 from evaluator.validate import find_parquet_files, require_readable, validate_file, validate_paths
 from evaluator.validate_report import render_table, report_dict
-from tests.builders import BUILDERS, FIRST_STEP, N_STEPS, SPEC, build, clean_table, set_column
+from tests.builders import BUILDERS, FIRST_STEP, N_STEPS, SPEC, build, clean_table, set_column, where
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +94,16 @@ class TestEveryRule:
             "proximal_t_version",
             table.num_rows,
         )
+
+    def test_null_keys_are_one_problem_not_a_giant_sequence(self, tmp_path, table):
+        log = where(table, "seq_id", np.ones(table.num_rows, dtype=bool), None)
+        report = validate_file(write_log_atomic(log, tmp_path / "x.parquet"))
+        assert [(p.rule, p.rows) for p in report.problems] == [("null_required", table.num_rows)]
+
+    def test_glob_characters_in_the_file_name(self, tmp_path, table):
+        broken = build("positive_logp", tmp_path, table)
+        odd = broken.path.rename(tmp_path / "run[1]*.parquet")
+        assert [(p.rule, p.rows) for p in validate_file(odd).problems] == [("positive_logp", broken.rows)]
 
     def test_empty_file_is_clean_with_a_note(self, tmp_path, table):
         report = validate_file(write_log_atomic(table.slice(0, 0), tmp_path / "empty.parquet"))
