@@ -95,10 +95,18 @@ def _band(fig: go.Figure, x: pd.Series, lo: pd.Series, hi: pd.Series, fill: str,
 
 
 def add_series(
-    fig: go.Figure, frame: pd.DataFrame, x: str, name: str, hue: str, *, legend: bool = True, **pos
+    fig: go.Figure,
+    frame: pd.DataFrame,
+    x: str,
+    name: str,
+    hue: str,
+    *,
+    legend: bool = True,
+    band: bool = True,
+    **pos,
 ) -> None:
     """One series on (x, value): p50 line with p50-p90 and p90-p99 bands and mean markers when the frame
-    has quantiles; otherwise the mean line with a min-max band."""
+    has quantiles; otherwise the mean line with a min-max band (`band`) or alone."""
     frame = frame.sort_values(x)
     group, quiet = dict(legendgroup=name, showlegend=legend), dict(legendgroup=name, showlegend=False)
     if has_quantiles(frame):
@@ -117,7 +125,8 @@ def add_series(
             **pos,
         )
     else:
-        _band(fig, frame[x], frame["min"], frame["max"], _rgba(hue, 0.15), name, **pos)
+        if band:
+            _band(fig, frame[x], frame["min"], frame["max"], _rgba(hue, 0.15), name, **pos)
         centre, centre_name = frame["mean"], f"{name} mean"
     fig.add_trace(
         go.Scatter(
@@ -275,6 +284,18 @@ def _range_glyphs(fig: go.Figure, frame: pd.DataFrame, name: str, hue: str, lege
     )
 
 
+def _panel_shapes(fig: go.Figure, n_panels: int, shapes: list[dict]) -> None:
+    """Horizontal `shapes` (y in data units) across each of the first `n_panels` subplots, set at once
+    (plotly's add_hline(row="all") costs 0.1 s per line on a grid)."""
+    placed = []
+    for k in range(1, n_panels + 1):
+        axis = "" if k == 1 else str(k)
+        placed += [
+            {**shape, "xref": f"x{axis} domain", "x0": 0, "x1": 1, "yref": f"y{axis}"} for shape in shapes
+        ]
+    fig.update_layout(shapes=placed)
+
+
 def _corner_note(fig: go.Figure, text: str, hue: str) -> None:
     fig.add_annotation(text=text, xref="paper", yref="paper", x=1, y=1.06, showarrow=False, font_color=hue,
                        xanchor="right")  # fmt: skip
@@ -298,20 +319,19 @@ def weight_ranges(frame: pd.DataFrame, metric: str) -> go.Figure:
             col=i % cols + 1,
         )
     if metric == "importance_weight":
-        fig.add_hrect(
-            y0=CLIP_RANGE[0],
-            y1=CLIP_RANGE[1],
-            fillcolor="green",
-            opacity=0.08,
-            line_width=0,
-            row="all",
-            col="all",
-        )
-        for bound in CLIP_RANGE:
-            fig.add_hline(y=bound, line=dict(color="green", dash="dash", width=1), row="all", col="all")
-        _corner_note(fig, f"clip range [{CLIP_RANGE[0]}, {CLIP_RANGE[1]}]", "green")
+        lo, hi = CLIP_RANGE
+        band = dict(type="rect", y0=lo, y1=hi, fillcolor="green", opacity=0.08, line_width=0, layer="below")
+        edge = dict(type="line", line=dict(color="green", dash="dash", width=1))
+        _panel_shapes(fig, len(methods), [band, {**edge, "y0": lo, "y1": lo}, {**edge, "y0": hi, "y1": hi}])
+        _corner_note(fig, f"clip range [{lo}, {hi}]", "green")
     if metric == "behave_imp_weight":
-        fig.add_hline(y=BEHAVE_WEIGHT_CAP, line=dict(color="red", dash="dash", width=1), row="all", col="all")
+        cap = dict(
+            type="line",
+            y0=BEHAVE_WEIGHT_CAP,
+            y1=BEHAVE_WEIGHT_CAP,
+            line=dict(color="red", dash="dash", width=1),
+        )
+        _panel_shapes(fig, len(methods), [cap])
         _corner_note(fig, f"behaviour weight cap {BEHAVE_WEIGHT_CAP}", "red")
     fig.update_xaxes(title_text=label("staleness"), dtick=1)
     fig.update_yaxes(title_text=label(metric), col=1)
@@ -407,12 +427,14 @@ def step_staleness_heatmap(frame: pd.DataFrame, metric: str, method: str) -> go.
     return fig.update_yaxes(title_text=label("staleness"), dtick=1)
 
 
-def compare(frames: dict[str, pd.DataFrame], x: str, metric: str, log_y: bool = True) -> go.Figure:
+def compare(
+    frames: dict[str, pd.DataFrame], x: str, metric: str, log_y: bool = True, band: bool = True
+) -> go.Figure:
     """Two (or more) labelled selections overlaid on one axis: `metric` against `x` with bands."""
     fig = go.Figure()
     for i, (name, frame) in enumerate(frames.items()):
         if not frame.empty:
-            add_series(fig, frame, x, name, SERIES_COLORS[i % len(SERIES_COLORS)])
+            add_series(fig, frame, x, name, SERIES_COLORS[i % len(SERIES_COLORS)], band=band)
     if not fig.data:
         return empty_figure(f"no {metric} rows for these selections")
     fig.update_layout(height=400, margin=dict(t=30, b=40))

@@ -71,8 +71,10 @@ def render(ctx: Context) -> None:
         n: load(ctx.db, "by_staleness", Filters((r,), (m,), **rest), (metric,)) for n, (r, m) in names.items()
     }
     show(charts.compare(by_stale, "staleness", metric, log_y=log_y), "compare_staleness")
-    st.subheader(f"{metric} against step")
+    st.subheader(f"mean {metric} against step")
     by_step = {
-        n: load(ctx.db, "by_step", Filters((r,), (m,), **rest), (metric,)) for n, (r, m) in names.items()
+        n: load(ctx.db, "by_step", Filters((r,), (m,), **rest), (metric,), False)
+        for n, (r, m) in names.items()
     }
-    show(charts.compare(by_step, "step", metric, log_y=log_y), "compare_steps")
+    st.caption("Exact mean per step (per-step quantiles of one selection: the Over training page).")
+    show(charts.compare(by_step, "step", metric, log_y=log_y, band=False), "compare_steps")

@@ -1,0 +1,142 @@
+"""The dashboard in a real browser (Debian's chromium through playwright): serve a 1,000-step run the
+way `proxaudit dashboard` does, load every page, check that no exception box is shown and that the
+Plotly charts rendered, save screenshots under tests/_artifacts/, and print each page's render time
+(the responsiveness benchmark recorded in BENCHMARKS.md; a figure, not an assertion)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from dashboard.views import PAGES
+from evaluator.dashboard_cmd import streamlit_command
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "_artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+N_STEPS, TOKENS_PER_STEP = 1000, 512
+CHARTS = {"overview": 2, "drift": 3, "weights": 2, "training": 3, "compare": 2, "tokens": 1}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (`make chromium` installs it)"),
+]
+
+# True once the run whose title is `title` has finished and its `n` Plotly charts are drawn.
+RENDERED = """([title, n]) => {
+    const h1 = document.querySelector('h1');
+    if (!h1 || !h1.textContent.includes(title)) return false;
+    if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
+    const charts = document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot');
+    return charts.length === n && [...charts].every(c => c.querySelector('.main-svg'));
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def bench_store(tmp_path_factory) -> Path:
+    """A 1,000-step synthetic run (512 tokens a step) replayed into a store."""
+    from evaluator.replay import replay
+    from evaluator.synthetic import SyntheticSpec, write_synthetic_log
+
+    folder = tmp_path_factory.mktemp("bench_store")
+    spec = SyntheticSpec(run_id="bench-1000", tokens_per_step=TOKENS_PER_STEP)
+    write_synthetic_log(folder / "bench-1000.parquet", N_STEPS * TOKENS_PER_STEP, spec)
+    replay([folder / "bench-1000.parquet"], folder / "metrics.duckdb", progress=False)
+    return folder / "metrics.duckdb"
+
+
+@pytest.fixture(scope="module")
+def server(bench_store):
+    """The dashboard served as `proxaudit dashboard` does, on a free local port; stopped afterwards."""
+    port = free_port()
+    log = open(bench_store.parent / "streamlit.log", "w")  # noqa: SIM115 (closed in finally)
+    child = subprocess.Popen(streamlit_command(bench_store, "127.0.0.1", port), stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if child.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    "the dashboard server did not start:\n"
+                    + (bench_store.parent / "streamlit.log").read_text()
+                )
+            time.sleep(0.25)
+        yield url
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        log.close()
+
+
+def _wait_rendered(page, slug: str) -> float:
+    start = time.perf_counter()
+    page.wait_for_function(RENDERED, arg=[PAGES[slug][0], CHARTS[slug]], timeout=30_000, polling=25)
+    return time.perf_counter() - start
+
+
+def test_every_page_renders_in_the_browser(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    timings: dict[str, dict[str, float]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1500, "height": 2600},
+        )  # fmt: skip
+        try:
+            page = browser.new_page()
+            page.goto(f"{server}/?page=tokens")  # warm-up: the server's first session imports the libraries
+            _wait_rendered(page, "tokens")
+            for slug in PAGES:  # a fresh load of each page from its URL (what a shared link does)
+                start = time.perf_counter()
+                page.goto(f"{server}/?page={slug}")
+                _wait_rendered(page, slug)
+                timings[slug] = {"load_s": time.perf_counter() - start}
+                assert page.locator('[data-testid="stException"]').count() == 0, slug
+                page.screenshot(path=str(ARTIFACTS / f"dashboard-{slug}.png"))
+            for slug in [*list(PAGES)[1:], "overview"]:  # moving between pages in the sidebar
+                page.locator('[data-testid="stSidebar"] label').filter(has_text=PAGES[slug][0]).first.click()
+                timings[slug]["switch_s"] = _wait_rendered(page, slug)
+                assert page.locator('[data-testid="stException"]').count() == 0, slug
+                page.wait_for_url(
+                    f"**page={slug}**", timeout=5_000
+                )  # the URL follows: the view can be shared
+        finally:
+            browser.close()
+    report = {
+        "n_steps": N_STEPS,
+        "tokens_per_step": TOKENS_PER_STEP,
+        "cpu_count": os.cpu_count(),
+        "pages": timings,
+    }
+    (ARTIFACTS / "dashboard_timings.json").write_text(json.dumps(report, indent=2))
+    print(f"\ndashboard render times, {N_STEPS}-step run ({TOKENS_PER_STEP} tokens/step):")
+    for slug, t in timings.items():
+        print(f"  {PAGES[slug][0]:<34} load {t['load_s']:5.2f} s   sidebar switch {t['switch_s']:5.2f} s")
