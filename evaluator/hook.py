@@ -238,13 +238,12 @@ def gather(name: str, values: np.ndarray, how: str, rows: Rows) -> np.ndarray:
     return values[rows.start[rows.seq] + col]
 
 
-def snapshot_rows(snap: Snapshot, run_id: str) -> pa.Table:
-    """The schema v1 rows of one `record` call (every column; nulls where the trainer gave nothing)."""
+def snapshot_columns(snap: Snapshot) -> dict[str, np.ndarray]:
+    """One value per response token for every column the call gave (and the keys), in (seq, pos) order."""
     arrays = {name: _numpy(t) for name, t in snap.tensors.items()}
     rows = locate_rows(arrays, snap.alignment, snap.packed)
     n = len(rows.pos)
-    columns: dict[str, object] = {
-        "run_id": pa.array([run_id] * n, pa.string()),
+    columns = {
         "step": np.full(n, snap.step),
         "minibatch": np.full(n, snap.minibatch),
         "n_minibatches": np.full(n, snap.n_minibatches),
@@ -257,11 +256,32 @@ def snapshot_rows(snap: Snapshot, run_id: str) -> pa.Table:
             columns[name] = arrays[name][rows.seq]
         elif name in arrays:
             columns[name] = gather(name, arrays[name], snap.alignment.get(name, "token"), rows)
-    columns["loss_mask"] = np.asarray(columns["loss_mask"]) != 0
-    for c in COLUMNS:
-        if c.name not in columns:
+    columns["loss_mask"] = columns["loss_mask"] != 0
+    return columns
+
+
+def rows_table(snaps: list[Snapshot], run_id: str) -> pa.Table:
+    """The schema v1 rows of several calls in one table (null where a call gave no such tensor).
+
+    Built in one pass when a file is due rather than per call: fewer, larger operations keep the writer
+    thread's hold on the GIL (which the trainer's own Python needs) short.
+    """
+    parts = [snapshot_columns(s) for s in snaps]
+    sizes = [len(p["pos"]) for p in parts]
+    n = sum(sizes)
+    columns: dict[str, object] = {"run_id": pa.array(np.full(n, run_id, dtype=object), pa.string())}
+    for c in COLUMNS[1:]:
+        given = [p[c.name] for p in parts if c.name in p]
+        if not given:
             columns[c.name] = pa.nulls(n, c.type)
-    return token_table({c.name: columns[c.name] for c in COLUMNS})
+        elif len(given) == len(parts):
+            columns[c.name] = np.concatenate(given)
+        else:
+            pairs = list(zip(parts, sizes, strict=True))
+            values = np.concatenate([p.get(c.name, np.zeros(k, given[0].dtype)) for p, k in pairs])
+            missing = np.concatenate([np.full(k, c.name not in p) for p, k in pairs])
+            columns[c.name] = pa.array(values, c.type, mask=missing)
+    return token_table(columns)
 
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
@@ -271,10 +291,11 @@ class TokenLogHook:
     """Records a trainer's per-token log-probs into Parquet files `{run_id}-step{first}-{last}-{n}.parquet`.
 
     Use as a context manager (it flushes on exit) or call `close()`. Memory stays bounded: at most
-    `max_pending` calls wait for the writer (then `record` blocks: backpressure) and at most about
-    `rows_per_file` rows are buffered. A file closes when a call brings a step beyond `steps_per_file`
-    distinct steps, or once it holds `rows_per_file` rows; a call's rows never straddle two files, so a
-    sequence's tokens of one minibatch stay together.
+    `max_pending` calls wait for the writer (then `record` blocks: backpressure) and calls holding about
+    `tokens_per_file` tokens (every position of their per-token tensors, an upper bound on the rows) are
+    buffered. A file closes when a call brings a step beyond `steps_per_file` distinct steps, or once it
+    holds `tokens_per_file` tokens; a call's rows never straddle two files, so a sequence's tokens of one
+    minibatch stay together.
     """
 
     def __init__(
@@ -283,28 +304,34 @@ class TokenLogHook:
         run_id: str,
         *,
         steps_per_file: int = 10,
-        rows_per_file: int = 1_000_000,
-        max_pending: int = 8,
+        tokens_per_file: int = 4_000_000,
+        max_pending: int = 16,
+        poll_seconds: float = 0.05,
     ) -> None:
         if not _RUN_ID.match(run_id):
             raise ValueError(f"run_id {run_id!r} must be a file-name-safe word (letters, digits, _ . = + -)")
-        if steps_per_file < 1 or rows_per_file < 1 or max_pending < 1:
-            raise ValueError("steps_per_file, rows_per_file and max_pending must be >= 1")
+        if steps_per_file < 1 or tokens_per_file < 1 or max_pending < 1:
+            raise ValueError("steps_per_file, tokens_per_file and max_pending must be >= 1")
         self.out_dir, self.run_id = Path(out_dir), run_id
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.steps_per_file, self.rows_per_file = steps_per_file, rows_per_file
+        self.steps_per_file, self.tokens_per_file = steps_per_file, tokens_per_file
         self.files: list[Path] = []
         self.rows_written = 0
         self.writer_seconds = 0.0
         """CPU time the writer thread spent (aligning, encoding, writing)."""
+        self.record_seconds = 0.0
+        """Time the caller spent inside `record` (shape checks, host copies, queueing, backpressure)."""
+        self.records = 0
         self._n_file = 1 + max((int(p.stem.rsplit("-", 1)[1]) for p in self._existing()), default=-1)
         self._next_seq_id = 0
-        self._chunks: list[pa.Table] = []
-        self._buffered_rows = 0
+        self._pending: list[Snapshot] = []
+        self._buffered_tokens = 0
         self._buffered_steps: set[int] = set()
         self._error: BaseException | None = None
         self._error_reported = False
         self._queue: queue.Queue[Snapshot | _Flush | None] = queue.Queue(maxsize=max_pending)
+        self._wake = threading.Event()
+        self.poll_seconds = poll_seconds
         self._thread = threading.Thread(target=self._run, name=f"proxaudit-hook-{run_id}", daemon=True)
         self._thread.start()
         self._closed = False
@@ -340,6 +367,7 @@ class TokenLogHook:
         """Record one minibatch update. Per-token tensors are `[B, T]` (padded) or `[N]` (packed with
         `cu_seqlens [B + 1]`); `advantage` and `reward` may be `[B]`; `seq_id` is `[B]` (default: fresh
         ids, unique within this hook). `alignment` maps a tensor's name to `token` or `next_token`."""
+        started = time.perf_counter()
         self._raise_pending()
         if self._closed:
             raise HookWriterError("record() after close()")
@@ -367,6 +395,8 @@ class TokenLogHook:
             snap.event = torch.cuda.Event()
             snap.event.record(torch.cuda.current_stream())
         self._put(snap)
+        self.records += 1
+        self.record_seconds += time.perf_counter() - started
 
     def flush(self) -> None:
         """Wait until everything recorded so far is written to files."""
@@ -397,12 +427,15 @@ class TokenLogHook:
             self.close()
 
     def _put(self, item: Snapshot | _Flush | None) -> None:
+        if not isinstance(item, Snapshot):
+            self._wake.set()  # flush and close want the writer now
         while True:  # blocks while the writer is behind (backpressure), wakes if it died
             self._raise_pending()
             try:
                 self._queue.put(item, timeout=0.05)
                 return
             except queue.Full:
+                self._wake.set()
                 continue
 
     def _raise_pending(self) -> None:
@@ -414,39 +447,52 @@ class TokenLogHook:
 
     # ---- writer thread -------------------------------------------------------------------------------
     def _run(self) -> None:
+        """Poll rather than wake on every call: a thread woken per call would take the GIL from the
+        trainer at every `record`; this one takes it about every `poll_seconds`, for a batch of calls."""
         try:
             while True:
-                item = self._queue.get()
+                self._wake.wait(self.poll_seconds)
+                self._wake.clear()
                 started = time.thread_time()
-                if item is None:
-                    self._write_buffer()
-                    return
-                if isinstance(item, _Flush):
-                    self._write_buffer()
-                    item.done.set()
-                else:
-                    if item.event is not None:
-                        item.event.synchronize()  # waits for the copies, in this thread only
-                    self._add(snapshot_rows(item, self.run_id), item.step)
+                done = self._drain()
                 self.writer_seconds += time.thread_time() - started
+                if done:
+                    return
         except BaseException as error:  # surfaced to the caller by _raise_pending
             self._error = error
 
-    def _add(self, table: pa.Table, step: int) -> None:
-        if table.num_rows == 0:
-            return
-        if step not in self._buffered_steps and len(self._buffered_steps) >= self.steps_per_file:
+    def _drain(self) -> bool:
+        """Handle every waiting item; True once the closing marker came."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is None:
+                self._write_buffer()
+                return True
+            if isinstance(item, _Flush):
+                self._write_buffer()
+                item.done.set()
+                continue
+            if item.event is not None:
+                item.event.synchronize()  # waits for the copies, in this thread only
+            self._add(item)
+
+    def _add(self, snap: Snapshot) -> None:
+        if snap.step not in self._buffered_steps and len(self._buffered_steps) >= self.steps_per_file:
             self._write_buffer()
-        self._chunks.append(table)
-        self._buffered_rows += table.num_rows
-        self._buffered_steps.add(step)
-        if self._buffered_rows >= self.rows_per_file:
+        self._pending.append(snap)
+        self._buffered_tokens += max(t.numel() for t in snap.tensors.values())
+        self._buffered_steps.add(snap.step)
+        if self._buffered_tokens >= self.tokens_per_file:
             self._write_buffer()
 
     def _write_buffer(self) -> None:
-        if not self._chunks:
+        table = rows_table(self._pending, self.run_id).sort_by(SORT_KEYS) if self._pending else None
+        self._pending, self._buffered_tokens, self._buffered_steps = [], 0, set()
+        if table is None or table.num_rows == 0:
             return
-        table = pa.concat_tables(self._chunks).sort_by(SORT_KEYS)
         steps = table.column("step")
         first, last = pa.compute.min(steps).as_py(), pa.compute.max(steps).as_py()
         path = self.out_dir / f"{self.run_id}-step{first:06d}-{last:06d}-{self._n_file:04d}.parquet"
@@ -454,4 +500,3 @@ class TokenLogHook:
         self.files.append(path)
         self.rows_written += table.num_rows
         self._n_file += 1
-        self._chunks, self._buffered_rows, self._buffered_steps = [], 0, set()

@@ -290,23 +290,21 @@ def ppo_loss(theta, prox, behave, advantage, mask, args: Args) -> torch.Tensor:
 
 def train_step(model, opt, batch, step: int, args: Args, hook: TokenLogHook | None, rng) -> dict:
     """One step: prox pass (or not), then `n_minibatches` PPO updates, each recorded by the hook."""
-    ids = batch["input_ids"]
-    behave = batch["logprobs"][:, 1:]  # (B, T-1): rolled, to line up with next_token log-probs
-    versions, mask = batch["versions"][:, 1:], batch["loss_mask"][:, 1:]  # (B, T-1)
     started = time.perf_counter()
-    prox_all = None
     if args.prox_method == "recompute" or (args.audit_prox_every and step % args.audit_prox_every == 0):
-        with torch.no_grad():
-            prox_all = next_token_logp(model, ids)  # (B, T-1) pi_prox: the weights at the start of the step
+        with torch.no_grad():  # pi_prox: the weights at the start of the step
+            batch = batch | {"prox_logp": next_token_logp(model, batch["input_ids"])}  # (B, T-1)
     recompute_seconds = time.perf_counter() - started
-    order = torch.from_numpy(rng.permutation(len(ids)))
+    order = torch.from_numpy(rng.permutation(len(batch["input_ids"])))
     for m, idx in enumerate(order.chunk(args.n_minibatches)):
-        theta = next_token_logp(model, ids[idx])  # (b, T-1) pi_theta, with gradients
+        mb = {k: v[idx] for k, v in batch.items()}
+        theta = next_token_logp(model, mb["input_ids"])  # (b, T-1) pi_theta, with gradients
+        behave = mb["logprobs"][:, 1:]  # (b, T-1): un-rolled -> next_token, to line up with theta
         if args.prox_method == "recompute":
-            prox = prox_all[idx]
+            prox = mb["prox_logp"]
         else:
-            prox = loglinear_prox(behave[idx], theta, versions[idx], step)
-        loss = ppo_loss(theta, prox, behave[idx], batch["advantages"][idx], mask[idx], args)
+            prox = loglinear_prox(behave, theta, mb["versions"][:, 1:], step)
+        loss = ppo_loss(theta, prox, behave, mb["advantages"], mb["loss_mask"][:, 1:], args)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -315,17 +313,17 @@ def train_step(model, opt, batch, step: int, args: Args, hook: TokenLogHook | No
                 step=step,
                 minibatch=m,
                 n_minibatches=args.n_minibatches,
-                seq_id=batch["seq_id"][idx],
-                token_id=ids[idx],
-                response_mask=batch["loss_mask"][idx],
-                behave_logp=batch["logprobs"][idx],
-                behave_version=batch["versions"][idx],
-                proximal_t_logp=batch["proximal_t_logp"][idx],
-                proximal_t_version=batch["proximal_t_version"][idx],
-                prox_logp=None if prox_all is None else prox_all[idx],
+                seq_id=mb["seq_id"],
+                token_id=mb["input_ids"],
+                response_mask=mb["loss_mask"],
+                behave_logp=mb["logprobs"],
+                behave_version=mb["versions"],
+                proximal_t_logp=mb["proximal_t_logp"],
+                proximal_t_version=mb["proximal_t_version"],
+                prox_logp=mb.get("prox_logp"),
                 theta_logp=theta,
-                advantage=batch["advantages"][idx],
-                reward=batch["rewards"][idx],
+                advantage=mb["advantages"],
+                reward=mb["rewards"],
                 alignment={"prox_logp": "next_token", "theta_logp": "next_token"},
             )
     return {"train_seconds": time.perf_counter() - started, "recompute_seconds": recompute_seconds}
@@ -363,6 +361,11 @@ class TrainResult:
     hooked: list[bool] = field(default_factory=list)
     dropped_groups: int = 0
     files: list = field(default_factory=list)
+    writer_seconds: float = 0.0
+    """CPU time of the hook's writer thread (it runs beside the trainer)"""
+    record_seconds: float = 0.0
+    """time the trainer spent inside the hook's `record` calls"""
+    records: int = 0
 
 
 def _note(result: TrainResult, batch: dict, step: int, stats: dict, hooked: bool) -> None:
@@ -416,7 +419,8 @@ def train(args: Args, record_step=lambda step: True, echo=print) -> TrainResult:
     finally:
         if hook is not None:
             hook.close()
-            result.files = list(hook.files)
+            result.files, result.writer_seconds = list(hook.files), hook.writer_seconds
+            result.record_seconds, result.records = hook.record_seconds, hook.records
     return result
 
 

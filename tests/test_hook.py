@@ -216,27 +216,27 @@ class TestWriter:
             raise OSError("disk full")
 
         monkeypatch.setattr(hook_module, "write_log_atomic", broken)
-        hook = TokenLogHook(tmp_path, "run", rows_per_file=1)
+        hook = TokenLogHook(tmp_path, "run", tokens_per_file=1)
         hook.record(step=0, **base())
         deadline = time.time() + 5
         with pytest.raises(HookWriterError, match="disk full"):  # on one of the next calls
             while time.time() < deadline:
                 hook.record(step=1, **base())
                 time.sleep(0.01)
-        hook2 = TokenLogHook(tmp_path, "run2", rows_per_file=1)
+        hook2 = TokenLogHook(tmp_path, "run2", tokens_per_file=1)
         hook2.record(step=0, **base())
         with pytest.raises(HookWriterError, match="disk full"):
             hook2.close()
 
     def test_backpressure_blocks_the_caller(self, tmp_path, monkeypatch):
         gate = threading.Event()
-        real = hook_module.snapshot_rows
+        real = TokenLogHook._add
 
-        def slow(snap, run_id):
+        def slow(self, snap):
             gate.wait()
-            return real(snap, run_id)
+            return real(self, snap)
 
-        monkeypatch.setattr(hook_module, "snapshot_rows", slow)
+        monkeypatch.setattr(TokenLogHook, "_add", slow)
         hook = TokenLogHook(tmp_path, "run", max_pending=2)
         for step in range(3):  # one in the writer's hands, two queued
             hook.record(step=step, **base())
@@ -266,7 +266,7 @@ class TestWriter:
         assert (tmp_path / "run-step000005-000005-0003.parquet").exists()
 
     def test_roll_by_size_keeps_sequences_whole_and_sorted(self, tmp_path):
-        with TokenLogHook(tmp_path, "run", rows_per_file=8) as hook:
+        with TokenLogHook(tmp_path, "run", tokens_per_file=20) as hook:
             for minibatch in (1, 0, 2):  # out of order: each file is sorted anyway
                 seq_ids = torch.tensor([20 - minibatch, 10 + minibatch])
                 hook.record(step=3, minibatch=minibatch, n_minibatches=3, **base(seq_id=seq_ids))
@@ -289,7 +289,7 @@ class TestWriter:
             import torch, sys
             sys.path.insert(0, {str(REPO)!r})
             from evaluator.hook import TokenLogHook
-            hook = TokenLogHook({str(tmp_path)!r}, "killed", rows_per_file=20000)
+            hook = TokenLogHook({str(tmp_path)!r}, "killed", tokens_per_file=40000)
             B, T = 64, 400
             logp = -torch.rand(B, T)
             step = 0

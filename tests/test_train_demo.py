@@ -95,3 +95,12 @@ def test_cli_options_mirror_args(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "reward: first" in result.output and "token log: 1 files" in result.output
+
+
+def test_bench_hook_alternates_and_counts():
+    from evaluator.bench_hook import WARMUP_STEPS, bench_hook
+
+    bench = bench_hook(Args(steps=WARMUP_STEPS + 6, n_minibatches=2))
+    assert bench.steps == 6 and bench.records == 2 * (WARMUP_STEPS + 6) // 2  # every other step recorded
+    assert bench.on_ms > 0 and bench.off_ms > 0 and bench.rows > 0 and bench.record_seconds > 0
+    assert "overhead:" in bench.render() and "us per call" in bench.render()
