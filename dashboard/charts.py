@@ -47,6 +47,7 @@ METHOD_COLORS: dict[str, str] = {
 }
 SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e")
 FACET_COLUMNS = 3
+MARKER_POINTS = 100  # longer series are drawn as lines only (markers hide the shape)
 
 
 def ordered(methods) -> list[str]:
@@ -109,6 +110,7 @@ def add_series(
     has quantiles; otherwise the mean line with a min-max band (`band`) or alone."""
     frame = frame.sort_values(x)
     group, quiet = dict(legendgroup=name, showlegend=legend), dict(legendgroup=name, showlegend=False)
+    dense = len(frame) <= MARKER_POINTS
     if has_quantiles(frame):
         _band(fig, frame[x], frame["p50"], frame["p90"], _rgba(hue, 0.30), name, **pos)
         _band(fig, frame[x], frame["p90"], frame["p99"], _rgba(hue, 0.12), name, **pos)
@@ -117,7 +119,8 @@ def add_series(
             go.Scatter(
                 x=frame[x],
                 y=frame["mean"],
-                mode="markers",
+                mode="markers" if dense else "lines",
+                line=dict(color=hue, width=1, dash="dot"),
                 marker=dict(color=hue, symbol="diamond-open"),
                 name=f"{name} mean",
                 **quiet,
@@ -132,7 +135,7 @@ def add_series(
         go.Scatter(
             x=frame[x],
             y=centre,
-            mode="lines+markers",
+            mode="lines+markers" if dense else "lines",
             line=dict(color=hue, width=2),
             name=centre_name,
             customdata=frame[["n"]],

@@ -198,3 +198,79 @@ def test_the_app_never_writes(fixture_store, monkeypatch):
         no_exception(run_app(fixture_store, monkeypatch, page=page, run="loglinear"))
     assert digest(fixture_store) == before
     assert not Path(f"{fixture_store}.wal").exists()
+
+
+def test_over_training_worst_cell(fixture_store, monkeypatch):
+    at = run_app(fixture_store, monkeypatch, page="training", run="recompute", focus="ground_truth")
+    no_exception(at)
+    cells = queries.step_staleness(fixture_store, queries.Filters(("recompute",), ("ground_truth",)), "drift")
+    worst = cells[cells["n"] >= 30].sort_values("mean").iloc[-1]
+    line = next(m.value for m in at.markdown if m.value.startswith("Worst cell"))
+    assert (
+        f"step **{worst['step']}**, staleness **{worst['staleness']}**: mean drift **{worst['mean']:.4g}**"
+        in line
+    )
+
+
+class TestDashboardCommand:
+    def test_missing_database_and_bad_options_exit_2(self, tmp_path, fixture_store):
+        from click.testing import CliRunner
+
+        from evaluator.cli import cli
+
+        result = CliRunner().invoke(cli, ["dashboard", "--db", str(tmp_path / "nope.duckdb")])
+        assert result.exit_code == 2 and "no such metrics database" in result.output
+        result = CliRunner().invoke(cli, ["dashboard", "--db", str(fixture_store), "--port", "70000"])
+        assert result.exit_code == 2 and "not a TCP port" in result.output
+        result = CliRunner().invoke(
+            cli, ["dashboard", "--db", str(fixture_store), "--thresholds", "nope.toml"]
+        )
+        assert result.exit_code == 2 and "nope.toml" in result.output
+
+    def test_local_only_headless_and_no_usage_statistics(self, fixture_store):
+        from evaluator.dashboard_cmd import streamlit_command
+
+        command = streamlit_command(fixture_store, "127.0.0.1", 8501)
+        options = dict(zip(command[5::2], command[6::2], strict=False))
+        assert options["--server.address"] == "127.0.0.1" and options["--server.headless"] == "true"
+        assert options["--browser.gatherUsageStats"] == "false"
+        assert command[-2:] == ["--db", str(fixture_store.resolve())]
+
+    @pytest.mark.slow
+    def test_serves_until_ctrl_c(self, fixture_store):
+        import os
+        import signal
+        import socket
+        import subprocess
+        import sys
+        import time
+        import urllib.request
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        code = "from evaluator.cli import main; main()"
+        args = [sys.executable, "-c", code, "dashboard", "--db", str(fixture_store), "--port", str(port)]
+        child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            assert child.stdout.readline().startswith(f"proxaudit dashboard: http://127.0.0.1:{port}")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(
+                        f"http://127.0.0.1:{port}/_stcore/health", timeout=2
+                    ) as reply:
+                        if reply.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.25)
+            else:
+                pytest.fail("the dashboard did not come up")
+            os.killpg(child.pid, signal.SIGINT)  # Ctrl-C in the terminal reaches the whole group
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        with pytest.raises(ProcessLookupError):  # the streamlit server went with it: no process left
+            os.killpg(child.pid, 0)

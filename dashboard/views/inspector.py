@@ -12,7 +12,8 @@ from dashboard.views.common import Context, load, seed, show
 def render(ctx: Context) -> None:
     row = ctx.runs.set_index("run_id").loc[ctx.run_id]
     lo, hi = ctx.filters.steps or (int(row["first_step"]), int(row["last_step"]))
-    seed("step", lo, lambda raw: int(raw) if lo <= int(raw) <= hi else None)
+    # Default: mid-run, where every staleness occurs and resumed responses mix versions.
+    seed("step", (lo + hi) // 2, lambda raw: int(raw) if lo <= int(raw) <= hi else None)
     step = int(st.number_input("step", min_value=lo, max_value=hi, key="step"))
     files = load(ctx.db, "log_files", ctx.run_id, step)
     if files.empty:

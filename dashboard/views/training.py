@@ -8,6 +8,8 @@ import streamlit as st
 from dashboard import charts
 from dashboard.views.common import ERROR_METRICS, Context, choice, load, seed, show
 
+MIN_CELL_TOKENS = 30  # fewer tokens make a noisy mean
+
 
 def render(ctx: Context) -> None:
     seed("metric", "abs_error", choice(ERROR_METRICS))
@@ -28,16 +30,18 @@ def render(ctx: Context) -> None:
             "Staleness range selected: min..max around the exact mean (quantiles are over all staleness)."
         )
     else:
-        st.caption("Line: p50 per step; bands p50-p90 and p90-p99; diamonds: mean.")
+        st.caption("Line: p50 per step; bands p50-p90 and p90-p99; mean dotted (diamonds up to 100 steps).")
     frame = load(ctx.db, "by_step", ctx.with_methods(focus), (focus_metric,))
     show(charts.facets_by_method(frame, "step", focus_metric, log_y=log_y), "focus")
 
     st.subheader(f"{focus}: mean {focus_metric} on the step x staleness grid")
     cells = load(ctx.db, "step_staleness", ctx.with_methods(focus), focus_metric)
     show(charts.step_staleness_heatmap(cells, focus_metric, focus), "heatmap")
-    if not cells.empty:
-        worst = cells.loc[cells["mean"].idxmax()]
+    solid = cells[cells["n"] >= MIN_CELL_TOKENS]
+    if not solid.empty:
+        worst = solid.loc[solid["mean"].idxmax()]
         st.markdown(
-            f"Worst cell: step **{worst['step']}**, staleness **{worst['staleness']}**: mean {focus_metric} "
-            f"**{worst['mean']:.4g}** over {int(worst['n']):,} tokens."
+            f"Worst cell with at least {MIN_CELL_TOKENS} tokens: step **{worst['step']}**, staleness "
+            f"**{worst['staleness']}**: mean {focus_metric} **{worst['mean']:.4g}** "
+            f"over {int(worst['n']):,} tokens."
         )
