@@ -226,118 +226,87 @@ def _segments(x: pd.Series, lo: pd.Series, hi: pd.Series) -> tuple[list, list]:
     return xs, ys
 
 
-def _range_glyphs(fig: go.Figure, frame: pd.DataFrame, name: str, hue: str, legend: bool, **pos) -> None:
-    """Box-like glyphs per staleness from stored stats: a whisker min..max, a thick bar p50..p99, ticks
-    at p50 and p90, a diamond at the mean (whisker and mean only when quantiles are null)."""
-    frame = frame.sort_values("staleness")
-    group, quiet = dict(legendgroup=name, showlegend=legend), dict(legendgroup=name, showlegend=False)
-    xs, ys = _segments(frame["staleness"], frame["min"], frame["max"])
+def _range_glyphs(fig: go.Figure, frame: pd.DataFrame, x: pd.Series, name: str, hue: str) -> None:
+    """Box-like glyphs at positions `x` from stored stats: a whisker min..max, a thick bar p50..p99,
+    ticks at p50 and p90, a diamond at the mean (whisker and mean only when quantiles are null)."""
+    group, quiet = dict(legendgroup=name, showlegend=True), dict(legendgroup=name, showlegend=False)
+    xs, ys = _segments(x, frame["min"], frame["max"])
     fig.add_trace(
         go.Scatter(
-            x=xs,
-            y=ys,
-            mode="lines",
-            line=dict(color=hue, width=1),
-            name=name,
-            hoverinfo="skip",
-            **group,
-        ),
-        **pos,
+            x=xs, y=ys, mode="lines", line=dict(color=hue, width=1), name=name, hoverinfo="skip", **group
+        )
     )
     if has_quantiles(frame):
-        xs, ys = _segments(frame["staleness"], frame["p50"], frame["p99"])
+        xs, ys = _segments(x, frame["p50"], frame["p99"])
         fig.add_trace(
             go.Scatter(
                 x=xs,
                 y=ys,
                 mode="lines",
-                line=dict(color=_rgba(hue, 0.45), width=12),
-                name=f"{name} p50-p99",
+                line=dict(color=_rgba(hue, 0.45), width=8),
                 hoverinfo="skip",
                 **quiet,
-            ),
-            **pos,
-        )
-        for stat in ("p50", "p90"):
-            fig.add_trace(
-                go.Scatter(
-                    x=frame["staleness"],
-                    y=frame[stat],
-                    mode="markers",
-                    name=f"{name} {stat}",
-                    marker=dict(symbol="line-ew-open", size=16, color=hue, line_width=2),
-                    hovertemplate=f"staleness %{{x}}<br>{stat} %{{y:.4g}}",
-                    **quiet,
-                ),
-                **pos,
             )
+        )
+        ticks = pd.concat([frame["p50"], frame["p90"]])
+        fig.add_trace(
+            go.Scatter(
+                x=pd.concat([x, x]),
+                y=ticks,
+                mode="markers",
+                hoverinfo="skip",
+                **quiet,
+                marker=dict(symbol="line-ew-open", size=10, color=hue, line_width=2),
+            )
+        )
+    stats = [c for c in ("n", "min", "p50", "p90", "p99", "max") if frame[c].notna().any()]
+    hover = "<br>".join(f"{c} %{{customdata[{k}]:.4g}}" for k, c in enumerate(stats))
+    template = f"{name}<br>staleness %{{text}}<br>mean %{{y:.4g}}<br>{hover}<extra></extra>"
     fig.add_trace(
         go.Scatter(
-            x=frame["staleness"],
+            x=x,
             y=frame["mean"],
             mode="markers",
+            marker=dict(symbol="diamond", size=6, color=hue),
+            customdata=frame[stats],
             name=f"{name} mean",
-            marker=dict(symbol="diamond", size=7, color=hue),
-            customdata=frame[["n", "min", "max"]],
-            hovertemplate="staleness %{x}<br>mean %{y:.4g}<br>n %{customdata[0]:,}"
-            "<br>min %{customdata[1]:.4g}<br>max %{customdata[2]:.4g}",
+            text=frame["staleness"],
             **quiet,
-        ),
-        **pos,
+            hovertemplate=template,
+        )
     )
 
 
-def _panel_shapes(fig: go.Figure, n_panels: int, shapes: list[dict]) -> None:
-    """Horizontal `shapes` (y in data units) across each of the first `n_panels` subplots, set at once
-    (plotly's add_hline(row="all") costs 0.1 s per line on a grid)."""
-    placed = []
-    for k in range(1, n_panels + 1):
-        axis = "" if k == 1 else str(k)
-        placed += [
-            {**shape, "xref": f"x{axis} domain", "x0": 0, "x1": 1, "yref": f"y{axis}"} for shape in shapes
-        ]
-    fig.update_layout(shapes=placed)
-
-
 def _corner_note(fig: go.Figure, text: str, hue: str) -> None:
-    fig.add_annotation(text=text, xref="paper", yref="paper", x=1, y=1.06, showarrow=False, font_color=hue,
-                       xanchor="right")  # fmt: skip
+    fig.add_annotation(
+        text=text, xref="paper", yref="paper", x=1, y=1.06, showarrow=False, font_color=hue, xanchor="right"
+    )
 
 
 def weight_ranges(frame: pd.DataFrame, metric: str) -> go.Figure:
-    """Distributions of a weight (`behave_imp_weight` or `importance_weight`) per staleness, one panel
-    per method, with the PPO clip range or the behaviour weight cap drawn (log y: weights are ratios)."""
+    """Distributions of a weight (`behave_imp_weight` or `importance_weight`) per staleness, the methods
+    side by side at each staleness (ground truth first), with the PPO clip range or the behaviour weight
+    cap drawn (log y: weights are ratios)."""
     methods = ordered(frame["method"])
     if not methods:
         return empty_figure(f"no {metric} rows for this selection")
-    fig, cols = _grid(methods)
+    fig, width = go.Figure(), 0.8 / len(methods)
     for i, method in enumerate(methods):
-        _range_glyphs(
-            fig,
-            frame[frame["method"] == method],
-            method,
-            color(method),
-            True,
-            row=i // cols + 1,
-            col=i % cols + 1,
-        )
+        part = frame[frame["method"] == method].sort_values("staleness")
+        offset = (i - (len(methods) - 1) / 2) * width
+        _range_glyphs(fig, part, part["staleness"] + offset, method, color(method))
     if metric == "importance_weight":
         lo, hi = CLIP_RANGE
-        band = dict(type="rect", y0=lo, y1=hi, fillcolor="green", opacity=0.08, line_width=0, layer="below")
-        edge = dict(type="line", line=dict(color="green", dash="dash", width=1))
-        _panel_shapes(fig, len(methods), [band, {**edge, "y0": lo, "y1": lo}, {**edge, "y0": hi, "y1": hi}])
+        fig.add_hrect(y0=lo, y1=hi, fillcolor="green", opacity=0.08, line_width=0, layer="below")
+        for bound in CLIP_RANGE:
+            fig.add_hline(y=bound, line=dict(color="green", dash="dash", width=1))
         _corner_note(fig, f"clip range [{lo}, {hi}]", "green")
     if metric == "behave_imp_weight":
-        cap = dict(
-            type="line",
-            y0=BEHAVE_WEIGHT_CAP,
-            y1=BEHAVE_WEIGHT_CAP,
-            line=dict(color="red", dash="dash", width=1),
-        )
-        _panel_shapes(fig, len(methods), [cap])
+        fig.add_hline(y=BEHAVE_WEIGHT_CAP, line=dict(color="red", dash="dash", width=1))
         _corner_note(fig, f"behaviour weight cap {BEHAVE_WEIGHT_CAP}", "red")
-    fig.update_xaxes(title_text=label("staleness"), dtick=1)
-    fig.update_yaxes(title_text=label(metric), col=1)
+    fig.update_layout(height=460, margin=dict(t=40, b=40), legend_title_text="method")
+    fig.update_xaxes(title_text=label("staleness"), dtick=1, showgrid=False)
+    fig.update_yaxes(title_text=label(metric))
     return y_scale(fig, True, decades=False)
 
 
