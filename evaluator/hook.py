@@ -29,37 +29,25 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import torch
 
+from evaluator.hook_layout import (
+    TOKEN_COLUMNS,
+    Alignment,
+    HookShapeError,
+    check_shapes,
+    gather,
+    locate_rows,
+)
 from evaluator.logio import token_table, write_log_atomic
 from schemas.token_log import COLUMNS
 
-Alignment = Literal["token", "next_token"]
-ALIGNMENTS = ("token", "next_token")
-TOKEN_COLUMNS = (
-    "token_id",
-    "loss_mask",
-    "behave_logp",
-    "behave_version",
-    "prox_logp",
-    "theta_logp",
-    "proximal_t_logp",
-    "proximal_t_version",
-    "advantage",
-    "reward",
-)
-PER_SEQUENCE_OK = ("advantage", "reward")
-"""Columns that may also be given once per sequence, `[B]`, and are repeated on each of its tokens."""
-LAYOUT_TENSORS = ("response_mask", "attention_mask")
+__all__ = ["Alignment", "HookShapeError", "HookWriterError", "TokenLogHook"]
+
 SORT_KEYS = [("step", "ascending"), ("minibatch", "ascending"), ("seq_id", "ascending"), ("pos", "ascending")]
-
-
-class HookShapeError(ValueError):
-    """Tensors of one `record` call do not fit together (the message names both shapes)."""
 
 
 class HookWriterError(RuntimeError):
@@ -87,155 +75,16 @@ class _Flush:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
-
-
-def check_shapes(
-    tensors: Mapping[str, torch.Tensor], alignment: Mapping[str, str], packed: bool
-) -> tuple[int, frozenset[str]]:
-    """Check that every tensor fits the batch; return B and the columns given once per sequence.
-
-    Shapes only (metadata), so this never waits for the device.
-    """
-    for name, how in alignment.items():
-        if name not in TOKEN_COLUMNS and name not in LAYOUT_TENSORS:
-            raise HookShapeError(f"alignment names {name!r}, which is not a per-token tensor of record()")
-        if how not in ALIGNMENTS:
-            raise HookShapeError(f"alignment of {name} must be one of {ALIGNMENTS}, not {how!r}")
-    per_token = {k: v for k, v in tensors.items() if k in TOKEN_COLUMNS or k in LAYOUT_TENSORS}
-    check = _check_packed if packed else _check_padded
-    B, per_sequence = check(tensors, per_token, alignment)
-    for name in ("seq_id", "prompt_lengths"):
-        if name in tensors and _shape(tensors[name]) != (B,):
-            raise HookShapeError(f"{name} has shape {_shape(tensors[name])} but the batch has {B} sequences")
-    return B, per_sequence
-
-
-def _check_packed(tensors, per_token, alignment) -> tuple[int, frozenset[str]]:
-    cu = tensors["cu_seqlens"]
-    if cu.dim() != 1 or cu.shape[0] < 2:
-        raise HookShapeError(f"cu_seqlens must be [B + 1] with B >= 1, got shape {_shape(cu)}")
-    B, N = cu.shape[0] - 1, tensors["theta_logp"].shape[0]
-    per_sequence = frozenset(
-        n for n in PER_SEQUENCE_OK if n in per_token and _shape(per_token[n]) == (B,) != (N,)
-    )
-    for name, t in per_token.items():
-        if name not in per_sequence and _shape(t) != (N,):
-            raise HookShapeError(
-                f"{name} has shape {_shape(t)} but the packed batch is ({N},) (from theta_logp); "
-                f"packed tensors are [total_tokens]"
-                + (f" or [{B}] per sequence" if name in PER_SEQUENCE_OK else "")
-            )
-    return B, per_sequence
-
-
-def _check_padded(tensors, per_token, alignment) -> tuple[int, frozenset[str]]:
-    ref = next((n for n in LAYOUT_TENSORS if n in tensors), None)
-    if ref is None:  # the widest [B, T] tensor: next_token tensors may be one shorter
-        ref = max(
-            (n for n, t in per_token.items() if t.dim() == 2),
-            key=lambda n: per_token[n].shape[1],
-            default=None,
-        )
-    if ref is None or per_token[ref].dim() != 2:
-        raise HookShapeError(
-            f"padded tensors must be [B, T]; got shapes { {n: _shape(t) for n, t in per_token.items()} }"
-        )
-    B, T = _shape(per_token[ref])
-    per_sequence = frozenset(n for n in PER_SEQUENCE_OK if n in per_token and _shape(per_token[n]) == (B,))
-    for name, t in per_token.items():
-        allowed = [(B, T)] + ([(B, T - 1)] if alignment.get(name) == "next_token" else [])
-        if name not in per_sequence and _shape(t) not in allowed:
-            raise HookShapeError(
-                f"{name} has shape {_shape(t)} but the batch is {(B, T)} (from {ref}); "
-                f"{alignment.get(name, 'token')}-aligned {name} must be "
-                + " or ".join(map(str, allowed + ([(B,)] if name in PER_SEQUENCE_OK else [])))
-            )
-    return B, per_sequence
-
-
 def host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A detached host copy; on CUDA into pinned memory without waiting (the caller's stream keeps going)."""
-    t = t.detach()
-    buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
-    buf.copy_(t, non_blocking=True)
-    return buf
+    """A detached host copy; from CUDA into pinned memory without waiting (the caller's stream keeps going:
+    a non-blocking device-to-host `to` allocates a pinned destination). One op, so cheap on CPU too."""
+    return t.detach().to("cpu", non_blocking=True, copy=True)
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
     if t.dtype in (torch.bfloat16, torch.float16):
         t = t.float()  # numpy has no bfloat16; float32 holds every bf16 value exactly
     return t.numpy()
-
-
-@dataclass
-class Rows:
-    """Where the response tokens are: sequence `seq`, offset `col` in it, rank `pos` among its responses."""
-
-    seq: np.ndarray
-    col: np.ndarray
-    pos: np.ndarray
-    start: np.ndarray | None
-    """Packed only: the flat index where each sequence starts."""
-
-
-def _token_aligned(mask: np.ndarray, how: str) -> np.ndarray:
-    """A padded `[B, W]` boolean mask moved to token alignment, `[B, W + 1]` for next_token."""
-    return mask if how == "token" else np.pad(mask, ((0, 0), (1, 0)))
-
-
-def locate_rows(arrays: Mapping[str, np.ndarray], alignment: Mapping[str, str], packed: bool) -> Rows:
-    """The response tokens of one call, in (sequence, position) order."""
-    if packed:
-        return _locate_packed(arrays, alignment)
-    B, T = next(
-        arrays[n].shape for n in (*LAYOUT_TENSORS, "theta_logp") if n in arrays and arrays[n].ndim == 2
-    )
-    T = max(T, max(a.shape[1] for n, a in arrays.items() if n in TOKEN_COLUMNS and a.ndim == 2))
-    resp = np.ones((B, T), dtype=bool)  # (B, T)
-    for name in LAYOUT_TENSORS:
-        if name in arrays:
-            resp &= _token_aligned(arrays[name] != 0, alignment.get(name, "token"))[:, :T]
-    if "response_mask" not in arrays and "prompt_lengths" in arrays:
-        resp &= np.arange(T)[None, :] >= arrays["prompt_lengths"][:, None]
-    seq, col = np.nonzero(resp)  # (n,), (n,): by sequence, then position
-    pos = (np.cumsum(resp, axis=1) - 1)[seq, col]  # (n,)
-    return Rows(seq, col, pos, None)
-
-
-def _locate_packed(arrays: Mapping[str, np.ndarray], alignment: Mapping[str, str]) -> Rows:
-    cu, N = arrays["cu_seqlens"].astype(np.int64), arrays["theta_logp"].shape[0]
-    lengths = np.diff(cu)
-    if cu[0] != 0 or (lengths < 0).any() or cu[-1] != N:
-        raise HookShapeError(f"cu_seqlens must rise from 0 to total_tokens {N}, got {cu.tolist()}")
-    seq_of = np.repeat(np.arange(len(lengths)), lengths)  # (N,)
-    local = np.arange(N) - cu[:-1][seq_of]  # (N,) offset in its sequence
-    resp = np.ones(N, dtype=bool)  # (N,)
-    for name in LAYOUT_TENSORS:
-        if name in arrays:
-            shift = 1 if alignment.get(name) == "next_token" else 0
-            resp &= (local >= shift) & (arrays[name][np.maximum(np.arange(N) - shift, 0)] != 0)
-    if "response_mask" not in arrays and "prompt_lengths" in arrays:
-        resp &= local >= arrays["prompt_lengths"][seq_of]
-    flat = np.flatnonzero(resp)  # (n,)
-    before = np.concatenate([[0], np.cumsum(resp)])  # response tokens before each flat index
-    seq = seq_of[flat]
-    return Rows(seq, local[flat], before[flat] - before[cu[:-1]][seq], cu[:-1])
-
-
-def gather(name: str, values: np.ndarray, how: str, rows: Rows) -> np.ndarray:
-    """One value per response token from a per-token array declared with alignment `how`."""
-    col = rows.col - (1 if how == "next_token" else 0)  # (n,) source offset in the sequence
-    orphans = int((col < 0).sum())
-    if orphans:
-        raise HookShapeError(
-            f"{name} is next_token-aligned, but {orphans} response tokens are the first token of their "
-            "sequence, so no value of it belongs to them (is it really rolled? is the prompt included?)"
-        )
-    if rows.start is None:
-        return values[rows.seq, col]
-    return values[rows.start[rows.seq] + col]
 
 
 def snapshot_columns(snap: Snapshot) -> dict[str, np.ndarray]:
@@ -332,6 +181,9 @@ class TokenLogHook:
         self._queue: queue.Queue[Snapshot | _Flush | None] = queue.Queue(maxsize=max_pending)
         self._wake = threading.Event()
         self.poll_seconds = poll_seconds
+        token_table(
+            {"step": np.zeros(0, np.int64)}
+        )  # pyarrow imports pandas on first use: now, not mid-training
         self._thread = threading.Thread(target=self._run, name=f"proxaudit-hook-{run_id}", daemon=True)
         self._thread.start()
         self._closed = False
@@ -373,7 +225,9 @@ class TokenLogHook:
             raise HookWriterError("record() after close()")
         given = {k: v for k, v in locals().items() if k not in ("self", "alignment") and v is not None}
         tensors = {
-            k: torch.as_tensor(v) for k, v in given.items() if k not in ("step", "minibatch", "n_minibatches")
+            k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
+            for k, v in given.items()
+            if k not in ("step", "minibatch", "n_minibatches")
         }
         alignment = dict(alignment or {})
         B, per_sequence = check_shapes(tensors, alignment, packed=cu_seqlens is not None)
