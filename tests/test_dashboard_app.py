@@ -274,3 +274,36 @@ class TestDashboardCommand:
                 child.wait()
         with pytest.raises(ProcessLookupError):  # the streamlit server went with it: no process left
             os.killpg(child.pid, 0)
+
+
+@pytest.mark.slow
+def test_pages_while_replay_writes(tmp_path, monkeypatch):
+    """A real `proxaudit replay` of six fixture files fills the store while pages are rendered over and
+    over: never an exception or a lock error, and the new data shows up on the next run."""
+    import subprocess
+    import sys
+
+    from conftest import FIXTURES
+
+    db = tmp_path / "live.duckdb"
+    files = [
+        str(p) for run in ("recompute", "loglinear") for p in sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3]
+    ]
+    code = "from evaluator.cli import main; main()"
+    command = [sys.executable, "-c", code, "replay", *files, "--db", str(db), "--no-progress"]
+    replay = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    renders = 0
+    try:
+        while replay.poll() is None or renders == 0:
+            for page in ("overview", "drift", "training"):
+                at = run_app(db, monkeypatch, page=page)
+                no_exception(at)
+                assert "lock" not in texts(at).lower()
+                renders += 1
+    finally:
+        replay.wait(timeout=120)
+    assert replay.returncode == 0
+    at = run_app(db, monkeypatch, page="overview")
+    assert at.sidebar.selectbox(key="run").options == ["loglinear", "recompute"]
+    assert renders > 3, renders
+    print(f"{renders} page renders while replay wrote")
