@@ -35,6 +35,7 @@ import pyarrow as pa
 import torch
 
 from evaluator.hook_layout import (
+    LAYOUT_TENSORS,
     TOKEN_COLUMNS,
     Alignment,
     HookShapeError,
@@ -47,6 +48,7 @@ from schemas.token_log import COLUMNS
 
 __all__ = ["Alignment", "HookShapeError", "HookWriterError", "TokenLogHook"]
 
+TENSOR_ARGS = frozenset((*TOKEN_COLUMNS, *LAYOUT_TENSORS, "seq_id", "prompt_lengths", "cu_seqlens"))
 SORT_KEYS = [("step", "ascending"), ("minibatch", "ascending"), ("seq_id", "ascending"), ("pos", "ascending")]
 
 
@@ -218,24 +220,21 @@ class TokenLogHook:
     ) -> None:
         """Record one minibatch update. Per-token tensors are `[B, T]` (padded) or `[N]` (packed with
         `cu_seqlens [B + 1]`); `advantage` and `reward` may be `[B]`; `seq_id` is `[B]` (default: fresh
-        ids, unique within this hook). `alignment` maps a tensor's name to `token` or `next_token`."""
+        ids, unique within this hook). `alignment` maps a tensor's name to `token` or `next_token`.
+        `step`, `minibatch` and `n_minibatches` are Python ints (a device scalar would force a sync)."""
         started = time.perf_counter()
         self._raise_pending()
         if self._closed:
             raise HookWriterError("record() after close()")
-        given = {k: v for k, v in locals().items() if k not in ("self", "alignment") and v is not None}
-        tensors = {
-            k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
-            for k, v in given.items()
-            if k not in ("step", "minibatch", "n_minibatches")
-        }
+        given = {k: v for k, v in locals().items() if k in TENSOR_ARGS and v is not None}
+        tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in given.items()}
         alignment = dict(alignment or {})
         B, per_sequence = check_shapes(tensors, alignment, packed=cu_seqlens is not None)
         alignment = {k: v for k, v in alignment.items() if k in tensors}  # a trainer may declare all at once
         if seq_id is None:
             tensors["seq_id"] = torch.arange(self._next_seq_id, self._next_seq_id + B)
             self._next_seq_id += B
-        on_cuda = any(t.is_cuda for t in tensors.values())
+        cuda_device = next((t.device for t in tensors.values() if t.is_cuda), None)
         snap = Snapshot(
             step=int(step),
             minibatch=int(minibatch),
@@ -245,9 +244,9 @@ class TokenLogHook:
             packed=cu_seqlens is not None,
             per_sequence=per_sequence,
         )
-        if on_cuda:  # the writer waits on this event; the training stream never does
+        if cuda_device is not None:  # the writer waits on this event; the training stream never does
             snap.event = torch.cuda.Event()
-            snap.event.record(torch.cuda.current_stream())
+            snap.event.record(torch.cuda.current_stream(cuda_device))
         self._put(snap)
         self.records += 1
         self.record_seconds += time.perf_counter() - started
