@@ -13,9 +13,6 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-CLIP_RANGE = (0.8, 1.2)  # PPO ratio clip [1 - eps, 1 + eps_high] at eps 0.2 (DOMAIN.md section 1)
-BEHAVE_WEIGHT_CAP = 5.0  # AReaL's default cap of the behaviour weight exp(prox - behave)
-
 LABELS: dict[str, str] = {
     "staleness": "staleness = step - behave_version (steps)",
     "step": "step",
@@ -71,7 +68,7 @@ def color(method: str, i: int = 0) -> str:
     return METHOD_COLORS.get(method, SERIES_COLORS[i % len(SERIES_COLORS)])
 
 
-def _rgba(hex_color: str, alpha: float) -> str:
+def rgba(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
@@ -112,8 +109,8 @@ def add_series(
     group, quiet = dict(legendgroup=name, showlegend=legend), dict(legendgroup=name, showlegend=False)
     dense = len(frame) <= MARKER_POINTS
     if has_quantiles(frame):
-        _band(fig, frame[x], frame["p50"], frame["p90"], _rgba(hue, 0.30), name, **pos)
-        _band(fig, frame[x], frame["p90"], frame["p99"], _rgba(hue, 0.12), name, **pos)
+        _band(fig, frame[x], frame["p50"], frame["p90"], rgba(hue, 0.30), name, **pos)
+        _band(fig, frame[x], frame["p90"], frame["p99"], rgba(hue, 0.12), name, **pos)
         centre, centre_name = frame["p50"], f"{name} p50"
         fig.add_trace(
             go.Scatter(
@@ -129,7 +126,7 @@ def add_series(
         )
     else:
         if band:
-            _band(fig, frame[x], frame["min"], frame["max"], _rgba(hue, 0.15), name, **pos)
+            _band(fig, frame[x], frame["min"], frame["max"], rgba(hue, 0.15), name, **pos)
         centre, centre_name = frame["mean"], f"{name} mean"
     fig.add_trace(
         go.Scatter(
@@ -217,99 +214,6 @@ def conventions(
     return y_scale(fig.update_layout(height=380, margin=dict(t=60, b=40)), log_y)
 
 
-def _segments(x: pd.Series, lo: pd.Series, hi: pd.Series) -> tuple[list, list]:
-    """Vertical segments x: lo..hi as one trace (None separates them)."""
-    xs, ys = [], []
-    for xi, a, b in zip(x, lo, hi, strict=True):
-        xs += [xi, xi, None]
-        ys += [a, b, None]
-    return xs, ys
-
-
-def _range_glyphs(fig: go.Figure, frame: pd.DataFrame, x: pd.Series, name: str, hue: str) -> None:
-    """Box-like glyphs at positions `x` from stored stats: a whisker min..max, a thick bar p50..p99,
-    ticks at p50 and p90, a diamond at the mean (whisker and mean only when quantiles are null)."""
-    group, quiet = dict(legendgroup=name, showlegend=True), dict(legendgroup=name, showlegend=False)
-    xs, ys = _segments(x, frame["min"], frame["max"])
-    fig.add_trace(
-        go.Scatter(
-            x=xs, y=ys, mode="lines", line=dict(color=hue, width=1), name=name, hoverinfo="skip", **group
-        )
-    )
-    if has_quantiles(frame):
-        xs, ys = _segments(x, frame["p50"], frame["p99"])
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                line=dict(color=_rgba(hue, 0.45), width=8),
-                hoverinfo="skip",
-                **quiet,
-            )
-        )
-        ticks = pd.concat([frame["p50"], frame["p90"]])
-        fig.add_trace(
-            go.Scatter(
-                x=pd.concat([x, x]),
-                y=ticks,
-                mode="markers",
-                hoverinfo="skip",
-                **quiet,
-                marker=dict(symbol="line-ew-open", size=10, color=hue, line_width=2),
-            )
-        )
-    stats = [c for c in ("n", "min", "p50", "p90", "p99", "max") if frame[c].notna().any()]
-    hover = "<br>".join(f"{c} %{{customdata[{k}]:.4g}}" for k, c in enumerate(stats))
-    template = f"{name}<br>staleness %{{text}}<br>mean %{{y:.4g}}<br>{hover}<extra></extra>"
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=frame["mean"],
-            mode="markers",
-            marker=dict(symbol="diamond", size=6, color=hue),
-            customdata=frame[stats],
-            name=f"{name} mean",
-            text=frame["staleness"],
-            **quiet,
-            hovertemplate=template,
-        )
-    )
-
-
-def _corner_note(fig: go.Figure, text: str, hue: str) -> None:
-    fig.add_annotation(
-        text=text, xref="paper", yref="paper", x=1, y=1.06, showarrow=False, font_color=hue, xanchor="right"
-    )
-
-
-def weight_ranges(frame: pd.DataFrame, metric: str) -> go.Figure:
-    """Distributions of a weight (`behave_imp_weight` or `importance_weight`) per staleness, the methods
-    side by side at each staleness (ground truth first), with the PPO clip range or the behaviour weight
-    cap drawn (log y: weights are ratios)."""
-    methods = ordered(frame["method"])
-    if not methods:
-        return empty_figure(f"no {metric} rows for this selection")
-    fig, width = go.Figure(), 0.8 / len(methods)
-    for i, method in enumerate(methods):
-        part = frame[frame["method"] == method].sort_values("staleness")
-        offset = (i - (len(methods) - 1) / 2) * width
-        _range_glyphs(fig, part, part["staleness"] + offset, method, color(method))
-    if metric == "importance_weight":
-        lo, hi = CLIP_RANGE
-        fig.add_hrect(y0=lo, y1=hi, fillcolor="green", opacity=0.08, line_width=0, layer="below")
-        for bound in CLIP_RANGE:
-            fig.add_hline(y=bound, line=dict(color="green", dash="dash", width=1))
-        _corner_note(fig, f"clip range [{lo}, {hi}]", "green")
-    if metric == "behave_imp_weight":
-        fig.add_hline(y=BEHAVE_WEIGHT_CAP, line=dict(color="red", dash="dash", width=1))
-        _corner_note(fig, f"behaviour weight cap {BEHAVE_WEIGHT_CAP}", "red")
-    fig.update_layout(height=460, margin=dict(t=40, b=40), legend_title_text="method")
-    fig.update_xaxes(title_text=label("staleness"), dtick=1, showgrid=False)
-    fig.update_yaxes(title_text=label(metric))
-    return y_scale(fig, True, decades=False)
-
-
 def headline_bars(frame: pd.DataFrame, metric: str) -> go.Figure:
     """Per method, the headline statistics of `metric` (p50/p90/p99 and max, or mean and max)."""
     if frame.empty:
@@ -323,7 +227,7 @@ def headline_bars(frame: pd.DataFrame, metric: str) -> go.Figure:
                 x=frame["method"],
                 y=frame[stat],
                 name=stat,
-                marker_color=_rgba("#1f77b4", 0.35 + 0.65 * i / max(1, len(stats) - 1)),
+                marker_color=rgba("#1f77b4", 0.35 + 0.65 * i / max(1, len(stats) - 1)),
             )
         )
     fig.update_layout(barmode="group", height=360, margin=dict(t=30, b=40), legend_title_text="stat")

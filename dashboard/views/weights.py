@@ -7,18 +7,17 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, weight_charts
 from dashboard.views.common import Context, load, show
 
 WEIGHTS = ("behave_imp_weight", "importance_weight")
+CAP, (CLIP_LO, CLIP_HI) = weight_charts.BEHAVE_WEIGHT_CAP, weight_charts.CLIP_RANGE
 CAPTIONS = {
-    "behave_imp_weight": f"exp(approx - behave_logp) multiplies each token's loss; AReaL caps or masks it "
-    f"above "
-    f"{charts.BEHAVE_WEIGHT_CAP}. An estimator whose weights cross the cap where the ground truth does not "
-    "masks tokens that should count (and the other way round).",
-    "importance_weight": f"exp(theta_logp - approx) is clipped to "
-    f"[{charts.CLIP_RANGE[0]}, {charts.CLIP_RANGE[1]}] "
-    "by PPO: an estimator that moves it across the clip range changes which tokens get a gradient.",
+    "behave_imp_weight": f"exp(approx - behave_logp) multiplies each token's loss; AReaL caps or masks "
+    f"it above {CAP}. An estimator whose weights cross the cap where the ground truth does not masks "
+    "tokens that should count (and the other way round).",
+    "importance_weight": f"exp(theta_logp - approx) is clipped to [{CLIP_LO}, {CLIP_HI}] by PPO: an "
+    "estimator that moves it across the clip range changes which tokens get a gradient.",
 }
 
 
@@ -47,6 +46,6 @@ def render(ctx: Context) -> None:
     for metric in WEIGHTS:
         st.subheader(metric)
         st.caption(CAPTIONS[metric])
-        show(charts.weight_ranges(frame[frame["metric"] == metric], metric), metric)
+        show(weight_charts.weight_ranges(frame[frame["metric"] == metric], metric), metric)
         with st.expander(f"{metric}: numbers"):
             st.dataframe(weights_table(frame, metric), width="stretch")
