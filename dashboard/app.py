@@ -62,7 +62,9 @@ def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
         m for m in present if m not in common.ESTIMATORS and m != "ground_truth"
     ]
     common.seed("methods", estimators, common.subset(estimators))
-    methods = st.sidebar.multiselect("method (estimators)", estimators, key="methods")
+    methods = st.sidebar.multiselect("method (estimators)", estimators, key="methods") or estimators
+    if not st.session_state["methods"]:
+        st.sidebar.caption("No method chosen: showing every estimator.")
     row = runs.set_index("run_id").loc[run_id]
     staleness = _range_filter("staleness", "staleness", int(row["min_staleness"]), int(row["max_staleness"]))
     steps = _range_filter("step", "steps", int(row["first_step"]), int(row["last_step"]))

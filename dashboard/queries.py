@@ -304,24 +304,14 @@ def sequence_tokens(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFra
 
 
 def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.DataFrame:
-    """The gate's verdict on each check for `run_id` (`evaluator.gate.run_gate`), one row per check;
-    retried like `read_only` while a replay holds the write lock. ThresholdsError on a bad file."""
+    """The gate's verdict on each check for `run_id` (`evaluator.gate.run_gate`), one row per check.
+    ThresholdsError on a bad file. The gate opens the store itself; holding our own read-only connection
+    meanwhile (the same database instance in this process) means it never waits for a replay's lock."""
     from evaluator.gate import run_gate
     from evaluator.gate_report import threshold_text
 
-    deadline = time.monotonic() + RETRY_SECONDS
-    while True:
-        try:
-            result = run_gate(db, thresholds, run=run_id)
-            break
-        except DatabaseBusy:
-            raise
-        except StoreError as error:
-            if not ("lock" in str(error).lower() and Path(db).is_file()):
-                raise
-            if time.monotonic() >= deadline:
-                raise DatabaseBusy(f"{db}: write-locked by another process (a replay in progress)") from error
-            time.sleep(0.1)
+    with read_only(db):
+        result = run_gate(db, thresholds, run=run_id)
     rows = [
         {
             "check": v.check.name,

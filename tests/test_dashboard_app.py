@@ -85,6 +85,14 @@ def test_filters_narrow_the_data_and_go_into_the_url(fixture_store, monkeypatch)
     assert at.query_params["steps"] == "10-20"
 
 
+def test_no_method_chosen_means_every_estimator(fixture_store, monkeypatch):
+    at = run_app(fixture_store, monkeypatch, page="drift", run="recompute")
+    at.sidebar.multiselect(key="methods").set_value([]).run()
+    no_exception(at)
+    assert "No method chosen" in at.sidebar.caption[0].value
+    assert set(at.dataframe[0].value.columns.get_level_values(0)) == set(METHODS) - {"ground_truth"}
+
+
 def test_url_state_is_restored_and_bad_values_fall_back(fixture_store, monkeypatch):
     at = run_app(fixture_store, monkeypatch, page="compare", run="nope", A_method="linear", B_run="loglinear",
                  metric="abs_error", steps="25-99")  # fmt: skip
@@ -177,19 +185,24 @@ def test_busy_database_shows_the_last_good_data(one_step_store, tmp_path, monkey
 
     db = tmp_path / "busy.duckdb"
     db.write_bytes(one_step_store.read_bytes())
-    first = run_app(db, monkeypatch, page="drift")
-    no_exception(first)
+    pages = {"drift": {}, "overview": {"thresholds": str(DEFAULT_THRESHOLDS)}}
+    for page, params in pages.items():
+        no_exception(run_app(db, monkeypatch, page=page, **params))
     monkeypatch.setattr(queries, "RETRY_SECONDS", 0.3)
     child = _hold_write_lock(db, 60)  # it writes, so the cached results are stale
     try:
-        at = run_app(db, monkeypatch, page="drift")
+        busy = {
+            page: run_app(db, monkeypatch, timeout=20, page=page, **params) for page, params in pages.items()
+        }
     finally:
         child.kill()
         child.wait()
-    no_exception(at)
-    assert at.info[0].value.startswith("database busy: replay in progress, showing data from ")
-    assert "lock" not in texts(at).lower()
-    assert len(at.get("plotly_chart")) == CHARTS["drift"]
+    for page, at in busy.items():
+        no_exception(at)
+        assert at.info[0].value.startswith("database busy: replay in progress, showing data from "), page
+        assert "lock" not in texts(at).lower()
+        assert len(at.get("plotly_chart")) == CHARTS[page]
+    assert "Gate" in [*busy["overview"].success, *busy["overview"].error][0].value
 
 
 def test_the_app_never_writes(fixture_store, monkeypatch):

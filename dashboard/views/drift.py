@@ -50,7 +50,7 @@ def render(ctx: Context) -> None:
     )
     show(charts.facets_by_method(drift, "staleness", "drift", log_y=log_y), "drift")
     st.subheader(f"{metric} of each estimator against staleness")
-    st.caption("Dashed: the true drift p50 (the error of using behave_logp as is, for comparison).")
+    st.caption("Dashed: the true drift, p50 (mean under a step range): the error of using behave_logp as is.")
     show(charts.facets_by_method(errors, "staleness", metric, reference=drift, log_y=log_y), "errors")
     st.subheader("Version conventions: areal vs exact")
     pairs = tuple(p for p in CONVENTION_PAIRS if all(m in ctx.methods for m in p))
