@@ -284,36 +284,51 @@ class TestWriter:
             TokenLogHook(tmp_path, "../escape")
 
     def test_sigkill_mid_write_leaves_no_partial_file(self, tmp_path):
+        """A trainer process killed while its writer is half-way through a file: only whole files show."""
         script = textwrap.dedent(
             f"""
-            import torch, sys
+            import sys, time, torch
             sys.path.insert(0, {str(REPO)!r})
+            import evaluator.logio as logio
             from evaluator.hook import TokenLogHook
+
+            real_write, calls = logio.pq.write_table, []
+            def half_then_stall(table, sink, **kw):  # the 2nd file: half its rows reach disk, then a stall
+                calls.append(1)
+                if len(calls) == 2:
+                    real_write(table.slice(0, table.num_rows // 2), sink, **kw)
+                    sink.flush()
+                    time.sleep(600)
+                real_write(table, sink, **kw)
+            logio.pq.write_table = half_then_stall
+
             hook = TokenLogHook({str(tmp_path)!r}, "killed", tokens_per_file=40000)
             B, T = 64, 400
             logp = -torch.rand(B, T)
-            step = 0
-            while True:
+            for step in range(1000):
                 hook.record(step=step, behave_logp=logp, behave_version=torch.zeros(B, T, dtype=torch.long),
                             theta_logp=logp, prox_logp=logp)
-                step += 1
             """
         )
         proc = subprocess.Popen([sys.executable, "-c", script])
         try:
             deadline = time.time() + 60
-            while len(list(tmp_path.glob("*.parquet"))) < 2 and time.time() < deadline:
+            while time.time() < deadline and not (
+                list(tmp_path.glob("*.parquet"))
+                and [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+            ):
                 time.sleep(0.05)
-            time.sleep(0.05)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-        files = list(tmp_path.glob("*.parquet"))
-        assert len(files) >= 2
-        for f in files:  # every visible file is complete
-            assert pq.read_table(f).num_rows >= 20000
-        others = [p.name for p in tmp_path.iterdir() if p.suffix != ".parquet"]
-        assert all(n.startswith(".") and n.endswith(".tmp") for n in others)
+        (done,) = tmp_path.glob("*.parquet")  # the first file, whole
+        assert done.name == "killed-step000000-000001-0000.parquet"
+        assert pq.read_table(done).num_rows == 2 * 64 * 400
+        (partial,) = [p for p in tmp_path.iterdir() if p != done]  # the second, half written, stays hidden
+        assert partial.name.startswith(".killed-step000002-000003-0001.parquet.") and partial.name.endswith(
+            ".tmp"
+        )
+        assert partial.stat().st_size > 0
 
 
 @pytest.mark.cuda
