@@ -118,6 +118,21 @@ def test_every_page_on_one_run_with_one_step(one_step_store, monkeypatch):
         assert "step: 8 (the only value)" in [c.value for c in at.sidebar.caption]
 
 
+def test_run_without_ground_truth(tmp_path, monkeypatch):
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay import replay
+    from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+    spec = SyntheticSpec(run_id="no-prox", prox_every=0, with_proximal_t=False)
+    replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "p.parquet")], tmp_path / "m.duckdb")
+    for page in PAGES:
+        at = run_app(tmp_path / "m.duckdb", monkeypatch, page=page)
+        no_exception(at)
+        assert len(at.get("plotly_chart")) == CHARTS[page], page
+        if page in ("drift", "training"):
+            assert "has no prox_logp" in at.info[0].value
+
+
 def test_empty_store_explains_how_to_fill_it(empty_store, monkeypatch):
     for page in PAGES:
         at = run_app(empty_store, monkeypatch, page=page)

@@ -135,3 +135,13 @@ def publish() -> None:
 
 def show(fig: Any, key: str) -> None:
     st.plotly_chart(fig, key=f"chart_{key}", width="stretch", config={"displaylogo": False})
+
+
+def note_missing_ground_truth(ctx: Context) -> None:
+    """Say why error charts are empty on a run recorded without `prox_logp` (no recompute pass)."""
+    if ctx.runs.set_index("run_id").loc[ctx.run_id, "n_prox"] == 0:
+        st.info(
+            f"Run {ctx.run_id!r} has no prox_logp (the ground truth; recorded without the recompute pass), "
+            "so errors and the true drift cannot be measured. The Importance weights page still shows the "
+            "estimators' weights."
+        )

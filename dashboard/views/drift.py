@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts
-from dashboard.views.common import ERROR_METRICS, Context, choice, load, seed, show
+from dashboard.views.common import ERROR_METRICS, Context, choice, load, note_missing_ground_truth, seed, show
 
 CONVENTION_PAIRS = (("loglinear", "loglinear_exact"), ("linear", "linear_exact"))
 LINEAR_FLOOR_NOTE = (
@@ -32,6 +32,7 @@ def staleness_table(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def render(ctx: Context) -> None:
+    note_missing_ground_truth(ctx)
     seed("metric", "abs_error", choice(ERROR_METRICS))
     left, right = st.columns([3, 1])
     metric = left.selectbox("error metric", ERROR_METRICS, key="metric", help="DOMAIN.md section 3")

@@ -6,12 +6,13 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts
-from dashboard.views.common import ERROR_METRICS, Context, choice, load, seed, show
+from dashboard.views.common import ERROR_METRICS, Context, choice, load, note_missing_ground_truth, seed, show
 
 MIN_CELL_TOKENS = 30  # fewer tokens make a noisy mean
 
 
 def render(ctx: Context) -> None:
+    note_missing_ground_truth(ctx)
     seed("metric", "abs_error", choice(ERROR_METRICS))
     left, right = st.columns([3, 1])
     metric = left.selectbox("error metric", ERROR_METRICS, key="metric")
