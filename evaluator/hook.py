@@ -155,7 +155,7 @@ class TokenLogHook:
         run_id: str,
         *,
         steps_per_file: int = 10,
-        tokens_per_file: int = 4_000_000,
+        tokens_per_file: int = 1_000_000,
         max_pending: int = 16,
         poll_seconds: float = 0.05,
     ) -> None:
