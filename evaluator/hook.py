@@ -121,7 +121,7 @@ def rows_table(snaps: list[Snapshot], run_id: str) -> pa.Table:
     sizes = [len(p["pos"]) for p in parts]
     n = sum(sizes)
     columns: dict[str, object] = {"run_id": pa.array(np.full(n, run_id, dtype=object), pa.string())}
-    for c in COLUMNS[1:]:
+    for c in (c for c in COLUMNS if c.name != "run_id"):
         given = [p[c.name] for p in parts if c.name in p]
         if not given:
             columns[c.name] = pa.nulls(n, c.type)

@@ -345,7 +345,7 @@ def train_step(model, opt, batch, step: int, args: Args, hook: TokenLogHook | No
     recompute_seconds = time.perf_counter() - started
     order = torch.from_numpy(rng.permutation(len(batch["input_ids"])))
     for m, idx in enumerate(order.chunk(args.n_minibatches)):
-        mb = {k: v[idx] for k, v in batch.items()}
+        mb = {k: v[idx] for k, v in batch.items()}  # (b, T), (b, T-1) and (b,) tensors of this minibatch
         theta = next_token_logp(model, mb["input_ids"])  # (b, T-1) pi_theta, with gradients
         behave = mb["logprobs"][:, 1:]  # (b, T-1): un-rolled -> next_token, to line up with theta
         if args.prox_method == "recompute":
