@@ -20,7 +20,7 @@ def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
         part = frame[frame["metric"] == metric].set_index("method")
         column = "p99" if part["p99"].notna().any() else "max"
         err[f"{metric} {column}"] = part[column]
-    return err.rename(columns={"abs_error n": "tokens"})
+    return err.rename(columns={"abs_error n": "tokens"}).loc[charts.ordered(err.index)]
 
 
 def _numbers(ctx: Context) -> None:
