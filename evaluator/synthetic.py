@@ -116,7 +116,9 @@ def synthetic_steps(spec: SyntheticSpec, first_step: int, n_steps: int) -> pa.Ta
     }
     if spec.with_proximal_t:
         followed = segment < last_segment
-        columns["proximal_t_logp"] = np.where(followed, logp(behave_version + 1.0, spec.engine_mismatch), behave_logp)
+        columns["proximal_t_logp"] = np.where(
+            followed, logp(behave_version + 1.0, spec.engine_mismatch), behave_logp
+        )
         columns["proximal_t_version"] = np.where(followed, behave_version + 1, behave_version)
     order = np.lexsort((pos, seq_of, mb, step))
     return token_table({name: values[order] for name, values in columns.items()})

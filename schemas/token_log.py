@@ -33,7 +33,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("loss_mask", pa.bool_(), True, "token counts in the loss"),
     Column("behave_logp", pa.float32(), True, "log pi_behave of the token, from the inference engine"),
     Column("behave_version", pa.int32(), True, "version that generated the token"),
-    Column("prox_logp", pa.float32(), False, "ground truth log pi_prox (recompute); null where not recomputed"),
+    Column(
+        "prox_logp", pa.float32(), False, "ground truth log pi_prox (recompute); null where not recomputed"
+    ),
     Column("theta_logp", pa.float32(), True, "log pi_theta at this minibatch"),
     Column("proximal_t_logp", pa.float32(), False, "segment-wise proximal_t"),
     Column("proximal_t_version", pa.int32(), False, "version under which `proximal_t_logp` was computed"),
@@ -56,7 +58,9 @@ def arrow_schema(columns: list[str] | None = None) -> pa.Schema:
     unknown = set(columns or ()) - set(COLUMNS_BY_NAME)
     if unknown:
         raise ValueError(f"not schema v1 columns: {sorted(unknown)}")
-    return pa.schema([pa.field(c.name, c.type) for c in chosen], metadata={SCHEMA_VERSION_KEY: SCHEMA_VERSION})
+    return pa.schema(
+        [pa.field(c.name, c.type) for c in chosen], metadata={SCHEMA_VERSION_KEY: SCHEMA_VERSION}
+    )
 
 
 def markdown_table() -> str:

@@ -12,7 +12,9 @@ from evaluator.demo import FIXTURES
 def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
     runner = CliRunner()
     assert runner.invoke(cli, ["demo", "--no-serve", "--out", str(tmp_path)]).exit_code == 0
-    result = runner.invoke(cli, ["demo", "--no-serve", "--out", str(tmp_path)])  # a second run: no double count
+    result = runner.invoke(
+        cli, ["demo", "--no-serve", "--out", str(tmp_path)]
+    )  # a second run: no double count
     assert result.exit_code == 0, result.output
     out = result.output
     for stage in ("== validate", "== replay", "== summary", "== gate"):
@@ -24,4 +26,3 @@ def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
         files = con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
     assert runs == {"recompute", "loglinear"}
     assert files == len(list(FIXTURES.glob("*.parquet")))
-
