@@ -67,6 +67,6 @@ def markdown_table() -> str:
     """The schema as the Markdown table used in DOMAIN.md and the README."""
     lines = ["| column | type | required | meaning |", "| --- | --- | --- | --- |"]
     for c in COLUMNS:
-        type_name = {"string": "string", "bool": "bool"}.get(str(c.type), str(c.type))
+        type_name = {"float": "float32", "double": "float64"}.get(str(c.type), str(c.type))
         lines.append(f"| `{c.name}` | {type_name} | {'yes' if c.required else 'no'} | {c.meaning} |")
     return "\n".join(lines)
