@@ -7,9 +7,10 @@ For each Arrow record batch (numpy, float64): keep `loss_mask` tokens, sort them
 - exact moments per (run, step, staleness): n and sum by `np.bincount`, min and max by `reduceat` over
   the sorted groups;
 - sketch counts (`evaluator.sketch` buckets) per (run, step) and per (run, staleness): one dense
-  `np.bincount` over (group, bucket - min bucket) each, then their nonzero cells.
+  `np.bincount` over (cell, bucket - min bucket) each.
 
-Batches' parts are concatenated per file; the store sums duplicates when it ingests the file.
+Both are added into file-level dense accumulators (`evaluator.summary_accumulators`), so a step seen in
+many batches costs one row of counts, not one per batch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -26,11 +26,10 @@ import pyarrow.parquet as pq
 from evaluator.estimators import estimates
 from evaluator.metrics import Terms, metrics_for
 from evaluator.sketch import bucket_code
+from evaluator.summary_accumulators import Moments, SketchCounts
 from schemas.store import METHODS
 
 BATCH_ROWS = 1 << 18
-COMPACT_ROWS = 1 << 22
-"""Merge a file's summary parts once they hold this many rows (bounds memory on long files)."""
 SERIES: tuple[tuple[str, str], ...] = tuple(
     (method, m.name) for method in METHODS for m in metrics_for(method)
 )
@@ -106,69 +105,48 @@ def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tu
 
 
 @dataclass
-class Parts:
-    """Row parts of the four summary tables, appended batch by batch (duplicates summed at ingest)."""
+class Summaries:
+    """A file's summaries so far: moments and token counts per (run, step, staleness), sketch counts
+    per (run, step) and per (run, staleness)."""
 
-    tokens: list[dict[str, np.ndarray]] = field(default_factory=list)
-    moments: list[dict[str, np.ndarray]] = field(default_factory=list)
-    by_step: list[dict[str, np.ndarray]] = field(default_factory=list)
-    by_staleness: list[dict[str, np.ndarray]] = field(default_factory=list)
-
-    def rows(self) -> int:
-        return sum(len(p["series"]) for p in (*self.moments, *self.by_step, *self.by_staleness))
-
-    def compact(self) -> None:
-        """Merge duplicate keys across batches (a step or staleness seen in many batches) to bound memory."""
-        self.tokens = _merged(self.tokens, {"n_tokens": "sum", "n_prox": "sum"})
-        self.moments = _merged(self.moments, {"n": "sum", "sum": "sum", "min": "min", "max": "max"})
-        self.by_step = _merged(self.by_step, {"count": "sum"})
-        self.by_staleness = _merged(self.by_staleness, {"count": "sum"})
+    moments: Moments = field(default_factory=lambda: Moments(len(SERIES)))
+    by_step: SketchCounts = field(default_factory=lambda: SketchCounts(("run", "step")))
+    by_staleness: SketchCounts = field(default_factory=lambda: SketchCounts(("run", "staleness")))
 
 
-def _merged(parts: list[dict[str, np.ndarray]], how: dict[str, str]) -> list[dict[str, np.ndarray]]:
-    if len(parts) < 2:
-        return parts
-    frame = pl.concat([pl.DataFrame(p) for p in parts])
-    keys = [c for c in frame.columns if c not in how]
-    merged = frame.group_by(keys).agg(getattr(pl.col(c), f)() for c, f in how.items())
-    return [{c: merged[c].to_numpy() for c in merged.columns}]
+@dataclass
+class CellRows:
+    """File-level accumulator rows of a batch's (run, step, staleness), (run, step), (run, staleness)
+    groups (indexed by the batch's group ids)."""
+
+    group: np.ndarray  # (G,)
+    step: np.ndarray  # (G_step,)
+    staleness: np.ndarray  # (G_stale,)
 
 
-def _sketch_counts(offsets: np.ndarray, span: int, cell: np.ndarray, n_cells: int) -> tuple[np.ndarray, ...]:
-    """Nonzero (cell, bucket offset, count) of the histogram of `offsets` (bucket - lowest bucket, in
-    [0, span)) per cell: one dense bincount."""
+def _histograms(offsets: np.ndarray, span: int, cell: np.ndarray, n_cells: int) -> np.ndarray:
+    """Counts of `offsets` (bucket - lowest bucket, in [0, span)) per cell, (n_cells, span): one dense
+    bincount."""
     keys = offsets if n_cells == 1 else cell * span + offsets
-    counts = np.bincount(keys, minlength=n_cells * span)
-    nonzero = np.flatnonzero(counts)
-    return nonzero // span, nonzero % span, counts[nonzero]
+    return np.bincount(keys, minlength=n_cells * span).reshape(n_cells, span)
 
 
-def add_series(parts: Parts, series: int, values: np.ndarray, groups: Groups) -> None:
+def add_series(acc: Summaries, series: int, values: np.ndarray, groups: Groups, rows: CellRows) -> None:
     """Moments and sketch counts of one series over tokens sorted by group (`values` is (T,))."""
     if len(values) == 0:
         return
     present, n, starts = groups.extents()
     mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)  # (G,)
-    parts.moments.append(
-        {
-            **{k: v[present] for k, v in groups.labels.items()},
-            "series": np.full(len(present), series),
-            "n": n,
-            "sum": np.add.reduceat(values, starts),
-            "min": mins,
-            "max": maxs,
-        }
-    )
+    acc.moments.add(series, rows.group[present], n, np.add.reduceat(values, starts), mins, maxs)
     lo, hi = bucket_code(np.array([mins.min(), maxs.max()]))  # buckets are ordered like values
     offsets = bucket_code(values)
     offsets -= lo
-    for cells, labels, out in (
-        (groups.step_group, groups.step_labels, parts.by_step),
-        (groups.stale_group, groups.stale_labels, parts.by_staleness),
+    span = int(hi - lo) + 1
+    for cells, file_rows, table in (
+        (groups.step_group, rows.step, acc.by_step),
+        (groups.stale_group, rows.staleness, acc.by_staleness),
     ):
-        cell, offset, count = _sketch_counts(offsets, int(hi - lo) + 1, cells, len(labels["run"]))
-        rows = {k: v[cell] for k, v in labels.items()}
-        out.append({**rows, "series": np.full(len(cell), series), "bucket": offset + lo, "count": count})
+        table.add(series, file_rows, int(lo), _histograms(offsets, span, cells, len(file_rows)))
 
 
 def _column(batch: pa.RecordBatch, name: str, dtype: type) -> np.ndarray | None:
@@ -186,8 +164,8 @@ def _run_codes(batch: pa.RecordBatch, runs: dict[str, int]) -> np.ndarray:
     return to_file[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
-def add_batch(parts: Parts, batch: pa.RecordBatch, runs: dict[str, int]) -> int:
-    """Summarise one record batch into `parts`; returns its number of loss tokens."""
+def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int]) -> int:
+    """Summarise one record batch into `acc`; returns its number of loss tokens."""
     keep = batch.column("loss_mask").to_numpy(zero_copy_only=False)
     batch = batch.filter(pa.array(keep))
     if batch.num_rows == 0:
@@ -206,7 +184,12 @@ def add_batch(parts: Parts, batch: pa.RecordBatch, runs: dict[str, int]) -> int:
     has_truth = ~np.isnan(g)  # (T,)
     n_tokens = np.bincount(groups.group)
     n_prox = np.bincount(groups.group, weights=has_truth).astype(np.int64)
-    parts.tokens.append({**groups.labels, "n_tokens": n_tokens, "n_prox": n_prox})
+    rows = CellRows(
+        acc.moments.cells.rows(groups.labels),
+        acc.by_step.cells.rows(groups.step_labels),
+        acc.by_staleness.cells.rows(groups.stale_labels),
+    )
+    acc.moments.add_tokens(rows.group, n_tokens, n_prox)
     per_method = estimates(
         behave_logp=b,
         theta_logp=t,
@@ -226,9 +209,10 @@ def add_batch(parts: Parts, batch: pa.RecordBatch, runs: dict[str, int]) -> int:
         on_truth = on_all.subset(None if terms.all_truth else terms.has_truth)
         for metric in metrics_for(method):
             values = metric.value(terms)
-            add_series(
-                parts, SERIES_ID[method, metric.name], values, on_truth if metric.needs_truth else on_all
-            )
+            on = on_truth if metric.needs_truth else on_all
+            add_series(acc, SERIES_ID[method, metric.name], values, on, rows)
+    acc.by_step.maybe_flush()
+    acc.by_staleness.maybe_flush()
     return int(len(order))
 
 
@@ -271,24 +255,26 @@ def _table(rows: list[dict[str, np.ndarray]], runs: list[str], columns: tuple[st
 
 def summarise_file(path, *, on_batch=None, batch_rows: int = BATCH_ROWS) -> FileSummary:
     """Stream `path` batch by batch into its mergeable summaries. `on_batch(rows)` reports progress."""
-    parts, runs, n_rows, n_tokens = Parts(), {}, 0, 0
+    acc, runs, n_rows, n_tokens = Summaries(), {}, 0, 0
     for batch in iter_batches(path, batch_rows):
-        n_tokens += add_batch(parts, batch, runs)
+        n_tokens += add_batch(acc, batch, runs)
         n_rows += batch.num_rows
-        if parts.rows() > COMPACT_ROWS:
-            parts.compact()
         if on_batch is not None:
             on_batch(batch.num_rows)
     names = list(runs)
     return FileSummary(
         n_rows=n_rows,
         n_tokens=n_tokens,
-        file_tokens=_table(parts.tokens, names, ("run", "step", "staleness", "n_tokens", "n_prox")),
-        moments=_table(
-            parts.moments, names, ("run", "step", "staleness", "series", "n", "sum", "min", "max")
+        file_tokens=_table(
+            [acc.moments.token_rows()], names, ("run", "step", "staleness", "n_tokens", "n_prox")
         ),
-        sketch_by_step=_table(parts.by_step, names, ("run", "step", "series", "bucket", "count")),
+        moments=_table(
+            [acc.moments.moment_rows()],
+            names,
+            ("run", "step", "staleness", "series", "n", "sum", "min", "max"),
+        ),
+        sketch_by_step=_table(acc.by_step.rows(), names, ("run", "step", "series", "bucket", "count")),
         sketch_by_staleness=_table(
-            parts.by_staleness, names, ("run", "staleness", "series", "bucket", "count")
+            acc.by_staleness.rows(), names, ("run", "staleness", "series", "bucket", "count")
         ),
     )
