@@ -58,6 +58,9 @@ class Groups:
     labels: dict[str, np.ndarray]  # run, step, staleness of each (run, step, staleness) group, (G,)
     step_labels: dict[str, np.ndarray]  # run, step of each (run, step) group
     stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) group
+    step_starts: np.ndarray  # (G_step,) first (run, step, staleness) group of each (run, step) group
+    stale_order: np.ndarray  # (G,) groups ordered by their (run, staleness) group
+    stale_starts: np.ndarray  # (G_stale,) first position of each (run, staleness) group in stale_order
 
     def extents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids of the nonempty groups, their token counts, their first token), computed once."""
@@ -71,7 +74,15 @@ class Groups:
         if keep is None:
             return self
         pick = (self.group[keep], self.step_group[keep], self.stale_group[keep])
-        return Groups(*pick, self.labels, self.step_labels, self.stale_labels)
+        return Groups(
+            *pick,
+            self.labels,
+            self.step_labels,
+            self.stale_labels,
+            self.step_starts,
+            self.stale_order,
+            self.stale_starts,
+        )
 
 
 def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +111,9 @@ def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tu
         labels={"run": run[first], "step": step[first], "staleness": staleness[first]},
         step_labels={"run": run[step_first], "step": step[step_first]},
         stale_labels={"run": stale_unique // n_stale, "staleness": stale_unique % n_stale + stale0},
+        step_starts=np.flatnonzero(np.diff(step_group[first], prepend=-1)),
+        stale_order=(stale_order := np.argsort(stale_of_group, kind="stable")),
+        stale_starts=np.flatnonzero(np.diff(stale_of_group[stale_order], prepend=-1)),
     )
     return order, groups
 
@@ -142,6 +156,13 @@ def add_series(acc: Summaries, series: int, values: np.ndarray, groups: Groups, 
     offsets = bucket_code(values)
     offsets -= lo
     span = int(hi - lo) + 1
+    n_groups = len(rows.group)
+    if n_groups * span <= len(values):  # the finest histograms are no larger than the tokens
+        finest = _histograms(offsets, span, groups.group, n_groups)  # (G, span)
+        acc.by_step.add(series, rows.step, int(lo), np.add.reduceat(finest, groups.step_starts, axis=0))
+        by_stale = np.add.reduceat(finest[groups.stale_order], groups.stale_starts, axis=0)
+        acc.by_staleness.add(series, rows.staleness, int(lo), by_stale)
+        return
     for cells, file_rows, table in (
         (groups.step_group, rows.step, acc.by_step),
         (groups.stale_group, rows.staleness, acc.by_staleness),

@@ -50,3 +50,13 @@ def test_cell_index_numbers_cells_in_order_of_first_sight():
     again = index.rows({"run": np.array([0, 2]), "step": np.array([3, 1])})
     assert first.tolist() == [0, 1] and again.tolist() == [1, 2]
     assert index.labels()["run"].tolist() == [1, 0, 2]
+
+
+def test_sketch_counts_do_not_depend_on_batch_size(tmp_path):
+    """Large batches of few steps take the finest-histogram path (one bincount per series, then its
+    step and staleness marginals), tiny ones the per-cell path (one bincount each): same counts."""
+    spec = SyntheticSpec(run_id="r", tokens_per_step=40_000, mean_length=64)
+    log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
+    large, tiny = summarise_file(log, batch_rows=1 << 17), summarise_file(log, batch_rows=500)
+    for name in ("sketch_by_step", "sketch_by_staleness"):
+        assert _merged(getattr(large, name)).equals(_merged(getattr(tiny, name)))
