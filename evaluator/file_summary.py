@@ -1,247 +1,146 @@
-"""Mergeable summaries of one token log: every metric of every method, streamed over record batches.
+"""Mergeable summaries of one token log, streamed over record batches and spread over CPU cores.
 
-For each Arrow record batch (numpy, float64): keep `loss_mask` tokens, sort them once by
-(run, step, staleness), compute every method's estimate (`evaluator.estimators`) and metric
-(`evaluator.metrics`), then per series (method, metric):
-
-- exact moments per (run, step, staleness): n and sum by `np.bincount`, min and max by `reduceat` over
-  the sorted groups;
-- sketch counts (`evaluator.sketch` buckets) per (run, step) and per (run, staleness): one dense
-  `np.bincount` over (cell, bucket - min bucket) each.
-
-Both are added into file-level dense accumulators (`evaluator.summary_accumulators`), so a step seen in
-many batches costs one row of counts, not one per batch.
+A file is read in record batches of `BATCH_ROWS` rows (`evaluator.batch_summary` summarises each). A
+long file is cut into contiguous ranges of whole batches, one per worker process (numpy's `bincount`
+holds the GIL, so threads do not help; see `evaluator.range_worker`); each worker reads only its rows.
+The parent merges the ranges in file order: sketch counts are integers (the store sums repeated
+rows), and the moments come back batch by batch, so every sum is folded in batch order exactly as in
+one process: the summary does not depend on the number of workers, bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from evaluator.estimators import estimates
-from evaluator.metrics import Terms, metrics_for
-from evaluator.sketch import bucket_code
-from evaluator.summary_accumulators import Moments, SketchCounts
-from schemas.store import METHODS
+from evaluator.batch_summary import INPUT_COLUMNS, SERIES, Summaries, add_batch
+from evaluator.errors import ProxauditError
+from evaluator.summary_accumulators import Moments
 
 BATCH_ROWS = 1 << 18
-SERIES: tuple[tuple[str, str], ...] = tuple(
-    (method, m.name) for method in METHODS for m in metrics_for(method)
-)
-SERIES_ID: dict[tuple[str, str], int] = {s: i for i, s in enumerate(SERIES)}
-INPUT_COLUMNS = (
-    "run_id",
-    "step",
-    "minibatch",
-    "n_minibatches",
-    "loss_mask",
-    "behave_logp",
-    "behave_version",
-    "prox_logp",
-    "theta_logp",
-    "proximal_t_logp",
-)
+MIN_BATCHES_PER_WORKER = 8
+"""A worker process costs ~1 s to start (imports); give each at least 2M rows."""
+Rows = dict[str, np.ndarray]
 
 
-@dataclass
-class Groups:
-    """Tokens of a batch grouped by (run, step, staleness): per-token ids and per-group labels."""
+def iter_batches(
+    path, batch_rows: int = BATCH_ROWS, rows: tuple[int, int] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The file's record batches (only the columns replay needs), of rows [start, end) if given.
 
-    group: np.ndarray  # (T,) group id, sorted ascending
-    step_group: np.ndarray  # (T,) id of the (run, step) group
-    stale_group: np.ndarray  # (T,) id of the (run, staleness) group
-    labels: dict[str, np.ndarray]  # run, step, staleness of each (run, step, staleness) group, (G,)
-    step_labels: dict[str, np.ndarray]  # run, step of each (run, step) group
-    stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) group
-    step_starts: np.ndarray  # (G_step,) first (run, step, staleness) group of each (run, step) group
-    stale_order: np.ndarray  # (G,) groups ordered by their (run, staleness) group
-    stale_starts: np.ndarray  # (G_stale,) first position of each (run, staleness) group in stale_order
-
-    def extents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids of the nonempty groups, their token counts, their first token), computed once."""
-        if not hasattr(self, "_extents"):
-            n = np.bincount(self.group, minlength=len(self.labels["step"]))  # (G,)
-            present = np.flatnonzero(n)
-            self._extents = present, n[present], (np.cumsum(n) - n)[present]
-        return self._extents
-
-    def subset(self, keep: np.ndarray | None) -> Groups:
-        if keep is None:
-            return self
-        pick = (self.group[keep], self.step_group[keep], self.stale_group[keep])
-        return Groups(
-            *pick,
-            self.labels,
-            self.step_labels,
-            self.stale_labels,
-            self.step_starts,
-            self.stale_order,
-            self.stale_starts,
-        )
-
-
-def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(id of each element's run of equal values, index of each run's first element)."""
-    new = np.empty(len(sorted_key), dtype=bool)
-    new[:1] = True
-    np.not_equal(sorted_key[1:], sorted_key[:-1], out=new[1:])
-    return np.cumsum(new) - 1, np.flatnonzero(new)
-
-
-def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
-    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order."""
-    step0, stale0 = step.min(), staleness.min()
-    n_stale = int(staleness.max() - stale0) + 1
-    step_key = run * (int(step.max() - step0) + 1) + (step - step0)  # (T,)
-    order = np.argsort(step_key * n_stale + (staleness - stale0), kind="stable")
-    run, step, staleness, step_key = run[order], step[order], staleness[order], step_key[order]
-    group, first = _first_of_runs(step_key * n_stale + (staleness - stale0))
-    step_group, step_first = _first_of_runs(step_key)
-    stale_key = run[first] * n_stale + (staleness[first] - stale0)  # (G,)
-    stale_unique, stale_of_group = np.unique(stale_key, return_inverse=True)
-    groups = Groups(
-        group=group,
-        step_group=step_group,
-        stale_group=stale_of_group[group],
-        labels={"run": run[first], "step": step[first], "staleness": staleness[first]},
-        step_labels={"run": run[step_first], "step": step[step_first]},
-        stale_labels={"run": stale_unique // n_stale, "staleness": stale_unique % n_stale + stale0},
-        step_starts=np.flatnonzero(np.diff(step_group[first], prepend=-1)),
-        stale_order=(stale_order := np.argsort(stale_of_group, kind="stable")),
-        stale_starts=np.flatnonzero(np.diff(stale_of_group[stale_order], prepend=-1)),
-    )
-    return order, groups
-
-
-@dataclass
-class Summaries:
-    """A file's summaries so far: moments and token counts per (run, step, staleness), sketch counts
-    per (run, step) and per (run, staleness)."""
-
-    moments: Moments = field(default_factory=lambda: Moments(len(SERIES)))
-    by_step: SketchCounts = field(default_factory=lambda: SketchCounts(("run", "step")))
-    by_staleness: SketchCounts = field(default_factory=lambda: SketchCounts(("run", "staleness")))
-
-
-@dataclass
-class CellRows:
-    """File-level accumulator rows of a batch's (run, step, staleness), (run, step), (run, staleness)
-    groups (indexed by the batch's group ids)."""
-
-    group: np.ndarray  # (G,)
-    step: np.ndarray  # (G_step,)
-    staleness: np.ndarray  # (G_stale,)
-
-
-def _histograms(offsets: np.ndarray, span: int, cell: np.ndarray, n_cells: int) -> np.ndarray:
-    """Counts of `offsets` (bucket - lowest bucket, in [0, span)) per cell, (n_cells, span): one dense
-    bincount."""
-    keys = offsets if n_cells == 1 else cell * span + offsets
-    return np.bincount(keys, minlength=n_cells * span).reshape(n_cells, span)
-
-
-def add_series(acc: Summaries, series: int, values: np.ndarray, groups: Groups, rows: CellRows) -> None:
-    """Moments and sketch counts of one series over tokens sorted by group (`values` is (T,))."""
-    if len(values) == 0:
-        return
-    present, n, starts = groups.extents()
-    mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)  # (G,)
-    acc.moments.add(series, rows.group[present], n, np.add.reduceat(values, starts), mins, maxs)
-    lo, hi = bucket_code(np.array([mins.min(), maxs.max()]))  # buckets are ordered like values
-    offsets = bucket_code(values)
-    offsets -= lo
-    span = int(hi - lo) + 1
-    n_groups = len(rows.group)
-    if n_groups * span <= len(values):  # the finest histograms are no larger than the tokens
-        finest = _histograms(offsets, span, groups.group, n_groups)  # (G, span)
-        acc.by_step.add(series, rows.step, int(lo), np.add.reduceat(finest, groups.step_starts, axis=0))
-        by_stale = np.add.reduceat(finest[groups.stale_order], groups.stale_starts, axis=0)
-        acc.by_staleness.add(series, rows.staleness, int(lo), by_stale)
-        return
-    for cells, file_rows, table in (
-        (groups.step_group, rows.step, acc.by_step),
-        (groups.stale_group, rows.staleness, acc.by_staleness),
-    ):
-        table.add(series, file_rows, int(lo), _histograms(offsets, span, cells, len(file_rows)))
-
-
-def _column(batch: pa.RecordBatch, name: str, dtype: type) -> np.ndarray | None:
-    if name not in batch.schema.names:
-        return None
-    return batch.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-
-
-def _run_codes(batch: pa.RecordBatch, runs: dict[str, int]) -> np.ndarray:
-    """File-wide integer codes of the batch's `run_id` values (new runs get the next code)."""
-    encoded = pc.dictionary_encode(batch.column("run_id"))
-    to_file = np.array(
-        [runs.setdefault(r, len(runs)) for r in encoded.dictionary.to_pylist()], dtype=np.int64
-    )
-    return to_file[encoded.indices.to_numpy(zero_copy_only=False)]
-
-
-def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int]) -> int:
-    """Summarise one record batch into `acc`; returns its number of loss tokens."""
-    keep = batch.column("loss_mask").to_numpy(zero_copy_only=False)
-    batch = batch.filter(pa.array(keep))
-    if batch.num_rows == 0:
-        return 0
-    run, step = _run_codes(batch, runs), _column(batch, "step", np.int64)
-    staleness = step - _column(batch, "behave_version", np.int64)
-    order, groups = group_tokens(run, step, staleness)
-    cols = {
-        name: values[order]
-        for name in INPUT_COLUMNS[2:]
-        if name not in ("loss_mask", "behave_version")
-        and (values := _column(batch, name, np.float64)) is not None
-    }
-    b, t = cols["behave_logp"], cols["theta_logp"]
-    g = cols.get("prox_logp", np.full(len(b), np.nan))
-    has_truth = ~np.isnan(g)  # (T,)
-    n_tokens = np.bincount(groups.group)
-    n_prox = np.bincount(groups.group, weights=has_truth).astype(np.int64)
-    rows = CellRows(
-        acc.moments.cells.rows(groups.labels),
-        acc.by_step.cells.rows(groups.step_labels),
-        acc.by_staleness.cells.rows(groups.stale_labels),
-    )
-    acc.moments.add_tokens(rows.group, n_tokens, n_prox)
-    per_method = estimates(
-        behave_logp=b,
-        theta_logp=t,
-        prox_logp=g,
-        step=step[order],
-        behave_version=step[order] - staleness[order],
-        minibatch=cols["minibatch"],
-        n_minibatches=cols["n_minibatches"],
-        proximal_t_logp=cols.get("proximal_t_logp"),
-    )
-    for method, a in per_method.items():
-        covered = ~np.isnan(a)
-        keep = None if covered.all() else covered
-        a_, b_, t_, g_ = (x if keep is None else x[keep] for x in (a, b, t, g))
-        terms = Terms(a=a_, b=b_, t=t_, g=g_)
-        on_all = groups.subset(keep)
-        on_truth = on_all.subset(None if terms.all_truth else terms.has_truth)
-        for metric in metrics_for(method):
-            values = metric.value(terms)
-            on = on_truth if metric.needs_truth else on_all
-            add_series(acc, SERIES_ID[method, metric.name], values, on, rows)
-    acc.by_step.maybe_flush()
-    acc.by_staleness.maybe_flush()
-    return int(len(order))
-
-
-def iter_batches(path, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The file's record batches, reading only the columns replay needs."""
+    `start` must be a multiple of `batch_rows`: a range yields the very batches (same rows) that reading
+    the whole file yields there, so its sums are the same."""
     parquet = pq.ParquetFile(path)
     columns = [c for c in INPUT_COLUMNS if c in parquet.schema_arrow.names]
-    yield from parquet.iter_batches(batch_size=batch_rows, columns=columns)
+    if rows is None:
+        yield from parquet.iter_batches(batch_size=batch_rows, columns=columns)
+        return
+    start, end = rows
+    sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+    bounds = np.cumsum([0, *sizes])  # (R + 1,) first row of each row group
+    first = int(np.searchsorted(bounds, start, side="right")) - 1
+    last = int(np.searchsorted(bounds, end, side="left"))
+    skip, todo, pending = start - int(bounds[first]), end - start, []
+    for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, row_groups=range(first, last)):
+        taken = batch.slice(min(skip, batch.num_rows), todo)
+        skip, todo = max(0, skip - batch.num_rows), todo - taken.num_rows
+        pending.append(taken)
+        while (have := sum(b.num_rows for b in pending)) >= batch_rows or (todo == 0 and have):
+            table = pa.Table.from_batches(pending).combine_chunks()
+            yield from table.slice(0, batch_rows).to_batches()
+            pending = table.slice(batch_rows).to_batches()
+        if todo == 0:
+            return
+
+
+@dataclass
+class RangeSummary:
+    """A range of a file's batches, summarised (`run` labels are codes into `runs`)."""
+
+    runs: list[str]
+    n_rows: int = 0
+    n_tokens: int = 0
+    batch_moments: list[tuple[Rows, Rows]] = field(default_factory=list)  # per batch: tokens, moments
+    by_step: list[Rows] = field(default_factory=list)
+    by_staleness: list[Rows] = field(default_factory=list)
+
+
+def summarise_range(
+    path, rows: tuple[int, int] | None, batch_rows: int = BATCH_ROWS, on_batch: Callable | None = None
+) -> RangeSummary:
+    """Summarise rows [start, end) of `path` (the whole file for None): what one worker does."""
+    acc, runs = Summaries(), {}
+    out = RangeSummary(runs=[])
+    for batch in iter_batches(path, batch_rows, rows):
+        acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
+        out.n_tokens += add_batch(acc, batch, runs)
+        out.n_rows += batch.num_rows
+        out.batch_moments.append((acc.moments.token_rows(), acc.moments.moment_rows()))
+        if on_batch is not None:
+            on_batch(batch.num_rows)
+    out.runs, out.by_step, out.by_staleness = list(runs), acc.by_step.rows(), acc.by_staleness.rows()
+    return out
+
+
+def batch_ranges(n_rows: int, batch_rows: int, workers: int) -> list[tuple[int, int]]:
+    """`workers` contiguous row ranges of whole batches, as even as batches allow."""
+    n_batches = -(-n_rows // batch_rows)
+    cuts = [round(i * n_batches / workers) * batch_rows for i in range(workers + 1)]
+    return [(lo, min(hi, n_rows)) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True) if lo < hi]
+
+
+def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS) -> int:
+    """One worker per usable core, but no more than the file has `MIN_BATCHES_PER_WORKER` batches for."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
+
+
+def _start_worker(path, rows: tuple[int, int], batch_rows: int, out: Path) -> subprocess.Popen:
+    """`evaluator.range_worker` on rows [start, end) of `path`, pickling to `out` (stderr to out.err)."""
+    args = [str(path), str(rows[0]), str(rows[1]), str(batch_rows), str(out)]
+    with open(out.with_suffix(".err"), "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "evaluator.range_worker", *args], stderr=err)
+
+
+def _result(worker: subprocess.Popen, out: Path, path) -> RangeSummary:
+    if worker.wait() != 0:
+        message = out.with_suffix(".err").read_text(errors="replace")[-2000:]
+        raise ProxauditError(f"summarising {path} failed in a worker process: {message}")
+    return pickle.loads(out.read_bytes())
+
+
+def _summarise_ranges(path, batch_rows: int, workers: int | None, on_batch) -> list[RangeSummary]:
+    """The file's summary in one range per worker (in this process when there is one)."""
+    n_rows = pq.ParquetFile(path).metadata.num_rows
+    workers = default_workers(n_rows, batch_rows) if workers is None else workers
+    ranges = batch_ranges(n_rows, batch_rows, workers)
+    if len(ranges) < 2:
+        return [summarise_range(path, None, batch_rows, on_batch)]
+    with tempfile.TemporaryDirectory(prefix="proxaudit-ranges-") as scratch:
+        outs = [Path(scratch) / f"{i}.pickle" for i in range(len(ranges))]
+        started = [_start_worker(path, r, batch_rows, out) for r, out in zip(ranges, outs, strict=True)]
+        try:
+            parts = []
+            for worker, out, (lo, hi) in zip(started, outs, ranges, strict=True):  # in file order
+                parts.append(_result(worker, out, path))
+                if on_batch is not None:
+                    on_batch(hi - lo)
+            return parts
+        finally:  # an error or Ctrl-C here leaves no worker running
+            for worker in started:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
 
 
 @dataclass
@@ -256,7 +155,7 @@ class FileSummary:
     sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
 
 
-def _table(rows: list[dict[str, np.ndarray]], runs: list[str], columns: tuple[str, ...]) -> pa.Table:
+def _table(rows: list[Rows], runs: list[str], columns: tuple[str, ...]) -> pa.Table:
     """Concatenate row parts; `run` and `series` codes become run_id, method, metric strings."""
     data = {k: np.concatenate([r[k] for r in rows]) if rows else np.zeros(0, np.int64) for k in columns}
     out = {
@@ -274,28 +173,33 @@ def _table(rows: list[dict[str, np.ndarray]], runs: list[str], columns: tuple[st
     return pa.table(out)
 
 
-def summarise_file(path, *, on_batch=None, batch_rows: int = BATCH_ROWS) -> FileSummary:
-    """Stream `path` batch by batch into its mergeable summaries. `on_batch(rows)` reports progress."""
-    acc, runs, n_rows, n_tokens = Summaries(), {}, 0, 0
-    for batch in iter_batches(path, batch_rows):
-        n_tokens += add_batch(acc, batch, runs)
-        n_rows += batch.num_rows
-        if on_batch is not None:
-            on_batch(batch.num_rows)
+def _with_runs(rows: Rows, codes: np.ndarray) -> Rows:
+    """`rows` with its range's run codes replaced by the file's."""
+    return {**rows, "run": codes[rows["run"]]}
+
+
+def summarise_file(
+    path, *, on_batch=None, batch_rows: int = BATCH_ROWS, workers: int | None = None
+) -> FileSummary:
+    """Stream `path` batch by batch into its mergeable summaries, on `workers` processes (default: one
+    per core for a long file, else none). `on_batch(rows)` reports progress."""
+    runs: dict[str, int] = {}
+    moments, by_step, by_staleness = Moments(len(SERIES)), [], []
+    parts = _summarise_ranges(path, batch_rows, workers, on_batch)
+    for part in parts:  # in file order
+        codes = np.array([runs.setdefault(r, len(runs)) for r in part.runs], dtype=np.int64)
+        for tokens, batch_moments in part.batch_moments:
+            moments.fold(_with_runs(tokens, codes), _with_runs(batch_moments, codes))
+        by_step += [_with_runs(r, codes) for r in part.by_step]
+        by_staleness += [_with_runs(r, codes) for r in part.by_staleness]
     names = list(runs)
     return FileSummary(
-        n_rows=n_rows,
-        n_tokens=n_tokens,
-        file_tokens=_table(
-            [acc.moments.token_rows()], names, ("run", "step", "staleness", "n_tokens", "n_prox")
-        ),
+        n_rows=sum(p.n_rows for p in parts),
+        n_tokens=sum(p.n_tokens for p in parts),
+        file_tokens=_table([moments.token_rows()], names, ("run", "step", "staleness", "n_tokens", "n_prox")),
         moments=_table(
-            [acc.moments.moment_rows()],
-            names,
-            ("run", "step", "staleness", "series", "n", "sum", "min", "max"),
+            [moments.moment_rows()], names, ("run", "step", "staleness", "series", "n", "sum", "min", "max")
         ),
-        sketch_by_step=_table(acc.by_step.rows(), names, ("run", "step", "series", "bucket", "count")),
-        sketch_by_staleness=_table(
-            acc.by_staleness.rows(), names, ("run", "staleness", "series", "bucket", "count")
-        ),
+        sketch_by_step=_table(by_step, names, ("run", "step", "series", "bucket", "count")),
+        sketch_by_staleness=_table(by_staleness, names, ("run", "staleness", "series", "bucket", "count")),
     )

@@ -70,13 +70,20 @@ class Moments:
         self.sum, self.min, self.max = (_grown(a, need, 0.0) for a in (self.sum, self.min, self.max))
         self.tokens[rows] += np.stack([n_tokens, n_prox], axis=1)
 
-    def add(self, series: int, rows: np.ndarray, n, sums, mins, maxs) -> None:
-        """Fold one batch's moments of `series` on the cells `rows` (unique) into the totals."""
+    def add(self, series: int | np.ndarray, rows: np.ndarray, n, sums, mins, maxs) -> None:
+        """Fold one batch's moments of `series` on the cells `rows` into the totals ((row, series) pairs
+        unique)."""
         seen = self.n[rows, series] > 0  # a first sum is taken as is (keeps a -0.0)
         self.sum[rows, series] = np.where(seen, self.sum[rows, series] + sums, sums)
         self.min[rows, series] = np.where(seen, np.minimum(self.min[rows, series], mins), mins)
         self.max[rows, series] = np.where(seen, np.maximum(self.max[rows, series], maxs), maxs)
         self.n[rows, series] += n
+
+    def fold(self, tokens: dict[str, np.ndarray], moments: dict[str, np.ndarray]) -> None:
+        """Fold one batch's `token_rows()` and `moment_rows()` (of another accumulator) into these."""
+        self.add_tokens(self.cells.rows(tokens), tokens["n_tokens"], tokens["n_prox"])
+        rows = self.cells.rows(moments)
+        self.add(moments["series"], rows, moments["n"], moments["sum"], moments["min"], moments["max"])
 
     def token_rows(self) -> dict[str, np.ndarray]:
         """Rows of `file_tokens`: run, step, staleness, n_tokens, n_prox."""

@@ -1,12 +1,15 @@
-"""File-level accumulators of replay: flushing the dense sketch counts to rows changes no count."""
+"""File-level accumulators and worker processes of replay: neither changes a number of the summary."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
-from evaluator import summary_accumulators
+from evaluator import file_summary, summary_accumulators
+from evaluator.errors import ProxauditError
 from evaluator.file_summary import summarise_file
 from evaluator.logio import write_log_atomic
 from evaluator.summary_accumulators import CellIndex, SketchCounts
@@ -60,3 +63,29 @@ def test_sketch_counts_do_not_depend_on_batch_size(tmp_path):
     large, tiny = summarise_file(log, batch_rows=1 << 17), summarise_file(log, batch_rows=500)
     for name in ("sketch_by_step", "sketch_by_staleness"):
         assert _merged(getattr(large, name)).equals(_merged(getattr(tiny, name)))
+
+
+def test_worker_processes_give_the_same_summary_bit_for_bit(tmp_path):
+    """Ranges of whole batches cut across row groups (777 rows) that do not line up with the batches
+    (1,000 rows); merged in file order, every number matches one process's, sums included."""
+    spec = SyntheticSpec(run_id="r", tokens_per_step=3000, mean_length=16)
+    log = tmp_path / "log.parquet"
+    pq.write_table(synthetic_steps(spec, 0, 4), log, row_group_size=777)
+    one = summarise_file(log, batch_rows=1000, workers=1)
+    three = summarise_file(log, batch_rows=1000, workers=3)
+    assert (three.n_rows, three.n_tokens) == (one.n_rows, one.n_tokens)
+    assert three.moments.equals(one.moments) and three.file_tokens.equals(one.file_tokens)
+    for name in ("sketch_by_step", "sketch_by_staleness"):
+        assert _merged(getattr(three, name)).equals(_merged(getattr(one, name)))
+
+
+def test_a_failing_worker_is_an_error_naming_the_file(tmp_path):
+    out = tmp_path / "0.pickle"
+    worker = file_summary._start_worker(tmp_path / "missing.parquet", (0, 10), 10, out)
+    with pytest.raises(ProxauditError, match="(?s)missing.parquet.*FileNotFoundError"):
+        file_summary._result(worker, out, tmp_path / "missing.parquet")
+
+
+def test_batch_ranges_are_whole_batches_covering_the_file():
+    assert file_summary.batch_ranges(10_500, 1000, 2) == [(0, 6000), (6000, 10_500)]
+    assert file_summary.batch_ranges(900, 1000, 2) == [(0, 900)]

@@ -1,0 +1,24 @@
+"""A worker process of `evaluator.file_summary`: summarise one range of a file's rows, pickle it to a file.
+
+`python -m evaluator.range_worker PATH START END BATCH_ROWS OUT`. A plain child process rather than a
+`multiprocessing` pool: spawn would re-run the caller's main script in the child (a script that calls
+`replay` without a `__main__` guard would recurse), and fork would copy Arrow's and DuckDB's threads.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+from evaluator.file_summary import summarise_range
+
+
+def main(argv: list[str]) -> None:
+    path, start, end, batch_rows, out = argv
+    part = summarise_range(path, (int(start), int(end)), int(batch_rows))
+    Path(out).write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
