@@ -40,7 +40,9 @@ def iter_batches(
 
     `start` must be a multiple of `batch_rows`: a range yields the very batches (same rows) that reading
     the whole file yields there, so its sums are the same."""
-    parquet = pq.ParquetFile(path)
+    # pre_buffer (the default) keeps every column chunk read so far until the reader is closed: 350 MiB
+    # held at the end of a 20M-token file, and 2.5x slower here than reading each chunk when it is needed
+    parquet = pq.ParquetFile(path, pre_buffer=False)
     columns = [c for c in INPUT_COLUMNS if c in parquet.schema_arrow.names]
     if rows is None:
         yield from parquet.iter_batches(batch_size=batch_rows, columns=columns)
