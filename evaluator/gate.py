@@ -14,7 +14,7 @@ import duckdb
 
 from evaluator.errors import ThresholdsError
 from evaluator.store import open_store
-from schemas.store import STATS
+from schemas.store import STATS, summary_sql
 from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
 
 __all__ = ["DEFAULT_THRESHOLDS", "GateResult", "Verdict", "judge", "run_gate", "selection_stats"]
@@ -32,39 +32,13 @@ OUTCOMES = (
     "not_selected",  # pinned to another run than --run, or --run selects the check's baseline
 )
 
-# n, mean, min, max over the selection from the exact moments, and p50/p90/p99 from the staleness
-# sketches summed over the range, with the rule of the public views (schemas/store.sql): rank
-# q * (n - 1), the first bucket whose cumulative count exceeds it, its value clamped to [min, max].
-# With the full range it equals `run_summary`, with one staleness `staleness_summary` (a test checks).
-_SELECTION_SQL = """
-WITH moments AS (
-    SELECT run_id, sum(n) AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
-    FROM metric_moments
-    WHERE method = $method AND metric = $metric AND staleness BETWEEN $lo AND $hi
-    GROUP BY run_id
-), buckets AS (
-    SELECT run_id, bucket, sum(count) AS c
-    FROM sketch_by_staleness
-    WHERE method = $method AND metric = $metric AND staleness BETWEEN $lo AND $hi
-    GROUP BY run_id, bucket
-), ranked AS (
-    SELECT *, sum(c) OVER (PARTITION BY run_id ORDER BY bucket
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum
-    FROM buckets
-), quantiles AS (
-    SELECT r.run_id,
-           min(r.bucket) FILTER (WHERE r.cum > 0.50 * (m.n - 1)) AS b50,
-           min(r.bucket) FILTER (WHERE r.cum > 0.90 * (m.n - 1)) AS b90,
-           min(r.bucket) FILTER (WHERE r.cum > 0.99 * (m.n - 1)) AS b99
-    FROM ranked r JOIN moments m USING (run_id)
-    GROUP BY r.run_id
+# n, mean, min, max and p50/p90/p99 per run over a staleness range, by the one query of the public
+# views; with the full range it equals `run_summary`, with one staleness `staleness_summary` (a test checks).
+_SELECTION_SQL = summary_sql(
+    ["run_id"],
+    "sketch_by_staleness",
+    where="method = $method AND metric = $metric AND staleness BETWEEN $lo AND $hi",
 )
-SELECT m.run_id, m.n, m.mean, m.min, m.max,
-       CASE WHEN q.b50 IS NOT NULL THEN least(greatest(proxaudit_bucket_value(q.b50), m.min), m.max) END,
-       CASE WHEN q.b90 IS NOT NULL THEN least(greatest(proxaudit_bucket_value(q.b90), m.min), m.max) END,
-       CASE WHEN q.b99 IS NOT NULL THEN least(greatest(proxaudit_bucket_value(q.b99), m.min), m.max) END
-FROM moments m LEFT JOIN quantiles q USING (run_id)
-"""
 _ALL_STALENESS = (-(2**31), 2**31 - 1)
 
 
