@@ -152,7 +152,7 @@ def add_series(acc: Summaries, series: int, values: np.ndarray, groups: Groups, 
     mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)  # (G,)
     acc.moments.add(series, rows.group[present], n, np.add.reduceat(values, starts), mins, maxs)
     lo, hi = bucket_code(np.array([mins.min(), maxs.max()]))  # buckets are ordered like values
-    offsets = bucket_code(values)
+    offsets = bucket_code(values, sign=1 if mins.min() >= 0 else -1 if maxs.max() <= 0 else 0)  # (T,)
     offsets -= lo
     span = int(hi - lo) + 1
     n_groups = len(rows.group)

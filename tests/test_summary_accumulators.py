@@ -12,6 +12,7 @@ from evaluator import file_summary, summary_accumulators
 from evaluator.errors import ProxauditError
 from evaluator.file_summary import summarise_file
 from evaluator.logio import write_log_atomic
+from evaluator.sketch import bucket_code
 from evaluator.summary_accumulators import CellIndex, SketchCounts
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
 
@@ -89,3 +90,14 @@ def test_a_failing_worker_is_an_error_naming_the_file(tmp_path):
 def test_batch_ranges_are_whole_batches_covering_the_file():
     assert file_summary.batch_ranges(10_500, 1000, 2) == [(0, 6000), (6000, 10_500)]
     assert file_summary.batch_ranges(900, 1000, 2) == [(0, 900)]
+
+
+def test_bucket_code_of_values_of_known_sign_is_the_general_code():
+    """Random float64 bit patterns (NaN aside), the zeros of both signs, infinities and subnormals."""
+    bits = np.random.default_rng(1).integers(-(2**63), 2**63 - 1, 200_000, dtype=np.int64)
+    x = bits.view(np.float64)
+    x = np.concatenate([x[~np.isnan(x)], [0.0, -0.0, np.inf, -np.inf, 5e-324, -5e-324, 2.0**-40, 1.0]])
+    nonnegative, nonpositive = np.append(x[x >= 0], -0.0), np.append(x[x <= 0], 0.0)
+    np.testing.assert_array_equal(bucket_code(nonnegative, sign=1), bucket_code(nonnegative))
+    np.testing.assert_array_equal(bucket_code(nonpositive, sign=-1), bucket_code(nonpositive))
+    assert bucket_code([1.0], sign=1)[0] == 2561 and bucket_code([-1.0], sign=-1)[0] == -2561
