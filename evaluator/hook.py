@@ -48,7 +48,9 @@ from schemas.token_log import COLUMNS
 
 __all__ = ["Alignment", "HookShapeError", "HookWriterError", "TokenLogHook"]
 
-TENSOR_ARGS = frozenset((*TOKEN_COLUMNS, *LAYOUT_TENSORS, "seq_id", "prompt_lengths", "cu_seqlens"))
+TENSOR_ARG_NAMES = (*TOKEN_COLUMNS, *LAYOUT_TENSORS, "seq_id", "prompt_lengths", "cu_seqlens")
+MAX_PLANS = 256
+"""Call signatures whose checked plan is kept (a trainer has a few: minibatch sizes, padded lengths)."""
 SORT_KEYS = [("step", "ascending"), ("minibatch", "ascending"), ("seq_id", "ascending"), ("pos", "ascending")]
 
 
@@ -56,18 +58,47 @@ class HookWriterError(RuntimeError):
     """The background writer failed; raised to the caller on the next call or on `close()`."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class CallPlan:
+    """What a `record` call of one signature (names, shapes, dtypes, devices, alignment) needs: the checks
+    passed once, then reused by every call of the same signature."""
+
+    batch_size: int
+    alignment: dict[str, str]
+    packed: bool
+    per_sequence: frozenset[str]
+    groups: tuple[tuple[tuple[str, int, int], ...], ...]
+    """Tensors copied together by one `cat` along dim 0, as (name, start, stop) rows of the copy: one
+    dtype, device and trailing shape per group."""
+    on_host: tuple[bool, ...]
+    """Per group: its tensors are on the CPU already (the `cat` is the copy)."""
+    tokens: int
+    """Every position of the largest tensor: an upper bound on the call's rows."""
+    cuda_device: torch.device | None
+
+
+@dataclass(slots=True)
 class Snapshot:
     """Host copies of one `record` call, waiting for the writer thread."""
 
     step: int
     minibatch: int
     n_minibatches: int
-    tensors: dict[str, torch.Tensor]
-    alignment: dict[str, str]
-    packed: bool
-    per_sequence: frozenset[str]
+    parts: list[torch.Tensor]
+    """One host copy per group of `plan.groups`."""
+    plan: CallPlan
+    seq_id: torch.Tensor | None = None
+    """Fresh ids made on the host when the caller gave none."""
     event: torch.cuda.Event | None = None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The call's tensors as numpy arrays (views into the copies), by name."""
+        arrays = {} if self.seq_id is None else {"seq_id": self.seq_id.numpy()}
+        for group, part in zip(self.plan.groups, self.parts, strict=True):
+            values = _numpy(part)
+            for name, start, stop in group:
+                arrays[name] = values[start:stop]
+        return arrays
 
 
 @dataclass
@@ -83,6 +114,40 @@ def host_copy(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu", non_blocking=True, copy=True)
 
 
+def make_plan(tensors: dict[str, torch.Tensor], alignment: Mapping[str, str]) -> CallPlan:
+    """Check a call's shapes (raises `HookShapeError`) and group its tensors by dtype, device and shape
+    after dim 0 (the groups a `cat` can join)."""
+    alignment = dict(alignment)
+    packed = "cu_seqlens" in tensors
+    B, per_sequence = check_shapes(tensors, alignment, packed=packed)
+    groups: dict[tuple, list[tuple[str, int, int]]] = {}
+    for name, t in tensors.items():
+        group = groups.setdefault((t.dtype, t.device, t.shape[1:]), [])
+        start = group[-1][2] if group else 0
+        group.append((name, start, start + t.shape[0]))
+    return CallPlan(
+        batch_size=B,
+        alignment={k: v for k, v in alignment.items() if k in tensors},  # a trainer may declare all at once
+        packed=packed,
+        per_sequence=per_sequence,
+        groups=tuple(tuple(g) for g in groups.values()),
+        on_host=tuple(device.type == "cpu" for _, device, _ in groups),
+        tokens=max(t.numel() for t in tensors.values()),
+        cuda_device=next((t.device for t in tensors.values() if t.is_cuda), None),
+    )
+
+
+def host_copies(tensors: dict[str, torch.Tensor], plan: CallPlan) -> list[torch.Tensor]:
+    """One host copy per group: a `cat` (always a new tensor; on the device for CUDA, then one non-blocking
+    copy to pinned memory), so a call costs a few ops rather than two per tensor."""
+    parts = []
+    with torch.no_grad():  # the copies are never part of the caller's autograd graph
+        for group, on_host in zip(plan.groups, plan.on_host, strict=True):
+            part = torch.cat([tensors[name] for name, _, _ in group])
+            parts.append(part if on_host else host_copy(part))
+    return parts
+
+
 def _numpy(t: torch.Tensor) -> np.ndarray:
     if t.dtype in (torch.bfloat16, torch.float16):
         t = t.float()  # numpy has no bfloat16; float32 holds every bf16 value exactly
@@ -91,8 +156,8 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 def snapshot_columns(snap: Snapshot) -> dict[str, np.ndarray]:
     """One value per response token for every column the call gave (and the keys), in (seq, pos) order."""
-    arrays = {name: _numpy(t) for name, t in snap.tensors.items()}
-    rows = locate_rows(arrays, snap.alignment, snap.packed)
+    arrays = snap.arrays()
+    rows = locate_rows(arrays, snap.plan.alignment, snap.plan.packed)
     n = len(rows.pos)
     columns = {
         "step": np.full(n, snap.step),
@@ -103,10 +168,10 @@ def snapshot_columns(snap: Snapshot) -> dict[str, np.ndarray]:
         "loss_mask": np.ones(n, dtype=bool),
     }
     for name in TOKEN_COLUMNS:
-        if name in snap.per_sequence:
+        if name in snap.plan.per_sequence:
             columns[name] = arrays[name][rows.seq]
         elif name in arrays:
-            columns[name] = gather(name, arrays[name], snap.alignment.get(name, "token"), rows)
+            columns[name] = gather(name, arrays[name], snap.plan.alignment.get(name, "token"), rows)
     columns["loss_mask"] = columns["loss_mask"] != 0
     return columns
 
@@ -175,12 +240,14 @@ class TokenLogHook:
         self.records = 0
         self._n_file = 1 + max((int(p.stem.rsplit("-", 1)[1]) for p in self._existing()), default=-1)
         self._next_seq_id = 0
+        self._plans: dict[tuple, CallPlan] = {}
         self._pending: list[Snapshot] = []
         self._buffered_tokens = 0
         self._buffered_steps: set[int] = set()
         self._error: BaseException | None = None
         self._error_reported = False
-        self._queue: queue.Queue[Snapshot | _Flush | None] = queue.Queue(maxsize=max_pending)
+        self._queue: queue.SimpleQueue[Snapshot | _Flush | None] = queue.SimpleQueue()
+        self._max_pending, self._put_lock, self._room = max_pending, threading.Lock(), threading.Event()
         self._wake = threading.Event()
         self.poll_seconds = poll_seconds
         token_table(
@@ -226,30 +293,41 @@ class TokenLogHook:
         self._raise_pending()
         if self._closed:
             raise HookWriterError("record() after close()")
-        given = {k: v for k, v in locals().items() if k in TENSOR_ARGS and v is not None}
-        tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in given.items()}
-        alignment = dict(alignment or {})
-        B, per_sequence = check_shapes(tensors, alignment, packed=cu_seqlens is not None)
-        alignment = {k: v for k, v in alignment.items() if k in tensors}  # a trainer may declare all at once
+        given = locals()
+        tensors = {k: given[k] for k in TENSOR_ARG_NAMES if given[k] is not None}
+        for k, v in tensors.items():
+            if not isinstance(v, torch.Tensor):
+                tensors[k] = torch.as_tensor(v)
+        plan = self._plan(tensors, alignment or {})
+        snap = Snapshot(int(step), int(minibatch), int(n_minibatches), host_copies(tensors, plan), plan)
         if seq_id is None:
-            tensors["seq_id"] = torch.arange(self._next_seq_id, self._next_seq_id + B)
-            self._next_seq_id += B
-        cuda_device = next((t.device for t in tensors.values() if t.is_cuda), None)
-        snap = Snapshot(
-            step=int(step),
-            minibatch=int(minibatch),
-            n_minibatches=int(n_minibatches),
-            tensors={k: host_copy(t) for k, t in tensors.items()},  # (B, T) / (N,) / (B,) host copies
-            alignment=alignment,
-            packed=cu_seqlens is not None,
-            per_sequence=per_sequence,
-        )
-        if cuda_device is not None:  # the writer waits on this event; the training stream never does
+            snap.seq_id = torch.arange(self._next_seq_id, self._next_seq_id + plan.batch_size)
+            self._next_seq_id += plan.batch_size
+        if plan.cuda_device is not None:  # the writer waits on this event; the training stream never does
             snap.event = torch.cuda.Event()
-            snap.event.record(torch.cuda.current_stream(cuda_device))
+            snap.event.record(torch.cuda.current_stream(plan.cuda_device))
         self._put(snap)
         self.records += 1
         self.record_seconds += time.perf_counter() - started
+
+    def _plan(self, tensors: dict[str, torch.Tensor], alignment: Mapping[str, str]) -> CallPlan:
+        """The checked plan of a call: cached by signature, so only a call of a new signature pays the
+        full shape check (which raises `HookShapeError` on any mismatch, every time it is met)."""
+        signature = (
+            tuple(alignment.items()),
+            *((k, t.shape, t.dtype, t.device) for k, t in tensors.items()),
+        )
+        try:
+            plan = self._plans.get(signature)
+        except TypeError:  # an unhashable alignment value: let the full check name it
+            signature, plan = None, None
+        if plan is None:
+            plan = make_plan(tensors, alignment)
+            if signature is not None:
+                if len(self._plans) >= MAX_PLANS:
+                    self._plans.clear()
+                self._plans[signature] = plan
+        return plan
 
     def flush(self) -> None:
         """Wait until everything recorded so far is written to files."""
@@ -284,12 +362,14 @@ class TokenLogHook:
             self._wake.set()  # flush and close want the writer now
         while True:  # blocks while the writer is behind (backpressure), wakes if it died
             self._raise_pending()
-            try:
-                self._queue.put(item, timeout=0.05)
-                return
-            except queue.Full:
+            with self._put_lock:  # a C lock and queue: far cheaper per call than queue.Queue's Condition
+                if self._queue.qsize() < self._max_pending:
+                    self._queue.put(item)
+                    return
+            self._room.clear()
+            if self._queue.qsize() >= self._max_pending:  # still full after the clear: wait for a get
                 self._wake.set()
-                continue
+                self._room.wait(0.05)
 
     def _raise_pending(self) -> None:
         if self._error is not None and not self._error_reported:
@@ -321,6 +401,7 @@ class TokenLogHook:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return False
+            self._room.set()
             if item is None:
                 self._write_buffer()
                 return True
@@ -336,7 +417,7 @@ class TokenLogHook:
         if snap.step not in self._buffered_steps and len(self._buffered_steps) >= self.steps_per_file:
             self._write_buffer()
         self._pending.append(snap)
-        self._buffered_tokens += max(t.numel() for t in snap.tensors.values())
+        self._buffered_tokens += snap.plan.tokens
         self._buffered_steps.add(snap.step)
         if self._buffered_tokens >= self.tokens_per_file:
             self._write_buffer()

@@ -337,3 +337,52 @@ def test_cuda_tensors_give_the_same_rows(tmp_path):
     cpu = record_all(tmp_path / "cpu", **base())
     on_gpu = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in base().items()}
     assert record_all(tmp_path / "gpu", **on_gpu) == cpu
+
+
+class TestCachedPlan:
+    """Shapes are checked fully once per call signature; later calls of that signature take a fast path."""
+
+    def test_a_mismatch_after_a_cached_signature_raises_the_same_error(self, tmp_path):
+        with TokenLogHook(tmp_path / "fresh", "run") as fresh, pytest.raises(HookShapeError) as first:
+            fresh.record(step=0, **base(theta_logp=LOGP[:, 1:]))
+        with TokenLogHook(tmp_path / "warm", "run") as warm:
+            for step in range(3):
+                warm.record(step=step, **base())
+            for _ in range(2):  # every time, not only the first
+                with pytest.raises(HookShapeError) as again:
+                    warm.record(step=3, **base(theta_logp=LOGP[:, 1:]))
+                assert str(again.value) == str(first.value)
+            with pytest.raises(HookShapeError, match="alignment of theta_logp"):
+                warm.record(step=3, **base(), alignment={"theta_logp": "rolled"})
+            warm.record(step=4, **base())  # the good signature still works after the errors
+        assert sorted({r["step"] for r in read_rows(tmp_path / "warm")}) == [0, 1, 2, 4]
+
+    def test_new_shapes_and_dtypes_give_their_own_rows(self, tmp_path):
+        """Same names, other batch sizes, dtypes and alignment: each call is aligned by its own shapes."""
+        with TokenLogHook(tmp_path / "mixed", "run") as hook:
+            hook.record(step=0, **base())
+            hook.record(step=1, **base(behave_version=VERSION.int(), behave_logp=LOGP.double()))
+            hook.record(step=2, **base(theta_logp=LOGP[:, 1:]), alignment={"theta_logp": "next_token"})
+            one = {k: v[1:] for k, v in base().items()}  # B = 1
+            hook.record(step=3, **one)
+        rows = read_rows(tmp_path / "mixed")
+        alone = record_all(tmp_path / "alone", **base())
+        by_step = {s: [r for r in rows if r["step"] == s] for s in range(4)}
+        keys = ("seq_id", "pos", "behave_logp", "behave_version")
+        for s in (0, 1, 2):
+            assert [tuple(r[k] for k in keys) for r in by_step[s]] == [
+                tuple(r[k] for k in keys) for r in alone
+            ]
+        assert [r["theta_logp"] for r in by_step[2]] == pytest.approx([r["behave_logp"] for r in alone])
+        assert [tuple(r[k] for k in keys) for r in by_step[3]] == [
+            tuple(r[k] for k in keys) for r in alone if r["seq_id"] == 11
+        ]
+
+    def test_copies_are_new_memory_without_grad(self, tmp_path):
+        theta = (LOGP * torch.ones(1, requires_grad=True)).contiguous()
+        plan = hook_module.make_plan(base(theta_logp=theta), {})
+        parts = hook_module.host_copies(base(theta_logp=theta), plan)
+        given = {t.data_ptr() for t in base(theta_logp=theta).values()} | {theta.data_ptr()}
+        assert all(not p.requires_grad and p.grad_fn is None for p in parts)
+        assert not given & {p.data_ptr() for p in parts}
+        assert len(parts) < len(base())  # same-dtype tensors share one copy
