@@ -3,12 +3,19 @@
 Per file: digest (BLAKE2b of the bytes; a file already in the store is skipped), validate (the rules of
 `proxaudit validate`; a file that breaks one is reported and skipped), summarise it streaming over record
 batches with the database closed, then ingest it in one transaction (`evaluator.store.ingest`).
+
+Files are ingested one by one in sorted order, each in its own transaction, holding the database only
+while it commits. With several files, the next ones are validated and summarised in worker processes,
+one file per worker (`evaluator.summary_pool`), while this process digests and ingests; a file long
+enough to be cut into ranges (`evaluator.file_summary.default_workers`) uses the range workers instead.
+The stored numbers do not depend on which process summarised a file.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +25,10 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from evaluator.errors import NothingReadableError
-from evaluator.file_summary import summarise_file
+from evaluator.file_summary import BATCH_ROWS, FileSummary, default_workers, summarise_file
+from evaluator.problems import FileReport
 from evaluator.store import file_digest, ingest, ingested_digests
+from evaluator.summary_pool import SummaryPool, Worker
 from evaluator.validate import find_parquet_files, validate_file
 
 Status = Literal["ingested", "already ingested", "skipped", "unreadable"]
@@ -76,21 +85,119 @@ def _progress(files: list[Path], enabled: bool | None) -> tqdm:
     return tqdm(total=rows, unit="tok", unit_scale=True, desc=f"0/{len(files)} files", disable=disable)
 
 
-def replay_file(path: Path, db_path: Path, known: set[str], on_rows: Callable[[int], None]) -> FileOutcome:
-    """Replay one file into the store (see the module docstring)."""
-    digest = file_digest(path)
-    if digest in known:
-        return FileOutcome(path, "already ingested")
+def check_and_summarise(
+    path: Path, *, batch_rows: int = BATCH_ROWS, workers: int | None = None, on_batch=None
+) -> tuple[FileReport, FileSummary | None]:
+    """Validate `path` and, if it breaks no rule, summarise it (`summarise_file`); what a pool worker does."""
     report = validate_file(path)
     if not report.ok:
-        return FileOutcome(
-            path, "skipped" if report.readable else "unreadable", problems=list(report.problems)
-        )
-    summary = summarise_file(path, on_batch=on_rows)
+        return report, None
+    return report, summarise_file(path, on_batch=on_batch, batch_rows=batch_rows, workers=workers)
+
+
+def _outcome(
+    path: Path, digest: str, checked: tuple[FileReport, FileSummary | None], db_path: Path, known: set[str]
+) -> FileOutcome:
+    """Ingest a summarised file, or report the rules it broke."""
+    report, summary = checked
+    if summary is None:
+        status = "skipped" if report.readable else "unreadable"
+        return FileOutcome(path, status, problems=list(report.problems))
     if not ingest(db_path, path, digest, summary):
         return FileOutcome(path, "already ingested")
     known.add(digest)
     return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
+
+
+def replay_file(path: Path, db_path: Path, known: set[str], on_rows: Callable[[int], None]) -> FileOutcome:
+    """Replay one file into the store (see the module docstring), all of it in this process (and its
+    range workers)."""
+    digest = file_digest(path)
+    if digest in known:
+        return FileOutcome(path, "already ingested")
+    return _outcome(path, digest, check_and_summarise(path, on_batch=on_rows), db_path, known)
+
+
+def _n_rows(path: Path) -> int:
+    """Rows in the file's footer (0 if unreadable: validation says why)."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:
+        return 0
+
+
+@dataclass
+class _InFlight:
+    """A file handed to a pool worker, and once it has answered, its report and summary."""
+
+    path: Path
+    digest: str
+    worker: Worker
+    checked: tuple[FileReport, FileSummary | None] | None = None
+
+
+class _Pipeline:
+    """Files in order, each an outcome or in flight; the oldest is reported as soon as it is known."""
+
+    def __init__(self, pool: SummaryPool, db_path: Path, known: set[str], on_rows, on_file) -> None:
+        self.pool, self.db_path, self.known = pool, db_path, known
+        self.on_rows, self.on_file = on_rows, on_file
+        self.queue: deque[FileOutcome | _InFlight] = deque()
+
+    def collect(self) -> None:
+        """Wait for the answer of the oldest file still in flight, which frees its worker."""
+        job = next(j for j in self.queue if isinstance(j, _InFlight) and j.checked is None)
+        job.checked = self.pool.result(job.worker, job.path)
+        self.on_rows(job.checked[1].n_rows if job.checked[1] is not None else 0)
+
+    def submit(self, path: Path, digest: str) -> None:
+        """Hand `path` to a worker, first waiting for one to be free."""
+        if self.pool.full():
+            self.collect()
+        self.queue.append(_InFlight(path, digest, self.pool.submit(path)))
+
+    def report_ready(self) -> None:
+        """Report (ingesting the summarised ones) the oldest files whose outcome is known, in order."""
+        while self.queue and (isinstance(self.queue[0], FileOutcome) or self.queue[0].checked is not None):
+            head = self.queue.popleft()
+            if isinstance(head, _InFlight):
+                head = _outcome(head.path, head.digest, head.checked, self.db_path, self.known)
+            self.on_file(head)
+
+    def finish(self) -> None:
+        """Report every file in the queue, waiting for those in flight."""
+        while self.queue:
+            self.report_ready()
+            if self.queue:
+                self.collect()
+
+
+def _replay_parallel(
+    files: list[Path], db_path: Path, known: set[str], workers: int, on_rows, on_file
+) -> None:
+    """Replay `files` in order, validating and summarising the next files on `workers` processes while
+    this one ingests (a worker gets its next file before the parent ingests its last one). Each file is
+    still ingested alone and in order; a file long enough for range workers (`default_workers`) is
+    replayed with them once every earlier file is in."""
+    with SummaryPool(workers) as pool:
+        pipeline = _Pipeline(pool, db_path, known, on_rows, on_file)
+        for path in files:
+            digest = file_digest(path)
+            if digest in known:
+                pipeline.queue.append(FileOutcome(path, "already ingested"))
+            elif default_workers(_n_rows(path)) > 1:
+                pipeline.finish()
+                on_file(_outcome(path, digest, check_and_summarise(path, on_batch=on_rows), db_path, known))
+            else:
+                pipeline.submit(path, digest)
+            pipeline.report_ready()
+        pipeline.finish()
+
+
+def file_workers(n_files: int) -> int:
+    """Worker processes over files: one per usable core when there are several files, else none."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores if n_files > 1 else 1
 
 
 def replay(
@@ -99,8 +206,10 @@ def replay(
     *,
     on_file: Callable[[FileOutcome], None] | None = None,
     progress: bool | None = None,
+    workers: int | None = None,
 ) -> ReplayReport:
-    """Replay every Parquet file under `paths` into the store at `db_path` (created if missing).
+    """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
+    order, summarising files on `workers` processes (default `file_workers`; 1: all in this process).
 
     Raises `UsageError` for a missing path and `NothingReadableError` when no file could be read."""
     files = find_parquet_files([Path(p) for p in paths])
@@ -108,14 +217,21 @@ def replay(
         raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
     db_path = Path(db_path)
     known = ingested_digests(db_path)
+    workers = file_workers(len(files)) if workers is None else workers
     outcomes = []
     with _progress(files, progress) as bar:
-        for i, path in enumerate(files):
-            outcome = replay_file(path, db_path, known, bar.update)
+
+        def done(outcome: FileOutcome) -> None:
             outcomes.append(outcome)
-            bar.set_description(f"{i + 1}/{len(files)} files")
+            bar.set_description(f"{len(outcomes)}/{len(files)} files")
             if on_file is not None:
                 on_file(outcome)
+
+        if workers > 1:
+            _replay_parallel(files, db_path, known, workers, bar.update, done)
+        else:
+            for path in files:
+                done(replay_file(path, db_path, known, bar.update))
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes)

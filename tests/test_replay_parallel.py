@@ -1,0 +1,129 @@
+"""A folder replayed on worker processes (`evaluator.summary_pool`) against the same folder replayed in
+one process: the same stored numbers bit for bit, the same outcomes in the same order, and no worker
+process left behind after an error or a Ctrl-C."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import psutil
+import pytest
+
+from evaluator import replay as replay_module
+from evaluator import summary_pool
+from evaluator.errors import ProxauditError
+from evaluator.logio import token_table, write_log_atomic
+from evaluator.replay import replay
+from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
+
+
+def write_folder(folder: Path) -> list[Path]:
+    """Five logs of two runs (one of two record batches), a byte copy of one and a broken log."""
+    a = SyntheticSpec(run_id="run-a", seed=3, tokens_per_step=2048, mean_length=32)
+    long = SyntheticSpec(run_id="run-a", seed=5, tokens_per_step=1 << 16, mean_length=256)
+    b = SyntheticSpec(run_id="run-b", seed=4, tokens_per_step=1024, prox_every=2, n_minibatches=2)
+    files = [
+        write_log_atomic(synthetic_steps(a, 0, 6), folder / "a-000.parquet"),
+        write_log_atomic(synthetic_steps(long, 6, 5), folder / "a-006.parquet"),  # 316,888 rows
+        write_log_atomic(synthetic_steps(b, 0, 12), folder / "b-000.parquet"),
+        write_log_atomic(synthetic_steps(b, 12, 4), folder / "b-012.parquet"),
+        write_log_atomic(synthetic_steps(a, 15, 3), folder / "c" / "a-015.parquet"),
+    ]
+    files.append(Path(shutil.copyfile(files[2], folder / "c" / "copy-of-b-000.parquet")))
+    broken = synthetic_steps(SyntheticSpec(run_id="bad", tokens_per_step=256), 0, 2).to_pydict()
+    broken["theta_logp"][:2] = [0.5, 0.25]
+    files.append(write_log_atomic(token_table(broken), folder / "b-bad.parquet"))
+    return files
+
+
+def stored(db: Path) -> dict[str, pd.DataFrame]:
+    """Every table, sorted by all its columns (`ingested_at` left out: it is the clock)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {
+            t: con.sql(f"SELECT * EXCLUDE (ingested_at) FROM {t} ORDER BY ALL").df()
+            if t == "ingested_file"
+            else con.sql(f"SELECT * FROM {t} ORDER BY ALL").df()
+            for t in TABLES
+        }
+    finally:
+        con.close()
+
+
+def lines(folder: Path, db: Path, **options) -> list[str]:
+    outcomes = []
+    replay([folder], db, on_file=outcomes.append, progress=False, **options)
+    return [o.line() for o in outcomes]
+
+
+def workers_now() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("logs")
+    write_folder(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sequential(folder, tmp_path_factory) -> tuple[list[str], dict[str, pd.DataFrame]]:
+    """The folder replayed in this process: its output lines and its store."""
+    db = tmp_path_factory.mktemp("sequential") / "seq.duckdb"
+    return lines(folder, db, workers=1), stored(db)
+
+
+def assert_same_store(got: dict[str, pd.DataFrame], expected: dict[str, pd.DataFrame]) -> None:
+    for table in TABLES:
+        assert len(got[table]) > 0, table
+        pd.testing.assert_frame_equal(got[table], expected[table], check_exact=True, obj=table)
+
+
+def test_parallel_store_is_bit_identical_to_sequential(folder, sequential, tmp_path):
+    sequential, expected = sequential
+    parallel = lines(folder, tmp_path / "par.duckdb", workers=2)
+    assert parallel == sequential  # same outcomes, same order
+    statuses = [line.split(": ")[1].split(" (")[0] for line in parallel]
+    assert statuses.count("ingested") == 5 and statuses.count("skipped") == 1
+    assert sum("already ingested" in line for line in parallel) == 1  # the byte copy
+    assert_same_store(stored(tmp_path / "par.duckdb"), expected)
+    assert lines(folder, tmp_path / "par.duckdb", workers=2) == [
+        line if "skipped" in line else f"{line.split(': ')[0]}: already ingested, unchanged"
+        for line in parallel
+    ]
+
+
+def test_range_sized_file_waits_for_the_files_before_it(folder, sequential, tmp_path, monkeypatch):
+    """A file long enough for range workers is summarised once every earlier file is in, in order."""
+    long_rows = int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'a-006.parquet'}'").fetchall()[0][0])
+    monkeypatch.setattr(replay_module, "default_workers", lambda n_rows: 2 if n_rows == long_rows else 1)
+    assert lines(folder, tmp_path / "par.duckdb", workers=2) == sequential[0]
+    assert_same_store(stored(tmp_path / "par.duckdb"), sequential[1])
+
+
+def test_a_failing_worker_stops_the_replay_and_leaves_no_process(folder, tmp_path, monkeypatch):
+    before = workers_now()
+    monkeypatch.setattr(summary_pool, "WORKER_MODULE", "evaluator.no_such_worker")
+    with pytest.raises(ProxauditError, match="worker process exited.*no_such_worker"):
+        replay([folder], tmp_path / "m.duckdb", progress=False, workers=2)
+    assert workers_now() == before
+
+
+def test_ctrl_c_stops_the_workers_and_keeps_the_files_ingested(folder, tmp_path):
+    before, seen = workers_now(), []
+
+    def interrupt_after_first(outcome) -> None:
+        seen.append(workers_now() - before)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay([folder], tmp_path / "m.duckdb", on_file=interrupt_after_first, progress=False, workers=2)
+    assert len(seen[0]) == 2  # both workers were running when it was interrupted
+    assert workers_now() == before
+    assert len(stored(tmp_path / "m.duckdb")["ingested_file"]) == 1
