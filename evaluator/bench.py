@@ -73,10 +73,12 @@ def _tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def timed_replay(path: Path, db: Path) -> tuple[float, int]:
-    """Seconds and peak RSS of the process tree (bytes) of `proxaudit replay path --db db` in a child."""
+def timed_replay(path: Path, db: Path, workers: int | None = None) -> tuple[float, int]:
+    """Seconds and peak RSS of the process tree (bytes) of `proxaudit replay path --db db` in a child
+    (`workers` as in `evaluator.replay.replay`)."""
     code = (
-        "from evaluator.replay import replay; import sys; replay([sys.argv[1]], sys.argv[2], progress=False)"
+        "from evaluator.replay import replay; import sys; "
+        f"replay([sys.argv[1]], sys.argv[2], progress=False, workers={workers!r})"
     )
     with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a full pipe would stall the child
         start = time.perf_counter()
