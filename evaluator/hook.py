@@ -154,24 +154,38 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def snapshot_columns(snap: Snapshot) -> dict[str, np.ndarray]:
-    """One value per response token for every column the call gave (and the keys), in (seq, pos) order."""
-    arrays = snap.arrays()
-    rows = locate_rows(arrays, snap.plan.alignment, snap.plan.packed)
-    n = len(rows.pos)
+def stacked_arrays(snaps: list[Snapshot]) -> dict[str, np.ndarray]:
+    """The arrays of calls of one padded plan as one batch: each tensor's calls joined along dim 0."""
+    if len(snaps) == 1:
+        return snaps[0].arrays()
+    arrays = {} if snaps[0].seq_id is None else {"seq_id": np.concatenate([s.seq_id.numpy() for s in snaps])}
+    for g, group in enumerate(snaps[0].plan.groups):
+        stacked = np.stack([_numpy(s.parts[g]) for s in snaps])  # (calls, group rows, ...)
+        for name, start, stop in group:
+            arrays[name] = stacked[:, start:stop].reshape(-1, *stacked.shape[2:])
+    return arrays
+
+
+def snapshot_columns(snaps: list[Snapshot]) -> dict[str, np.ndarray]:
+    """One value per response token for every column the calls gave (and the keys), in (call, seq, pos)
+    order. The calls share one plan; several are aligned in one pass only when padded."""
+    plan = snaps[0].plan
+    arrays = stacked_arrays(snaps)
+    rows = locate_rows(arrays, plan.alignment, plan.packed)
+    n, seq_of_call = len(rows.pos), rows.seq // plan.batch_size  # (n,) the call each row came from
     columns = {
-        "step": np.full(n, snap.step),
-        "minibatch": np.full(n, snap.minibatch),
-        "n_minibatches": np.full(n, snap.n_minibatches),
+        "step": np.array([s.step for s in snaps])[seq_of_call],
+        "minibatch": np.array([s.minibatch for s in snaps])[seq_of_call],
+        "n_minibatches": np.array([s.n_minibatches for s in snaps])[seq_of_call],
         "seq_id": arrays["seq_id"][rows.seq],
         "pos": rows.pos,
         "loss_mask": np.ones(n, dtype=bool),
     }
     for name in TOKEN_COLUMNS:
-        if name in snap.plan.per_sequence:
+        if name in plan.per_sequence:
             columns[name] = arrays[name][rows.seq]
         elif name in arrays:
-            columns[name] = gather(name, arrays[name], snap.plan.alignment.get(name, "token"), rows)
+            columns[name] = gather(name, arrays[name], plan.alignment.get(name, "token"), rows)
     columns["loss_mask"] = columns["loss_mask"] != 0
     return columns
 
@@ -179,10 +193,14 @@ def snapshot_columns(snap: Snapshot) -> dict[str, np.ndarray]:
 def rows_table(snaps: list[Snapshot], run_id: str) -> pa.Table:
     """The schema v1 rows of several calls in one table (null where a call gave no such tensor).
 
-    Built in one pass when a file is due rather than per call: fewer, larger operations keep the writer
-    thread's hold on the GIL (which the trainer's own Python needs) short.
+    Built in one pass when a file is due rather than per call, and the padded calls of one plan (same
+    names, shapes and alignment) aligned together: fewer, larger operations keep the writer thread's hold
+    on the GIL (which the trainer's own Python needs) short.
     """
-    parts = [snapshot_columns(s) for s in snaps]
+    by_plan: dict[int, list[Snapshot]] = {}
+    for s in snaps:  # a packed call's rows depend on its own cu_seqlens: aligned alone
+        by_plan.setdefault(id(s) if s.plan.packed else id(s.plan), []).append(s)
+    parts = [snapshot_columns(group) for group in by_plan.values()]
     sizes = [len(p["pos"]) for p in parts]
     n = sum(sizes)
     columns: dict[str, object] = {"run_id": pa.array(np.full(n, run_id, dtype=object), pa.string())}

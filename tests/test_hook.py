@@ -386,3 +386,29 @@ class TestCachedPlan:
         assert all(not p.requires_grad and p.grad_fn is None for p in parts)
         assert not given & {p.data_ptr() for p in parts}
         assert len(parts) < len(base())  # same-dtype tensors share one copy
+
+    def test_calls_aligned_together_give_each_calls_own_rows(self, tmp_path):
+        """The writer aligns the padded calls of one plan in one pass; rows must match calls written alone."""
+        calls = [
+            dict(
+                step=s,
+                minibatch=m,
+                n_minibatches=2,
+                **base(behave_logp=LOGP - s - m, seq_id=torch.tensor([s, 9])),
+            )
+            for s in range(3)
+            for m in range(2)
+        ]
+        packed = dict(step=1, behave_logp=LOGP[RESP], behave_version=VERSION[RESP], theta_logp=LOGP[RESP])
+        packed["cu_seqlens"] = torch.tensor([0, 3, 5])
+        with TokenLogHook(tmp_path / "together", "run") as hook:
+            for kwargs in calls[:3] + [packed] + calls[3:]:
+                hook.record(**kwargs)
+        alone = []
+        for i, kwargs in enumerate(calls[:3] + [packed] + calls[3:]):
+            with TokenLogHook(tmp_path / f"alone{i}", "run") as hook:
+                hook.record(**kwargs)
+            alone += read_rows(tmp_path / f"alone{i}")
+        key = lambda r: (r["step"], r["minibatch"], r["seq_id"], r["pos"])  # noqa: E731
+        assert sorted(read_rows(tmp_path / "together"), key=key) == sorted(alone, key=key)
+        assert len(alone) == 6 * 5 + 5
