@@ -313,9 +313,9 @@ class TestWriter:
         proc = subprocess.Popen([sys.executable, "-c", script])
         try:
             deadline = time.time() + 60
-            while time.time() < deadline and not (
+            while time.time() < deadline and not (  # kill once half of the second file is on disk
                 list(tmp_path.glob("*.parquet"))
-                and [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+                and [p for p in tmp_path.iterdir() if p.name.endswith(".tmp") and p.stat().st_size > 0]
             ):
                 time.sleep(0.05)
         finally:
