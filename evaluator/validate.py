@@ -31,6 +31,7 @@ from schemas.token_log import (
     LOGP_COLUMNS,
     SCHEMA_VERSION_KEY,
     SUPPORTED_SCHEMA_VERSIONS,
+    type_name,
 )
 
 
@@ -146,7 +147,8 @@ def _schema_problems(schema: pa.Schema, metadata: dict[bytes, bytes]) -> list[Pr
     for name, found in present.items():
         expected = COLUMNS_BY_NAME[name].type if name in COLUMNS_BY_NAME else None
         if expected is not None and _kind(found) != expected:
-            problems.append(Problem("wrong_type", name, 0, f"`{name}` is {found}, expected {expected}"))
+            message = f"`{name}` is {type_name(found)}, expected {type_name(expected)}"
+            problems.append(Problem("wrong_type", name, 0, message))
     version = metadata.get(SCHEMA_VERSION_KEY.encode())
     supported = ", ".join(sorted(SUPPORTED_SCHEMA_VERSIONS))
     if version is None:

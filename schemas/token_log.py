@@ -63,10 +63,14 @@ def arrow_schema(columns: list[str] | None = None) -> pa.Schema:
     )
 
 
+def type_name(dtype: pa.DataType) -> str:
+    """The name DOMAIN.md uses for an Arrow type (Arrow says `float`/`double` for float32/float64)."""
+    return {"float": "float32", "double": "float64", "halffloat": "float16"}.get(str(dtype), str(dtype))
+
+
 def markdown_table() -> str:
     """The schema as the Markdown table used in DOMAIN.md and the README."""
     lines = ["| column | type | required | meaning |", "| --- | --- | --- | --- |"]
     for c in COLUMNS:
-        type_name = {"float": "float32", "double": "float64"}.get(str(c.type), str(c.type))
-        lines.append(f"| `{c.name}` | {type_name} | {'yes' if c.required else 'no'} | {c.meaning} |")
+        lines.append(f"| `{c.name}` | {type_name(c.type)} | {'yes' if c.required else 'no'} | {c.meaning} |")
     return "\n".join(lines)
