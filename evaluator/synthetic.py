@@ -26,7 +26,9 @@ from evaluator.logio import token_table
 @dataclass(frozen=True)
 class SyntheticSpec:
     run_id: str = "synthetic"
+    """`run_id` of every row."""
     seed: int = 0
+    """Seed of the generator; each chunk of steps derives its own stream from (seed, first step)."""
     tokens_per_step: int = 4096
     """Response tokens generated for each trainer step (approximately: whole responses)."""
     mean_length: int = 48
@@ -34,6 +36,7 @@ class SyntheticSpec:
     max_staleness: int = 8
     """Largest `step - behave_version` of a response's first segment."""
     n_minibatches: int = 4
+    """PPO minibatches per step; each response goes to one at random."""
     resume_fraction: float = 0.3
     """Fraction of responses interrupted by weight updates (2 or 3 segments)."""
     engine_mismatch: float = 0.02
@@ -43,6 +46,7 @@ class SyntheticSpec:
     prox_every: int = 1
     """Record `prox_logp` on every k-th step only (0: never, as a run trained without recompute)."""
     with_proximal_t: bool = True
+    """Write `proximal_t_logp` and `proximal_t_version`."""
     loss_mask_drop: float = 0.02
     """Fraction of tokens with `loss_mask` false."""
 
