@@ -114,9 +114,14 @@ def _start_worker(path, rows: tuple[int, int], batch_rows: int, out: Path) -> su
         return subprocess.Popen([sys.executable, "-m", "evaluator.range_worker", *args], stderr=err)
 
 
+def stderr_tail(err: Path) -> str:
+    """The end of what a worker process wrote to its stderr file (quoted in the parent's error)."""
+    return err.read_text(errors="replace")[-2000:].strip() or "(nothing on stderr)"
+
+
 def _result(worker: subprocess.Popen, out: Path, path) -> RangeSummary:
     if worker.wait() != 0:
-        message = out.with_suffix(".err").read_text(errors="replace")[-2000:]
+        message = stderr_tail(out.with_suffix(".err"))
         raise ProxauditError(f"summarising {path} failed in a worker process: {message}")
     return pickle.loads(out.read_bytes())
 

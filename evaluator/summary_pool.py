@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evaluator.errors import ProxauditError
-from evaluator.file_summary import BATCH_ROWS, FileSummary
+from evaluator.file_summary import BATCH_ROWS, FileSummary, stderr_tail
 from evaluator.problems import FileReport
 
 WORKER_MODULE = "evaluator.file_worker"
@@ -34,9 +34,10 @@ class Worker:
     process: subprocess.Popen
     err: Path  # its stderr
 
-    def failure(self) -> str:
-        """The end of what the worker wrote to stderr."""
-        return self.err.read_text(errors="replace")[-2000:].strip() or "(nothing on stderr)"
+    def exited(self, path: Path) -> ProxauditError:
+        """The error for a worker that died while `path` was in its hands, quoting its stderr."""
+        code, tail = self.process.wait(), stderr_tail(self.err)
+        return ProxauditError(f"summarising {path}: the worker process exited ({code}): {tail}")
 
 
 class SummaryPool:
@@ -77,9 +78,7 @@ class SummaryPool:
             pickle.dump((str(path), self.batch_rows), worker.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             worker.process.stdin.flush()
         except BrokenPipeError:
-            raise ProxauditError(
-                f"summarising {path}: the worker process exited ({worker.process.wait()}): {worker.failure()}"
-            ) from None
+            raise worker.exited(path) from None
         return worker
 
     def result(self, worker: Worker, path: Path) -> tuple[FileReport, FileSummary | None]:
@@ -88,9 +87,7 @@ class SummaryPool:
         try:
             status, payload = pickle.load(worker.process.stdout)
         except (EOFError, pickle.UnpicklingError):
-            raise ProxauditError(
-                f"summarising {path}: the worker process exited ({worker.process.wait()}): {worker.failure()}"
-            ) from None
+            raise worker.exited(path) from None
         if status != "ok":
             raise ProxauditError(f"summarising {path} failed in a worker process: {payload[-2000:]}")
         self._idle.append(worker)
