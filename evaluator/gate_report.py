@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from evaluator.gate import GateResult, Verdict
+from evaluator.text_table import aligned_lines, column_widths
 
 _MARK = {"pass": "✅ pass", "warn": "⚠️ warn", "fail": "❌ fail", "skip": "⏭️ skip"}
 
@@ -72,17 +73,9 @@ _HEADER = ["check", "run", "observed", "threshold", "tokens", "verdict", "reason
 def render_table(result: GateResult) -> str:
     """A plain-text table for the terminal, then the summary line."""
     rows = [_HEADER, *_rows(result)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER) - 1)]
-    lines = []
-    for k, row in enumerate(rows):
-        cells = [
-            cell.ljust(w) if i != 2 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row[:-1], widths, strict=True))
-        ]
-        lines.append("  ".join([*cells, row[-1]]).rstrip())
-        if k == 0:
-            lines.append("  ".join("-" * w for w in [*widths, len(_HEADER[-1])]))
-    return "\n".join([*lines, "", summary_line(result)])
+    header, *body = aligned_lines(rows, right={2})  # observed values line up on the right
+    rule = "  ".join("-" * w for w in [*column_widths(rows)[:-1], len(_HEADER[-1])])
+    return "\n".join([header, rule, *body, "", summary_line(result)])
 
 
 def render_markdown(result: GateResult) -> str:

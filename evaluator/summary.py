@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from evaluator.errors import UsageError
 from evaluator.store import open_store
+from evaluator.text_table import aligned_lines
 from schemas.store import METHODS, METRICS
 
 VIEW_BY = {"run": "run_summary", "staleness": "staleness_summary", "step": "step_summary"}
@@ -74,10 +75,6 @@ def render(table: pa.Table, fmt: str = "table") -> str:
     if fmt != "table":
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     cells = [table.column_names] + [[_cell(r[c]) for c in table.column_names] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(table.column_names))]
-    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) for t in table.schema.types]
-    lines = [
-        "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric, strict=True))
-        for row in cells
-    ]
-    return "\n".join(line.rstrip() for line in lines)
+    types = table.schema.types
+    numeric = {i for i, t in enumerate(types) if pa.types.is_integer(t) or pa.types.is_floating(t)}
+    return "\n".join(aligned_lines(cells, right=numeric))

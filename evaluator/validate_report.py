@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 
 from evaluator.problems import FileReport
+from evaluator.text_table import aligned_lines
 
 _HEADER = ("rule", "column", "rows", "message")
 
@@ -70,9 +71,7 @@ def _file_block(report: FileReport, verbose: bool) -> str:
         table = [_HEADER] + [
             (p.rule, p.column or "-", f"{p.rows:,}" if p.rows else "-", p.message) for p in report.problems
         ]
-        widths = [max(len(row[i]) for row in table) for i in range(3)]
-        for rule, column, n, message in table:
-            lines.append(f"  {rule:<{widths[0]}}  {column:<{widths[1]}}  {n:>{widths[2]}}  {message}")
+        lines += [f"  {line}" for line in aligned_lines(table, right={2})]  # row counts on the right
     if verbose:
         lines += [f"  note: {note}" for note in report.notes]
     return "\n".join(lines)
