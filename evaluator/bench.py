@@ -32,6 +32,8 @@ class BenchResult:
     replay_peak_rss: int  # bytes, the replay process and its workers together
     log_bytes: int
     db_bytes: int
+    identity_bytes: int  # the token identity data (`file_sequences`) inside the database
+    n_sequences: int
 
     def render(self) -> str:
         scan, replay = self.tokens / self.scan_s / 1e6, self.tokens / self.replay_s / 1e6
@@ -44,6 +46,9 @@ class BenchResult:
                 f"replay / scan throughput: {replay / scan:.4f} (target >= 0.333)",
                 f"replay peak RSS, with workers: {self.replay_peak_rss / 2**20:,.0f} MiB (target < 2048 MiB)",
                 f"database: {db_mib:,.2f} MiB = {db_mib / log_mib:.1%} of the log (target < 10%)",
+                f"token identity (file_sequences): {self.n_sequences:,} sequences, "
+                f"{self.identity_bytes / 2**10:,.0f} KiB = {self.identity_bytes / self.db_bytes:.1%} of the "
+                "database (target: a few %)",
             ]
         )
 
@@ -60,6 +65,27 @@ def bare_scan_seconds(path: Path) -> float:
         times.append(time.perf_counter() - start)
     con.close()
     return min(times)
+
+
+def table_bytes(db: Path, table: str) -> tuple[int, int]:
+    """(rows, bytes) of one table in a DuckDB file: its column segments' extents in their blocks, each
+    up to the next segment of any table (or the block's end), from `pragma_storage_info`: an upper bound."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        parts = " UNION ALL ".join(
+            f"SELECT '{t}' AS t, block_id, block_offset FROM pragma_storage_info('{t}') WHERE block_id >= 0"
+            for t in tables
+        )
+        block = "(SELECT block_size FROM pragma_database_size())"
+        size = con.execute(
+            f"""SELECT coalesce(sum(end_offset - block_offset) FILTER (WHERE t = ?), 0)::BIGINT FROM (
+                SELECT t, block_offset, coalesce(lead(block_offset) OVER (
+                           PARTITION BY block_id ORDER BY block_offset), {block}) AS end_offset
+                FROM ({parts}))""",
+            [table],
+        ).fetchone()[0]
+        (rows,) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return rows, size
 
 
 def _tree_rss(process: psutil.Process) -> int:
@@ -104,10 +130,19 @@ def run_bench(
         folder.mkdir(parents=True, exist_ok=True)
         log, db = folder / "bench.parquet", folder / "bench.duckdb"
         db.unlink(missing_ok=True)
-        spec = SyntheticSpec(run_id="bench", tokens_per_step=tokens_per_step, mean_length=256)
+        spec = SyntheticSpec(run_id="bench", tokens_per_step=tokens_per_step, mean_length=300)
         tokens = write_synthetic_log(log, n_tokens, spec)
         scan_s = bare_scan_seconds(log)
         replay_s, peak = timed_replay(log, db)
+        n_sequences, identity = table_bytes(db, "file_sequences")
         return BenchResult(
-            tokens, tokens_per_step, scan_s, replay_s, peak, log.stat().st_size, db.stat().st_size
+            tokens,
+            tokens_per_step,
+            scan_s,
+            replay_s,
+            peak,
+            log.stat().st_size,
+            db.stat().st_size,
+            identity,
+            n_sequences,
         )
