@@ -37,6 +37,8 @@ METHOD_COLORS: dict[str, str] = {
     "ground_truth": "#333333",
     "loglinear": "#1f77b4",
     "linear": "#ff7f0e",
+    "loglinear_shipped": "#17becf",
+    "linear_shipped": "#bcbd22",
     "loglinear_exact": "#2ca02c",
     "linear_exact": "#d62728",
     "rollout": "#9467bd",
@@ -196,11 +198,16 @@ def facets_by_method(
     return y_scale(fig, log_y)
 
 
-def conventions(
-    frame: pd.DataFrame, metric: str, pairs: tuple[tuple[str, str], ...], log_y: bool = True
+def method_pairs(
+    frame: pd.DataFrame,
+    metric: str,
+    pairs: tuple[tuple[str, str], ...],
+    kinds: tuple[str, str],
+    log_y: bool = True,
 ) -> go.Figure:
-    """The `areal` and `exact` version conventions side by side: one panel per estimator pair."""
-    titles = [f"{areal} (areal) vs {exact} (exact)" for areal, exact in pairs]
+    """Two variants of each estimator side by side, one panel per pair: the `areal` and `exact` version
+    conventions, or each token's own version and AReaL's shipped pairing (`kinds` names the two)."""
+    titles = [f"{a} ({kinds[0]}) vs {b} ({kinds[1]})" for a, b in pairs]
     fig = make_subplots(
         rows=1, cols=len(pairs), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.05
     )

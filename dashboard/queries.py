@@ -232,6 +232,12 @@ def step_staleness(db: Path, filters: Filters, metric: str) -> pd.DataFrame:
     )
 
 
+def pairing(db: Path, run_id: str) -> pd.DataFrame:
+    """`pairing_summary` of one run: each interpolation's mean abs_error with each token's own version and
+    with AReaL's shipped pairing (the previous token's version)."""
+    return _frame(db, "SELECT * FROM pairing_summary WHERE run_id = ? ORDER BY interpolation", [run_id])
+
+
 def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
     """The ingested Parquet files holding tokens of `run_id` at `step`, and whether each is reachable."""
     frame = _frame(

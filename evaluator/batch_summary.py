@@ -1,6 +1,7 @@
 """Summaries of one record batch of a token log: every metric of every method, into accumulators.
 
-For each Arrow record batch (numpy, float64): keep `loss_mask` tokens, sort them once by
+For each Arrow record batch (numpy, float64): find each row's previous version (`evaluator.pairing`),
+keep `loss_mask` tokens, sort them once by
 (run, step, staleness), compute every method's estimate (`evaluator.estimators`) and metric
 (`evaluator.metrics`), then per series (method, metric):
 
@@ -20,14 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from evaluator.estimators import estimates
 from evaluator.metrics import Terms, metrics_for
+from evaluator.pairing import previous_versions
 from evaluator.sketch import bucket_code
 from evaluator.summary_accumulators import Moments, SketchCounts
 from schemas.store import METHODS
+from schemas.token_log import LOGP_COLUMNS
 
 SERIES: tuple[tuple[str, str], ...] = tuple(
     (method, m.name) for method in METHODS for m in metrics_for(method)
@@ -38,6 +42,8 @@ INPUT_COLUMNS = (
     "step",
     "minibatch",
     "n_minibatches",
+    "seq_id",
+    "pos",
     "loss_mask",
     "behave_logp",
     "behave_version",
@@ -184,9 +190,11 @@ def _run_codes(batch: pa.RecordBatch, runs: dict[str, int]) -> np.ndarray:
     return to_file[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
-def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int]) -> int:
-    """Summarise one record batch into `acc`; returns its number of loss tokens."""
+def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int], resumes: pl.DataFrame) -> int:
+    """Summarise one record batch into `acc`; returns its number of loss tokens. `resumes` are the file's
+    resumed-segment starts (`evaluator.pairing`)."""
     keep = batch.column("loss_mask").to_numpy(zero_copy_only=False)
+    prev_version = previous_versions(batch, resumes)[keep]  # (T,) from every row, masked or not
     batch = batch.filter(pa.array(keep))
     if batch.num_rows == 0:
         return 0
@@ -195,9 +203,8 @@ def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int]) -> in
     order, groups = group_tokens(run, step, staleness)
     cols = {
         name: values[order]
-        for name in INPUT_COLUMNS[2:]
-        if name not in ("loss_mask", "behave_version")
-        and (values := _column(batch, name, np.float64)) is not None
+        for name in ("minibatch", "n_minibatches", *LOGP_COLUMNS)
+        if (values := _column(batch, name, np.float64)) is not None
     }
     b, t = cols["behave_logp"], cols["theta_logp"]
     g = cols.get("prox_logp", np.full(len(b), np.nan))
@@ -218,6 +225,7 @@ def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int]) -> in
         behave_version=step[order] - staleness[order],
         minibatch=cols["minibatch"],
         n_minibatches=cols["n_minibatches"],
+        prev_version=prev_version[order],
         proximal_t_logp=cols.get("proximal_t_logp"),
     )
     for method, a in per_method.items():

@@ -136,10 +136,10 @@ def replay(paths, db, progress) -> None:
 @click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
 @click.option(
     "--by",
-    type=click.Choice(["run", "staleness", "step"]),
+    type=click.Choice(["run", "staleness", "step", "pairing"]),
     default="run",
     show_default=True,
-    help="Whole run, per staleness, or per step.",
+    help="Whole run, per staleness, per step, or AReaL's shipped version pairing against each token's own.",
 )
 @click.option("--method", default=None, help="Only this method (loglinear, linear, ..., ground_truth).")
 @click.option("--metric", default=None, help="Only this metric (abs_error, importance_weight, ...).")
@@ -153,10 +153,13 @@ def replay(paths, db, progress) -> None:
 )
 @_library_errors
 def summary(db, run_id, by, method, metric, fmt) -> None:
-    """Print n, mean, min, max, p50, p90, p99 of every metric from the public views of DB."""
-    from evaluator.summary import render, summary_table
+    """Print n, mean, min, max, p50, p90, p99 of every metric from the public views of DB; with
+    `--by pairing`, how much AReaL's shipped version pairing changes each interpolation's error."""
+    from evaluator.summary import PAIRING_NOTE, render, summary_table
 
     click.echo(render(summary_table(db, by=by, run=run_id, method=method, metric=metric), fmt))
+    if by == "pairing" and fmt == "table":
+        click.echo(f"\n{PAIRING_NOTE}")
 
 
 @cli.command()

@@ -7,7 +7,10 @@ float arrays (or scalars that broadcast).
     alpha = (v_prox - v_behave) / (v_theta - v_behave), clamped to [0, 1]; 0 where v_theta <= v_behave
 
 Version conventions: `areal` (v_prox = step - 1, v_theta = step; what AReaL ships) and `exact`
-(v_prox = step, v_theta = step + minibatch / n_minibatches).
+(v_prox = step, v_theta = step + minibatch / n_minibatches). Version pairing: each token's own version
+(`loglinear`, `linear`), or AReaL's shipped pairing (`*_shipped`): the version of the previous token of
+the sequence, -1 (alpha 0) at pos 0, because AReaL rolls log-probs for next-token prediction but not
+versions.
 """
 
 from __future__ import annotations
@@ -47,6 +50,18 @@ def exact_versions(step: ArrayLike, minibatch: ArrayLike, n_minibatches: ArrayLi
     """The `exact` convention: (v_prox, v_theta) = (step, step + minibatch / n_minibatches)."""
     step = np.asarray(step, dtype=np.float64)
     return step, step + np.asarray(minibatch, dtype=np.float64) / np.asarray(n_minibatches, dtype=np.float64)
+
+
+def shipped_alpha(step: ArrayLike, prev_version: ArrayLike) -> F64:
+    """alpha_shipped = alpha(step - 1, v_prev, step) where v_prev >= 0, else 0: the `areal` alpha with
+    AReaL's shipped pairing, v_prev = the version of the token at `pos - 1` of the same sequence.
+
+    At pos 0, v_prev is the prompt's -1, for which AReaL sets alpha 0 (the estimate is behave); the first
+    token of a resumed segment takes the previous segment's version.
+    """
+    v_prev = np.asarray(prev_version, dtype=np.float64)
+    v_prox, v_theta = areal_versions(step)
+    return np.where(v_prev >= 0, alpha(v_prox, v_prev, v_theta), 0.0)
 
 
 def loglinear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
@@ -97,19 +112,24 @@ def estimates(
     behave_version: ArrayLike,
     minibatch: ArrayLike,
     n_minibatches: ArrayLike,
+    prev_version: ArrayLike,
     proximal_t_logp: ArrayLike | None = None,
 ) -> dict[str, F64]:
     """Every method's estimate of log pi_prox for packed `[n_tokens]` columns, keyed by method name
-    (`schemas.store.METHODS` order). NaN marks tokens where a method has no estimate."""
+    (`schemas.store.METHODS` order). `prev_version` is the version of each token's previous `pos` in its
+    sequence (-1 at pos 0), for the shipped pairing. NaN marks tokens where a method has no estimate."""
     behave, theta = np.asarray(behave_logp, np.float64), np.asarray(theta_logp, np.float64)
     v_prox, v_theta = areal_versions(step)
     alpha_areal = alpha(v_prox, behave_version, v_theta)
+    alpha_shipped = shipped_alpha(step, prev_version)
     v_prox, v_theta = exact_versions(step, minibatch, n_minibatches)
     alpha_exact = alpha(v_prox, behave_version, v_theta)
     out = {
         "ground_truth": ground_truth(prox_logp),
         "loglinear": loglinear(behave, theta, alpha_areal),
         "linear": linear(behave, theta, alpha_areal),
+        "loglinear_shipped": loglinear(behave, theta, alpha_shipped),
+        "linear_shipped": linear(behave, theta, alpha_shipped),
         "loglinear_exact": loglinear(behave, theta, alpha_exact),
         "linear_exact": linear(behave, theta, alpha_exact),
         "rollout": rollout(behave),

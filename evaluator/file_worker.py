@@ -1,9 +1,8 @@
 """A worker process of `evaluator.summary_pool`: validate and summarise whole files, one at a time.
 
 `python -m evaluator.file_worker` reads pickled requests `(path, batch_rows)` from stdin until it is
-closed and answers each with a pickled `("ok", (FileReport, FileSummary | None))` or
-`("error", traceback)` on stdout: `evaluator.replay.check_and_summarise(path, workers=1)`, the very
-summary the parent would make. Ctrl-C is left to the
+closed and answers each with a pickled `("ok", Summarised)` or `("error", traceback)` on stdout:
+`evaluator.replay.check_and_summarise(path, workers=1)`, the very summary the parent would make. Ctrl-C is left to the
 parent (which closes stdin or kills the worker), so a Ctrl-C in the terminal prints one traceback, not
 three. Anything else printed to stdout is sent to stderr, so it cannot corrupt the answers.
 """

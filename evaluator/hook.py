@@ -61,6 +61,14 @@ class _Flush:
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
 
 
+def run_files(out_dir: str | Path, run_id: str) -> list[Path]:
+    """The token log files a hook of `run_id` wrote into `out_dir` (a new hook numbers its files after
+    them, as a trainer resumed from a checkpoint continues its run)."""
+    pattern = re.compile(rf"^{re.escape(run_id)}-step\d+-\d+-\d+\.parquet$")
+    out_dir = Path(out_dir)
+    return sorted(p for p in out_dir.iterdir() if pattern.match(p.name)) if out_dir.is_dir() else []
+
+
 class TokenLogHook:
     """Records a trainer's per-token log-probs into Parquet files `{run_id}-step{first}-{last}-{n}.parquet`.
 
@@ -96,7 +104,8 @@ class TokenLogHook:
         self.record_seconds = 0.0
         """Time the caller spent inside `record` (shape checks, host copies, queueing, backpressure)."""
         self.records = 0
-        self._n_file = 1 + max((int(p.stem.rsplit("-", 1)[1]) for p in self._existing()), default=-1)
+        existing = run_files(self.out_dir, run_id)
+        self._n_file = 1 + max((int(p.stem.rsplit("-", 1)[1]) for p in existing), default=-1)
         self._next_seq_id = 0
         self._plans: dict[tuple, CallPlan] = {}
         self._pending: list[Snapshot] = []
@@ -114,10 +123,6 @@ class TokenLogHook:
         self._thread = threading.Thread(target=self._run, name=f"proxaudit-hook-{run_id}", daemon=True)
         self._thread.start()
         self._closed = False
-
-    def _existing(self) -> list[Path]:
-        pattern = re.compile(rf"^{re.escape(self.run_id)}-step\d+-\d+-\d+\.parquet$")
-        return [p for p in self.out_dir.iterdir() if pattern.match(p.name)]
 
     # ---- caller side -------------------------------------------------------------------------------
     def record(

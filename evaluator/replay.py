@@ -26,10 +26,10 @@ from tqdm import tqdm
 
 from evaluator.errors import NothingReadableError
 from evaluator.file_summary import BATCH_ROWS, FileSummary, default_workers, summarise_file
-from evaluator.problems import FileReport
+from evaluator.problems import Problem
 from evaluator.store import file_digest, ingest, ingested_digests
 from evaluator.summary_pool import SummaryPool, Worker
-from evaluator.validate import find_parquet_files, validate_file
+from evaluator.validate import CheckedFile, check_file, find_parquet_files
 
 Status = Literal["ingested", "already ingested", "skipped", "unreadable"]
 
@@ -85,25 +85,36 @@ def _progress(files: list[Path], enabled: bool | None) -> tqdm:
     return tqdm(total=rows, unit="tok", unit_scale=True, desc=f"0/{len(files)} files", disable=disable)
 
 
+@dataclass
+class Summarised:
+    """A file checked (`CheckedFile`) and, if it broke no rule, summarised: what a pool worker returns."""
+
+    checked: CheckedFile
+    summary: FileSummary | None = None
+
+
 def check_and_summarise(
     path: Path, *, batch_rows: int = BATCH_ROWS, workers: int | None = None, on_batch=None
-) -> tuple[FileReport, FileSummary | None]:
+) -> Summarised:
     """Validate `path` and, if it breaks no rule, summarise it (`summarise_file`); what a pool worker does."""
-    report = validate_file(path)
-    if not report.ok:
-        return report, None
-    return report, summarise_file(path, on_batch=on_batch, batch_rows=batch_rows, workers=workers)
+    checked = check_file(path)
+    if checked.facts is None:
+        return Summarised(checked)
+    resumes = checked.facts.resumes
+    summary = summarise_file(path, resumes, on_batch=on_batch, batch_rows=batch_rows, workers=workers)
+    return Summarised(checked, summary)
 
 
-def _outcome(
-    path: Path, digest: str, checked: tuple[FileReport, FileSummary | None], db_path: Path, known: set[str]
-) -> FileOutcome:
-    """Ingest a summarised file, or report the rules it broke."""
-    report, summary = checked
+def _outcome(path: Path, digest: str, done: Summarised, db_path: Path, known: set[str]) -> FileOutcome:
+    """Ingest a summarised file, or report the rules it broke (the store's own: a repeated token)."""
+    report, summary = done.checked.report, done.summary
     if summary is None:
         status = "skipped" if report.readable else "unreadable"
         return FileOutcome(path, status, problems=list(report.problems))
-    if not ingest(db_path, path, digest, summary):
+    ingested = ingest(db_path, path, digest, summary, done.checked.facts.sequences)
+    if isinstance(ingested, Problem):
+        return FileOutcome(path, "skipped", problems=[ingested])
+    if not ingested:
         return FileOutcome(path, "already ingested")
     known.add(digest)
     return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
@@ -133,7 +144,7 @@ class _InFlight:
     path: Path
     digest: str
     worker: Worker
-    checked: tuple[FileReport, FileSummary | None] | None = None
+    done: Summarised | None = None
 
 
 class _Pipeline:
@@ -146,9 +157,9 @@ class _Pipeline:
 
     def collect(self) -> None:
         """Wait for the answer of the oldest file still in flight, which frees its worker."""
-        job = next(j for j in self.queue if isinstance(j, _InFlight) and j.checked is None)
-        job.checked = self.pool.result(job.worker, job.path)
-        self.on_rows(job.checked[1].n_rows if job.checked[1] is not None else 0)
+        job = next(j for j in self.queue if isinstance(j, _InFlight) and j.done is None)
+        job.done = self.pool.result(job.worker, job.path)
+        self.on_rows(job.done.summary.n_rows if job.done.summary is not None else 0)
 
     def submit(self, path: Path, digest: str) -> None:
         """Hand `path` to a worker, first waiting for one to be free."""
@@ -158,10 +169,10 @@ class _Pipeline:
 
     def report_ready(self) -> None:
         """Report (ingesting the summarised ones) the oldest files whose outcome is known, in order."""
-        while self.queue and (isinstance(self.queue[0], FileOutcome) or self.queue[0].checked is not None):
+        while self.queue and (isinstance(self.queue[0], FileOutcome) or self.queue[0].done is not None):
             head = self.queue.popleft()
             if isinstance(head, _InFlight):
-                head = _outcome(head.path, head.digest, head.checked, self.db_path, self.known)
+                head = _outcome(head.path, head.digest, head.done, self.db_path, self.known)
             self.on_file(head)
 
     def finish(self) -> None:

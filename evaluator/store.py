@@ -1,4 +1,5 @@
-"""The metrics store (DuckDB): open or create it, ingest one file's summaries atomically, look up digests.
+"""The metrics store (DuckDB): open or create it, ingest one file's summaries atomically (refusing a file
+that repeats a stored token), look up digests.
 
 DuckDB allows one writing process or many read-only ones. The dashboard opens the database read-only
 for each query, so a writer here holds its connection only for as long as it commits one file: replay
@@ -16,9 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from evaluator.errors import StoreError
+from evaluator.file_facts import duplicate_message, overlaps_sql
 from evaluator.file_summary import FileSummary
+from evaluator.problems import Problem
 from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION
 
 LOCK_WAIT_S = 30.0
@@ -102,18 +106,48 @@ _INSERTS = {
 }
 
 
-def ingest(db_path: str | os.PathLike, path: Path, digest: str, summary: FileSummary) -> bool:
-    """Insert one file's summaries in a single transaction; False (and no change) if its digest is
-    already in the store. A crash before the commit leaves the store as it was."""
+def _duplicates(con: duckdb.DuckDBPyConnection) -> Problem | None:
+    """`duplicate_across_files` when a sequence of the registered `part_sequences` overlaps a stored one
+    (same run_id, seq_id, minibatch and overlapping pos ranges), naming the first file that holds them."""
+    in_range = "e.seq_id BETWEEN (SELECT min(seq_id) FROM part_sequences) AND " + (
+        "(SELECT max(seq_id) FROM part_sequences)"  # lets DuckDB skip stored row groups by their min/max
+    )
+    sql = overlaps_sql("part_sequences", "file_sequences", "0", "e.file_id", in_range)
+    row = con.execute(sql).fetchone()
+    if row is None:
+        return None
+    _, holder, others, n_rows, n_seqs, example = row
+    (path,) = con.execute("SELECT path FROM ingested_file WHERE file_id = ?", [holder]).fetchone()
+    return Problem(
+        "duplicate_across_files", "seq_id", n_rows, duplicate_message(n_rows, n_seqs, path, example, others)
+    )
+
+
+def ingest(
+    db_path: str | os.PathLike, path: Path, digest: str, summary: FileSummary, sequences: pa.Table
+) -> bool | Problem:
+    """Insert one file's summaries and token identity (`FileFacts.sequences`) in a single transaction.
+    False (and no change) if its digest is already in the store; a `duplicate_across_files` problem (and
+    no change) if it repeats a token of a stored file. A crash before the commit leaves the store as it
+    was."""
     with open_store(db_path, write=True) as con:
         con.execute("BEGIN TRANSACTION")
         if con.execute("SELECT 1 FROM ingested_file WHERE digest = ?", [digest]).fetchall():
             con.execute("ROLLBACK")
             return False
+        con.register("part_sequences", sequences)
+        duplicate = _duplicates(con)
+        if duplicate is not None:
+            con.execute("ROLLBACK")
+            return duplicate
         file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM ingested_file").fetchall()[0][0]
         con.execute(
             "INSERT INTO ingested_file VALUES (?, ?, ?, ?, ?, now())",
             [file_id, digest, str(path.resolve()), summary.n_rows, summary.n_tokens],
+        )
+        con.execute(
+            f"INSERT INTO file_sequences SELECT {int(file_id)}, run_id, seq_id, minibatch, pos_min, pos_max "
+            "FROM part_sequences ORDER BY run_id, seq_id, minibatch"
         )
         tables = {
             "file_tokens": summary.file_tokens,

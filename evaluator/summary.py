@@ -15,8 +15,19 @@ from evaluator.store import open_store
 from evaluator.text_table import aligned_lines
 from schemas.store import METHODS, METRICS
 
-VIEW_BY = {"run": "run_summary", "staleness": "staleness_summary", "step": "step_summary"}
+VIEW_BY = {
+    "run": "run_summary",
+    "staleness": "staleness_summary",
+    "step": "step_summary",
+    "pairing": "pairing_summary",
+}
+ORDER_BY = {"pairing": ["run_id", "interpolation"]}
 FORMATS = ("table", "json", "csv")
+PAIRING_NOTE = (
+    "shipped_over_own: how much AReaL's shipped version pairing (each token interpolated with the previous "
+    "token's version) changes the mean abs_error on this run. AReaL's own logged loglinear/* and linear/* "
+    "metrics match loglinear_shipped and linear_shipped, not loglinear and linear."
+)
 
 
 def summary_table(
@@ -27,7 +38,7 @@ def summary_table(
     method: str | None = None,
     metric: str | None = None,
 ) -> pa.Table:
-    """Rows of `run_summary`, `staleness_summary` or `step_summary`, filtered and sorted.
+    """Rows of `run_summary`, `staleness_summary`, `step_summary` or `pairing_summary`, filtered and sorted.
 
     A missing database is a `StoreError`; an unknown run, method or metric is a `UsageError`."""
     if by not in VIEW_BY:
@@ -35,11 +46,13 @@ def summary_table(
     for name, value, known in (("method", method, METHODS), ("metric", metric, METRICS)):
         if value is not None and value not in known:
             raise UsageError(f"unknown {name} {value!r}; known: {', '.join(known)}")
+        if value is not None and by in ORDER_BY:
+            raise UsageError(f"--by {by} has no {name} column: leave out --{name}")
     filters = {"run_id": run, "method": method, "metric": metric}
     where = [f"{column} = ?" for column, value in filters.items() if value is not None]
     params = [value for value in filters.values() if value is not None]
     view = VIEW_BY[by]
-    order = ["run_id", *([by] if by != "run" else []), "method", "metric"]
+    order = ORDER_BY.get(by, ["run_id", *([by] if by != "run" else []), "method", "metric"])
     sql = (
         f"SELECT * FROM {view} {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY {', '.join(order)}"
     )

@@ -20,10 +20,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evaluator.errors import ProxauditError
-from evaluator.file_summary import BATCH_ROWS, FileSummary, stderr_tail
-from evaluator.problems import FileReport
+from evaluator.file_summary import BATCH_ROWS, stderr_tail
+
+if TYPE_CHECKING:
+    from evaluator.replay import Summarised
 
 WORKER_MODULE = "evaluator.file_worker"
 STOP_WAIT_S = 10.0
@@ -81,9 +84,9 @@ class SummaryPool:
             raise worker.exited(path) from None
         return worker
 
-    def result(self, worker: Worker, path: Path) -> tuple[FileReport, FileSummary | None]:
-        """The validation report and summary (None if it broke a rule) of the file handed to `worker`
-        (waits for them); the worker is then idle again."""
+    def result(self, worker: Worker, path: Path) -> Summarised:
+        """The checked and (if it broke no rule) summarised file handed to `worker` (waits for it); the
+        worker is then idle again."""
         try:
             status, payload = pickle.load(worker.process.stdout)
         except (EOFError, pickle.UnpicklingError):

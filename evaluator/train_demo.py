@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from evaluator import estimators
 from evaluator.errors import UsageError
-from evaluator.hook import TokenLogHook
+from evaluator.hook import TokenLogHook, run_files
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,9 @@ class Args:
     """run name: the token log's `run_id` and the prefix of its file names"""
     out_dir: str = "demo-out/logs"
     """folder for the token log (Parquet, schema v1); empty: record nothing"""
+    overwrite: bool = False
+    """remove this run's old token logs from out_dir first (without it, a folder that holds them is
+    refused: a second training under the same run_id would repeat its tokens)"""
     seed: int = 1
     """seed of the model, the task and the sampler"""
     steps: int = 120
@@ -430,9 +433,24 @@ def _note(result: TrainResult, batch: dict, step: int, stats: dict, hooked: bool
     result.hooked.append(hooked)
 
 
+def clear_out_dir(args: Args) -> None:
+    """Refuse a folder that already holds token logs of `args.run_id`, or remove them with `overwrite`:
+    this trainer starts from scratch, so its tokens would repeat those of the earlier training."""
+    old = run_files(args.out_dir, args.run_id) if args.out_dir else []
+    if old and not args.overwrite:
+        raise UsageError(
+            f"{args.out_dir} already holds {len(old)} token log files of run {args.run_id!r} (e.g. "
+            f"{old[0].name}); a second training under the same run_id would repeat its tokens. Pass "
+            "--overwrite to remove them first, or choose another --run-id or --out-dir"
+        )
+    for path in old:
+        path.unlink()
+
+
 def train(args: Args, record_step=lambda step: True, echo=print) -> TrainResult:
     """Run the reference trainer. `record_step(step)` says whether the hook records that step (the overhead
     benchmark alternates it); `echo` prints progress lines."""
+    clear_out_dir(args)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     g = torch.Generator().manual_seed(args.seed)

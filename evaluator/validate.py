@@ -7,7 +7,9 @@ streaming passes and never loaded into Python:
 2. one pass of row rules (nulls, log-prob range, versions, minibatch index, proximal_t pairs);
 3. one GROUP BY per abort-resume segment `(run_id, seq_id, minibatch, behave_version)`, rolled up per
    sequence: duplicate rows, `pos` gaps, segment order, proximal_t coverage and `proximal_t_version`;
-4. the alignment audit (`evaluator.audit`) on a deterministic sample of sequences.
+4. the alignment audit (`evaluator.audit`) on a deterministic sample of sequences;
+5. across the files of one call: a token `(run_id, seq_id, minibatch, pos)` in more than one file
+   (`evaluator.file_facts`).
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ import pyarrow.parquet as pq
 
 from evaluator import audit
 from evaluator.errors import NothingReadableError, UsageError
+from evaluator.file_facts import FileFacts, cross_file_duplicates
 from evaluator.problems import FileReport, Problem, format_key
-from evaluator.validate_sequences import sequence_problems
+from evaluator.validate_sequences import sequence_facts, sequence_problems
 from schemas.token_log import (
     COLUMNS,
     COLUMNS_BY_NAME,
     LOGP_COLUMNS,
     SCHEMA_VERSION_KEY,
     SUPPORTED_SCHEMA_VERSIONS,
+    VERSION_COLUMNS,
     type_name,
 )
 
@@ -50,11 +54,16 @@ def find_parquet_files(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def validate_paths(paths: Sequence[str | Path]) -> list[FileReport]:
-    """Validate every Parquet file under `paths`; raises `NothingReadableError` when there is none."""
+    """Validate every Parquet file under `paths`, each on its own and then across files (a token repeated
+    in a later file); raises `NothingReadableError` when there is none."""
     files = find_parquet_files(paths)
     if not files:
         raise NothingReadableError(f"no *.parquet files found in {', '.join(map(str, paths))}")
-    return [validate_file(path) for path in files]
+    checked = [check_file(path) for path in files]
+    clean = [(i, (c.report.path, c.facts)) for i, c in enumerate(checked) if c.facts is not None]
+    for j, problem in cross_file_duplicates([pair for _, pair in clean]).items():
+        checked[clean[j][0]].report.problems.append(problem)
+    return [c.report for c in checked]
 
 
 def require_readable(reports: Sequence[FileReport]) -> None:
@@ -64,25 +73,44 @@ def require_readable(reports: Sequence[FileReport]) -> None:
         raise NothingReadableError(f"none of the {len(reports)} files could be read ({reasons})")
 
 
+@dataclass
+class CheckedFile:
+    """One file's verdict and, when it broke no rule, the facts later stages need."""
+
+    report: FileReport
+    facts: FileFacts | None = None
+
+
 def validate_file(path: Path) -> FileReport:
     """Check one file against every rule; an unreadable file gives one `unreadable` problem saying why."""
+    return check_file(path).report
+
+
+def check_file(path: Path) -> CheckedFile:
+    """`validate_file`, keeping the `FileFacts` of a file that broke no rule."""
     path = Path(path)
     try:
         parquet = pq.ParquetFile(path)
         schema, n_rows = parquet.schema_arrow, parquet.metadata.num_rows
         metadata = parquet.metadata.metadata or {}
     except Exception as error:  # pyarrow raises several types for truncated or foreign files
-        return FileReport(
-            path,
-            None,
-            [Problem("unreadable", None, 0, f"cannot open as Parquet (truncated, or not Parquet): {error}")],
+        return CheckedFile(
+            FileReport(
+                path,
+                None,
+                [
+                    Problem(
+                        "unreadable", None, 0, f"cannot open as Parquet (truncated, or not Parquet): {error}"
+                    )
+                ],
+            )
         )
     problems = _schema_problems(schema, metadata)
     usable = _usable_columns(schema)
-    report = FileReport(path, n_rows, problems)
+    checked = CheckedFile(FileReport(path, n_rows, problems))
     if n_rows == 0:
-        report.notes.append("empty file: no rows to check")
-        return report
+        checked.report.notes.append("empty file: no rows to check")
+        return checked
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")  # stderr belongs to the caller
     try:
@@ -91,14 +119,16 @@ def validate_file(path: Path) -> FileReport:
         problems += sequence_problems(con, usable)
         audit_problems, notes = audit.audit_alignment(con, usable, n_rows)
         problems += audit_problems
-        report.notes += notes
+        checked.report.notes += notes
+        if not problems:
+            checked.facts = sequence_facts(con)
     except duckdb.Error as error:
         problems.append(
             Problem("unreadable", None, 0, f"cannot read the data (truncated or corrupt?): {error}")
         )
     finally:
         con.close()
-    return report
+    return checked
 
 
 def _open_source(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -187,6 +217,17 @@ def _row_rules(usable: frozenset[str]) -> list[_RowRule]:
         rules.append(_RowRule("non_finite_logp", col, f"NOT isfinite({col})", f"`{col}` finite (or null)"))
         rules.append(
             _RowRule("positive_logp", col, f"isfinite({col}) AND {col} > 0", f"`{col}` <= 0", f"max({col})")
+        )
+    for col in (c for c in VERSION_COLUMNS if c in usable):
+        rules.append(
+            _RowRule(
+                "negative_version",
+                col,
+                f"{col} < 0",
+                f"`{col}` >= 0 (a negative version is AReaL's mark for prompt tokens: prompt positions "
+                "leaked into the log; record response tokens only)",
+                f"min({col})",
+            )
         )
     if {"behave_version", "step"} <= usable:
         rules.append(

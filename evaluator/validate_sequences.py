@@ -9,12 +9,15 @@ behave_version)`. Rolled up per sequence `(run_id, seq_id, minibatch)` the segme
 - `proximal_t_partial`: a sequence with proximal_t has it on every token.
 - `proximal_t_version`: `behave_version + 1` in segments followed by a later one, `behave_version` in
   the last one.
+
+The same tables give a clean file's `FileFacts` (`sequence_facts`).
 """
 
 from __future__ import annotations
 
 import duckdb
 
+from evaluator.file_facts import SEQUENCE_KEYS, FileFacts
 from evaluator.problems import Problem, format_key
 
 
@@ -147,3 +150,17 @@ def _proximal_t(con: duckdb.DuckDBPyConnection, keys: str) -> list[Problem]:
         )
         problems.append(Problem("proximal_t_version", "proximal_t_version", int(n_bad), message))
     return problems
+
+
+def sequence_facts(con: duckdb.DuckDBPyConnection) -> FileFacts:
+    """The file's sequences and resumed-segment starts, from the tables of `sequence_problems`; meaningful
+    only for a file that broke no rule (versions rise along pos, positions are 0..L-1)."""
+    keys = ", ".join(SEQUENCE_KEYS)
+    sequences = con.sql(f"""SELECT {keys}, mn::INTEGER AS pos_min, mx::INTEGER AS pos_max
+        FROM seq ORDER BY {keys}""").to_arrow_table()
+    resumes = con.sql(f"""SELECT {keys}, pos, prev_version FROM (
+            SELECT {keys}, mn::INTEGER AS pos,
+                   lag(bv) OVER (PARTITION BY {keys} ORDER BY bv)::INTEGER AS prev_version
+            FROM seg)
+        WHERE prev_version IS NOT NULL ORDER BY {keys}, pos""").to_arrow_table()
+    return FileFacts(sequences, resumes)

@@ -1,4 +1,4 @@
--- proxaudit metrics store (DuckDB), store schema version 1. Idempotent: run on every open for writing.
+-- proxaudit metrics store (DuckDB), store schema version 2. Idempotent: run on every open for writing.
 --
 -- Tables are internal; the views at the end are the public interface (DOMAIN.md section 7).
 -- Every row carries the file_id of the Parquet file it came from, so a file is ingested in one
@@ -16,6 +16,17 @@ CREATE TABLE IF NOT EXISTS ingested_file (
     n_rows      BIGINT NOT NULL,
     n_tokens    BIGINT NOT NULL,           -- rows with loss_mask true
     ingested_at TIMESTAMP NOT NULL
+);
+
+-- The identity of each file's tokens (DOMAIN.md section 6): one row per sequence with its pos range.
+-- A file that repeats a token of another file is refused, so a token is stored at most once.
+CREATE TABLE IF NOT EXISTS file_sequences (
+    file_id   INTEGER NOT NULL,
+    run_id    VARCHAR NOT NULL,
+    seq_id    BIGINT NOT NULL,
+    minibatch INTEGER NOT NULL,
+    pos_min   INTEGER NOT NULL,
+    pos_max   INTEGER NOT NULL
 );
 
 -- Which runs, steps and staleness values each file holds, with token counts (loss_mask true).
@@ -80,3 +91,21 @@ CREATE OR REPLACE VIEW step_staleness_summary AS
 SELECT run_id, step, staleness, method, metric,
        sum(n)::BIGINT AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
 FROM metric_moments GROUP BY run_id, step, staleness, method, metric;
+
+-- How much AReaL's shipped version pairing (each token interpolated with the previous token's version)
+-- changes the error against each token's own version, per run: compare AReaL's own logged
+-- `loglinear/*` metrics with `loglinear_shipped`, never with `loglinear`.
+CREATE OR REPLACE VIEW pairing_summary AS
+SELECT run_id, interpolation, n, own_abs_error, shipped_abs_error,
+       shipped_abs_error / nullif(own_abs_error, 0) AS shipped_over_own
+FROM (
+    SELECT run_id, regexp_replace(method, '_shipped$', '') AS interpolation,
+           sum(n) FILTER (WHERE NOT ends_with(method, '_shipped'))::BIGINT AS n,
+           sum(sum) FILTER (WHERE NOT ends_with(method, '_shipped'))
+               / sum(n) FILTER (WHERE NOT ends_with(method, '_shipped')) AS own_abs_error,
+           sum(sum) FILTER (WHERE ends_with(method, '_shipped'))
+               / sum(n) FILTER (WHERE ends_with(method, '_shipped')) AS shipped_abs_error
+    FROM metric_moments
+    WHERE metric = 'abs_error' AND method IN ('loglinear', 'linear', 'loglinear_shipped', 'linear_shipped')
+    GROUP BY ALL
+);

@@ -257,6 +257,24 @@ def _version_order(t: pa.Table, path: Path) -> Broken:
     )
 
 
+def _negative_version(t: pa.Table, path: Path) -> Broken:
+    """The last prompt token leaked into every 6th response as its pos 0, with AReaL's prompt version -1
+    (no proximal_t columns, so that no other rule sees the edit)."""
+    _, starts, _ = sequence_index(t)
+    mask = np.zeros(t.num_rows, dtype=bool)
+    mask[starts[::6]] = True
+    table = where(t.drop_columns(["proximal_t_logp", "proximal_t_version"]), "behave_version", mask, -1)
+    return _write(table, path, "negative_version", "behave_version", int(mask.sum()))
+
+
+def _negative_proximal_t_version(t: pa.Table, path: Path) -> Broken:
+    mask = _rows(t)
+    table = where(t, "proximal_t_version", mask, -1)
+    return _write(
+        table, path, "negative_version", "proximal_t_version", int(mask.sum()), {"proximal_t_version"}
+    )
+
+
 BUILDERS: dict[str, Callable[[pa.Table, Path], Broken]] = {
     "missing_column": _missing_column,
     "wrong_type": _wrong_type,
@@ -277,6 +295,8 @@ BUILDERS: dict[str, Callable[[pa.Table, Path], Broken]] = {
     "proximal_t_partial": _proximal_t_partial,
     "proximal_t_pair": _proximal_t_pair,
     "version_order": _version_order,
+    "negative_version": _negative_version,
+    "negative_proximal_t_version": _negative_proximal_t_version,
 }
 """Case name -> builder of a file that breaks one rule (the case name, or two cases for one rule)."""
 

@@ -16,7 +16,7 @@ from schemas.store import METHODS
 from schemas.thresholds import DEFAULT_THRESHOLDS
 
 # Plotly charts each page draws on a store with both version conventions and raw logs reachable.
-CHARTS = {"overview": 2, "drift": 3, "weights": 2, "training": 3, "compare": 2, "tokens": 1}
+CHARTS = {"overview": 2, "drift": 4, "weights": 2, "training": 3, "compare": 2, "tokens": 1}
 
 
 def run_app(db: Path | None, monkeypatch, timeout: float = 60, **params: str) -> AppTest:
@@ -64,6 +64,7 @@ def test_overview_numbers(fixture_store, monkeypatch):
     assert set(headline.index) == set(METHODS) - {"ground_truth"}
     assert headline.loc["loglinear", "abs_error p99"] > 0
     assert "True drift" in texts(at)
+    assert "loglinear_shipped" in texts(at) and "Compare AReaL's own logged" in texts(at)
 
 
 def test_filters_narrow_the_data_and_go_into_the_url(fixture_store, monkeypatch):

@@ -11,13 +11,14 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.logio import token_table, write_log_atomic
-from evaluator.replay import replay
+from evaluator.replay import check_and_summarise, replay
 from evaluator.store import CRASH_ENV
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
 
@@ -42,12 +43,16 @@ def write_logs(folder: Path) -> list[Path]:
 def reference_values(files: list[Path]) -> pd.DataFrame:
     """DOMAIN.md sections 2 and 3 in plain numpy: one row per (token, method, metric) value."""
     df = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    df = df.sort_values(["run_id", "seq_id", "minibatch", "pos"])
+    # AReaL's shipped pairing: the version of the row before in the sequence, -1 at pos 0
+    df["prev_version"] = df.groupby(["run_id", "seq_id", "minibatch"])["behave_version"].shift(1).fillna(-1)
     df = df[df["loss_mask"]].reset_index(drop=True)
     b, t, g = (df[c].to_numpy(np.float64) for c in ("behave_logp", "theta_logp", "prox_logp"))
     step, vb = df["step"].to_numpy(np.float64), df["behave_version"].to_numpy(np.float64)
     mb = df["minibatch"].to_numpy(np.float64) / df["n_minibatches"].to_numpy(np.float64)
+    prev = df["prev_version"].to_numpy(np.float64)
 
-    def alpha(v_prox, v_theta):
+    def alpha(v_prox, v_theta, vb=vb):
         span = v_theta - vb
         return np.where(span > 0, np.clip((v_prox - vb) / np.where(span > 0, span, 1.0), 0, 1), 0.0)
 
@@ -55,10 +60,13 @@ def reference_values(files: list[Path]) -> pd.DataFrame:
         return np.where(alpha == 0, b, np.where(alpha == 1, t, values))
 
     aa, ae = alpha(step - 1, step), alpha(step, step + mb)
+    ash = np.where(prev >= 0, alpha(step - 1, step, vb=prev), 0.0)
     methods = {
         "ground_truth": g,
         "loglinear": exact_at_ends(aa, b + aa * (t - b)),
         "linear": exact_at_ends(aa, np.log((1 - aa) * np.exp(b) + aa * np.exp(t))),  # logp >> -700 here
+        "loglinear_shipped": exact_at_ends(ash, b + ash * (t - b)),
+        "linear_shipped": exact_at_ends(ash, np.log((1 - ash) * np.exp(b) + ash * np.exp(t))),
         "loglinear_exact": exact_at_ends(ae, b + ae * (t - b)),
         "linear_exact": exact_at_ends(ae, np.log((1 - ae) * np.exp(b) + ae * np.exp(t))),
         "rollout": b,
@@ -232,3 +240,43 @@ def test_kill_mid_replay_leaves_the_store_as_before_the_file(tmp_path):
     fresh = tmp_path / "fresh.duckdb"
     replay([tmp_path / "logs"], fresh)
     assert table_counts(db) == table_counts(fresh)
+
+
+def test_row_order_and_batch_cuts_do_not_change_the_numbers(tmp_path):
+    """The shipped pairing takes each token's previous pos from its own sequence, wherever the rows sit:
+    rows shuffled within the file, sequences cut by record batches and by worker ranges."""
+    spec = SyntheticSpec(run_id="order", tokens_per_step=4096, mean_length=40, resume_fraction=0.6)
+    table = synthetic_steps(spec, 8, 3)
+    shuffled = table.take(np.random.default_rng(0).permutation(table.num_rows))
+    sorted_log = write_log_atomic(table, tmp_path / "sorted" / "log.parquet")
+    shuffled_log = write_log_atomic(shuffled, tmp_path / "shuffled" / "log.parquet")
+    base = check_and_summarise(sorted_log).summary
+    for log, batch_rows, workers in (
+        (shuffled_log, 1 << 18, 1),
+        (sorted_log, 997, 1),
+        (shuffled_log, 997, 3),
+    ):
+        other = check_and_summarise(log, batch_rows=batch_rows, workers=workers).summary
+        assert other.n_tokens == base.n_tokens
+        key = ["run_id", "step", "staleness", "method", "metric"]
+        a, b = (
+            pl.from_arrow(s.moments)
+            .with_columns(pl.col("run_id", "method", "metric").cast(pl.String))
+            .sort(key)
+            for s in (base, other)
+        )
+        assert a.select(key + ["n", "min", "max"]).equals(b.select(key + ["n", "min", "max"]))
+        np.testing.assert_allclose(b["sum"].to_numpy(), a["sum"].to_numpy(), rtol=1e-12, atol=1e-12)
+    # and end to end: the shuffled file's views equal the sorted file's (sums to rounding)
+    got = {}
+    for name, log in (("sorted", sorted_log), ("shuffled", shuffled_log)):
+        replay([log], tmp_path / f"{name}.duckdb")
+        got[name] = view(tmp_path / f"{name}.duckdb", "staleness_summary").sort_values(
+            ["staleness", "method", "metric"]
+        )
+    pd.testing.assert_frame_equal(
+        got["sorted"].reset_index(drop=True), got["shuffled"].reset_index(drop=True), rtol=1e-12
+    )
+    shipped = got["sorted"].query("method == 'loglinear_shipped' and metric == 'abs_error'")["mean"]
+    own = got["sorted"].query("method == 'loglinear' and metric == 'abs_error'")["mean"]
+    assert (shipped.to_numpy() != own.to_numpy()).any()  # the pairings differ on this log

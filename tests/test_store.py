@@ -8,11 +8,11 @@ import duckdb
 import pytest
 
 from evaluator.errors import StoreError
-from evaluator.file_summary import summarise_file
 from evaluator.logio import write_log_atomic
+from evaluator.replay import check_and_summarise
 from evaluator.store import file_digest, ingest, ingested_digests, open_store
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
-from schemas.store import PUBLIC_VIEWS
+from schemas.store import OTHER_PUBLIC_VIEWS, PUBLIC_VIEWS
 
 
 @pytest.fixture
@@ -48,18 +48,8 @@ def test_public_views_have_the_documented_columns(tmp_path):
     with open_store(tmp_path / "m.duckdb", write=True) as con:
         for view, columns in PUBLIC_VIEWS.items():
             assert tuple(con.execute(f"SELECT * FROM {view} LIMIT 0").df().columns) == columns
-        staleness_step = con.execute("SELECT * FROM step_staleness_summary LIMIT 0").df().columns
-        assert tuple(staleness_step) == (
-            "run_id",
-            "step",
-            "staleness",
-            "method",
-            "metric",
-            "n",
-            "mean",
-            "min",
-            "max",
-        )
+        for view, columns in OTHER_PUBLIC_VIEWS.items():
+            assert tuple(con.execute(f"SELECT * FROM {view} LIMIT 0").df().columns) == columns
 
 
 def test_digest_is_of_the_bytes(tmp_path, log):
@@ -71,10 +61,16 @@ def test_digest_is_of_the_bytes(tmp_path, log):
 
 
 def test_ingest_is_once_per_digest(tmp_path, log):
-    db, digest, summary = tmp_path / "m.duckdb", file_digest(log), summarise_file(log)
+    done = check_and_summarise(log)
+    db, digest, summary, sequences = (
+        tmp_path / "m.duckdb",
+        file_digest(log),
+        done.summary,
+        done.checked.facts.sequences,
+    )
     assert ingested_digests(db) == set()
-    assert ingest(db, log, digest, summary) is True
-    assert ingest(db, log, digest, summary) is False
+    assert ingest(db, log, digest, summary, sequences) is True
+    assert ingest(db, log, digest, summary, sequences) is False
     assert ingested_digests(db) == {digest}
     with open_store(db) as con:
         rows = con.execute("SELECT file_id, path, n_rows, n_tokens FROM ingested_file").fetchall()
@@ -84,11 +80,12 @@ def test_ingest_is_once_per_digest(tmp_path, log):
 
 
 def test_a_failed_insert_leaves_nothing(tmp_path, log, monkeypatch):
-    db, summary = tmp_path / "m.duckdb", summarise_file(log)
+    done = check_and_summarise(log)
+    db, summary = tmp_path / "m.duckdb", done.summary
     broken = summary.sketch_by_step.drop_columns(["bucket"])  # the last-but-one insert fails
     monkeypatch.setattr(summary, "sketch_by_step", broken)
     with pytest.raises(duckdb.Error):
-        ingest(db, log, file_digest(log), summary)
+        ingest(db, log, file_digest(log), summary, done.checked.facts.sequences)
     with open_store(db) as con:
-        for table in ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step"):
+        for table in ("ingested_file", "file_sequences", "file_tokens", "metric_moments", "sketch_by_step"):
             assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == 0, table

@@ -10,11 +10,16 @@ import pytest
 
 from evaluator import file_summary, summary_accumulators
 from evaluator.errors import ProxauditError
-from evaluator.file_summary import summarise_file
 from evaluator.logio import write_log_atomic
+from evaluator.replay import check_and_summarise
 from evaluator.sketch import bucket_code
 from evaluator.summary_accumulators import CellIndex, SketchCounts
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+
+def summarise_file(log, **options):
+    """The file's summary as replay makes it (after the validator's facts)."""
+    return check_and_summarise(log, **options).summary
 
 
 def _merged(table: pa.Table) -> pl.DataFrame:
@@ -82,7 +87,8 @@ def test_worker_processes_give_the_same_summary_bit_for_bit(tmp_path):
 
 def test_a_failing_worker_is_an_error_naming_the_file(tmp_path):
     out = tmp_path / "0.pickle"
-    worker = file_summary._start_worker(tmp_path / "missing.parquet", (0, 10), 10, out)
+    resumes = tmp_path / "resumes.arrow"
+    worker = file_summary._start_worker(tmp_path / "missing.parquet", (0, 10), resumes, 10, out)
     with pytest.raises(ProxauditError, match="(?s)missing.parquet.*FileNotFoundError"):
         file_summary._result(worker, out, tmp_path / "missing.parquet")
 

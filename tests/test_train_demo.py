@@ -121,3 +121,22 @@ def test_smollm2_run_validates_clean(tmp_path):
     rows = pq.read_table(tmp_path).to_pandas()
     assert len(rows) > 0 and rows["token_id"].max() > 1000  # SmolLM2's vocabulary, not the tiny one
     assert not [r for r in validate_paths([tmp_path]) if r.problems]
+
+
+def test_a_second_training_into_the_same_folder_is_refused(short_run, tmp_path):
+    """The trainer starts from scratch: its tokens would repeat the first training's (same run_id)."""
+    args, _, _, out = short_run
+    before = sorted(p.name for p in out.glob("*.parquet"))
+    result = CliRunner().invoke(
+        cli, ["train-demo", "--steps", "2", "--out-dir", str(out), "--run-id", "short"]
+    )
+    assert result.exit_code == 2 and "--overwrite" in result.output and "short" in result.output
+    assert sorted(p.name for p in out.glob("*.parquet")) == before
+    again = tmp_path / "again"
+    for p in out.glob("*.parquet"):
+        (again / p.name).parent.mkdir(exist_ok=True)
+        (again / p.name).write_bytes(p.read_bytes())
+    (again / "other-step000000-000001-0000.parquet").write_bytes(b"another run's file stays")
+    train(dataclasses.replace(args, steps=2, out_dir=str(again), overwrite=True))
+    names = sorted(p.name for p in again.glob("*.parquet"))
+    assert names == ["other-step000000-000001-0000.parquet", "short-step000000-000001-0000.parquet"]

@@ -10,6 +10,12 @@ from dashboard import charts
 from dashboard.views.common import ERROR_METRICS, Context, choice, load, note_missing_ground_truth, seed, show
 
 CONVENTION_PAIRS = (("loglinear", "loglinear_exact"), ("linear", "linear_exact"))
+PAIRING_PAIRS = (("loglinear", "loglinear_shipped"), ("linear", "linear_shipped"))
+PAIRING_NOTE = (
+    "own: each token interpolated with its own version (AReaL's intent). shipped: with the previous token's "
+    "version, -1 (no interpolation) on the first token, as AReaL's code does (it rolls log-probs but not "
+    "versions). AReaL's own logged loglinear/* and linear/* metrics match the shipped methods."
+)
 LINEAR_FLOOR_NOTE = (
     "`linear` here is the stable log-add-exp form; AReaL's own adds 1e-10 inside the log and floors at "
     "about -23.03, so the two differ only for tokens with log-prob below about -20."
@@ -53,17 +59,32 @@ def render(ctx: Context) -> None:
     st.subheader(f"{metric} of each estimator against staleness")
     st.caption("Dashed: the true drift, p50 (mean under a step range): the error of using behave_logp as is.")
     show(charts.facets_by_method(errors, "staleness", metric, reference=drift, log_y=log_y), "errors")
-    st.subheader("Version conventions: areal vs exact")
-    pairs = tuple(p for p in CONVENTION_PAIRS if all(m in ctx.methods for m in p))
-    if pairs:
-        st.caption(
-            "areal: v_prox = step - 1, v_theta = step (what AReaL ships). exact: v_prox = step, "
-            "v_theta = step + minibatch / n_minibatches. " + LINEAR_FLOOR_NOTE
-        )
-        pair_frame = load(ctx.db, "by_staleness", ctx.with_methods(*[m for p in pairs for m in p]), (metric,))
-        show(charts.conventions(pair_frame, metric, pairs, log_y=log_y), "conventions")
-    else:
-        st.info("This run has no rows for the loglinear/linear pairs of both conventions.")
+    _pairs(
+        ctx,
+        metric,
+        log_y,
+        "Version conventions: areal vs exact",
+        CONVENTION_PAIRS,
+        ("areal", "exact"),
+        "areal: v_prox = step - 1, v_theta = step (what AReaL ships). exact: v_prox = step, "
+        "v_theta = step + minibatch / n_minibatches. " + LINEAR_FLOOR_NOTE,
+    )
+    _pairs(
+        ctx, metric, log_y, "Version pairing: own vs AReaL's shipped", PAIRING_PAIRS, ("own", "shipped"),
+        PAIRING_NOTE,
+    )  # fmt: skip
     st.subheader("Numbers")
     st.dataframe(staleness_table(frame[frame["method"] != "ground_truth"], metric), width="stretch")
     st.dataframe(staleness_table(drift, "drift"), width="stretch")
+
+
+def _pairs(ctx: Context, metric: str, log_y: bool, title: str, pairs, kinds, caption: str) -> None:
+    """One chart of estimator pairs (two variants of each) against staleness, with its caption."""
+    st.subheader(title)
+    present = tuple(p for p in pairs if all(m in ctx.methods for m in p))
+    if not present:
+        st.info(f"This run has no rows for the pairs {', '.join(' / '.join(p) for p in pairs)}.")
+        return
+    st.caption(caption)
+    frame = load(ctx.db, "by_staleness", ctx.with_methods(*[m for p in present for m in p]), (metric,))
+    show(charts.method_pairs(frame, metric, present, kinds, log_y=log_y), f"pairs_{kinds[1]}")

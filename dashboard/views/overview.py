@@ -52,6 +52,23 @@ def _gate(ctx: Context) -> None:
     st.dataframe(verdicts, hide_index=True, width="stretch")
 
 
+def _pairing(ctx: Context) -> None:
+    """How much AReaL's shipped version pairing adds to the error on this run, and what to compare."""
+    rows = load(ctx.db, "pairing", ctx.run_id).dropna(subset=["shipped_over_own"])
+    if rows.empty:
+        return
+    parts = [
+        f"`{r.interpolation}_shipped` {r.shipped_abs_error:.4g} vs `{r.interpolation}` {r.own_abs_error:.4g} "
+        f"(**{r.shipped_over_own:.2f}x**)"
+        for r in rows.itertuples()
+    ]
+    st.markdown(
+        "AReaL's shipped version pairing (each token interpolated with the previous token's version), mean "
+        f"abs_error: {'; '.join(parts)}. Compare AReaL's own logged `loglinear/*` metrics with "
+        "`loglinear_shipped`, not `loglinear`."
+    )
+
+
 def render(ctx: Context) -> None:
     _numbers(ctx)
     _gate(ctx)
@@ -64,6 +81,7 @@ def render(ctx: Context) -> None:
         d = drift.iloc[0]
         q = f", p99 {d['p99']:.4g}" if pd.notna(d["p99"]) else f", max {d['max']:.4g}"
         st.markdown(f"True drift `abs(prox_logp - behave_logp)`: mean **{d['mean']:.4g}** nats{q}.")
+    _pairing(ctx)
     st.subheader("Headline error per method")
     if ctx.filters.steps is not None or ctx.filters.staleness is not None:
         st.caption(
