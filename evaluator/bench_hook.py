@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from evaluator.train_demo import Args, train
+from evaluator.trainer.train import Args, train
 
 WARMUP_STEPS = 4
 

@@ -180,7 +180,7 @@ def bench(tokens, tokens_per_step, out) -> None:
 @cli.command(
     "train-demo",
     cls=DataclassCommand,
-    dataclass_path="evaluator.train_demo:Args",
+    dataclass_path="evaluator.trainer.train:Args",
     short_help="Train the reference asynchronous decoupled-PPO trainer and log its tokens.",
 )
 @click.option("--bench-hook", is_flag=True, help="Instead: time steps with the hook on and off in one run.")
@@ -188,7 +188,7 @@ def bench(tokens, tokens_per_step, out) -> None:
 def train_demo(bench_hook: bool, **options) -> None:
     """Train the reference trainer (a tiny transformer learning to reverse digits, asynchronously, with
     abort-resume and a bf16 inference engine) and record every minibatch with the hook."""
-    from evaluator.train_demo import Args, report, train
+    from evaluator.trainer.train import Args, report, train
 
     args = Args(**options)
     if bench_hook:

@@ -50,7 +50,7 @@ def _banner(echo: Callable[[str], None], text: str) -> None:
 
 def _train_logs(out: Path, echo: Callable[[str], None]) -> Path:
     """A fresh short run of the reference trainer (about a minute on 2 cores)."""
-    from evaluator.train_demo import Args, report, train
+    from evaluator.trainer.train import Args, report, train
 
     logs = out / "logs"
     shutil.rmtree(logs, ignore_errors=True)

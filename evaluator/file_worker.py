@@ -2,9 +2,9 @@
 
 `python -m evaluator.file_worker` reads pickled requests `(path, batch_rows)` from stdin until it is
 closed and answers each with a pickled `("ok", Summarised)` or `("error", traceback)` on stdout:
-`evaluator.replay.check_and_summarise(path, workers=1)`, the very summary the parent would make. Ctrl-C is left to the
-parent (which closes stdin or kills the worker), so a Ctrl-C in the terminal prints one traceback, not
-three. Anything else printed to stdout is sent to stderr, so it cannot corrupt the answers.
+`evaluator.replay.check_and_summarise(path, workers=1)`, the very summary the parent would make.
+Ctrl-C is left to the parent (which closes stdin or kills the worker), so a Ctrl-C in the terminal prints
+one traceback, not three. Anything else printed to stdout is sent to stderr, so it cannot corrupt the answers.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Synthetic token logs of schema v1 with a known generating model, for tests and the benchmark.
 
-Real logs come from the reference trainer (`evaluator.train_demo`); these are for scale and for
+Real logs come from the reference trainer (`evaluator.trainer`); these are for scale and for
 hand-checkable structure. Each token's log-prob is a smooth function of the policy version,
 
     logp(v) = log_sigmoid(u + slope * (v - step) + curvature * (v - step)^2),

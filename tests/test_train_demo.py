@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.dataclass_options import field_docs
-from evaluator.train_demo import Args, train
+from evaluator.trainer.train import Args, train
 from evaluator.validate import validate_paths
 from schemas.token_log import arrow_schema
 
@@ -114,8 +114,8 @@ def test_bench_hook_alternates_and_counts():
 )
 def test_smollm2_run_validates_clean(tmp_path):
     args = Args(
-        model="smollm2", lr=1e-5, digits=3, groups_per_step=2, group_size=2, engine_groups=2,
-        n_minibatches=2, steps=3, out_dir=str(tmp_path), log_every=0,
+        model="smollm2", lr=1e-5, response_tokens=8, groups_per_step=2, group_size=2, engine_groups=2,
+        wave_groups=1, n_minibatches=2, steps=3, out_dir=str(tmp_path), log_every=0,
     )  # fmt: skip
     train(args)
     rows = pq.read_table(tmp_path).to_pandas()
