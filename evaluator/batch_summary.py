@@ -25,8 +25,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.estimators import estimates
-from evaluator.metrics import Terms, metrics_for
+from evaluator.metrics import Terms, Truth, metrics_for
 from evaluator.pairing import previous_versions
 from evaluator.sketch import bucket_code
 from evaluator.summary_accumulators import Moments, SketchCounts
@@ -50,6 +51,7 @@ INPUT_COLUMNS = (
     "prox_logp",
     "theta_logp",
     "proximal_t_logp",
+    "advantage",
 )
 
 
@@ -150,13 +152,19 @@ def _histograms(offsets: np.ndarray, span: int, cell: np.ndarray, n_cells: int) 
     return np.bincount(keys, minlength=n_cells * span).reshape(n_cells, span)
 
 
-def add_series(acc: Summaries, series: int, values: np.ndarray, groups: Groups, rows: CellRows) -> None:
-    """Moments and sketch counts of one series over tokens sorted by group (`values` is (T,))."""
+def add_series(
+    acc: Summaries, series: int, values: np.ndarray, groups: Groups, rows: CellRows, sketch: bool = True
+) -> None:
+    """Moments (and, if `sketch`, sketch counts) of one series over tokens sorted by group (`values` is
+    (T,))."""
     if len(values) == 0:
         return
     present, n, starts = groups.extents()
     mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)  # (G,)
-    acc.moments.add(series, rows.group[present], n, np.add.reduceat(values, starts), mins, maxs)
+    sums, squares = np.add.reduceat(values, starts), np.add.reduceat(values * values, starts)
+    acc.moments.add(series, rows.group[present], n, sums, squares, mins, maxs)
+    if not sketch:
+        return
     lo, hi = bucket_code(np.array([mins.min(), maxs.max()]))  # buckets are ordered like values
     offsets = bucket_code(values, sign=1 if mins.min() >= 0 else -1 if maxs.max() <= 0 else 0)  # (T,)
     offsets -= lo
@@ -190,9 +198,15 @@ def _run_codes(batch: pa.RecordBatch, runs: dict[str, int]) -> np.ndarray:
     return to_file[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
-def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int], resumes: pl.DataFrame) -> int:
+def add_batch(
+    acc: Summaries,
+    batch: pa.RecordBatch,
+    runs: dict[str, int],
+    resumes: pl.DataFrame,
+    params: DecisionParams = DEFAULT_PARAMS,
+) -> int:
     """Summarise one record batch into `acc`; returns its number of loss tokens. `resumes` are the file's
-    resumed-segment starts (`evaluator.pairing`)."""
+    resumed-segment starts (`evaluator.pairing`), `params` the loss's thresholds (DOMAIN.md 3b)."""
     keep = batch.column("loss_mask").to_numpy(zero_copy_only=False)
     prev_version = previous_versions(batch, resumes)[keep]  # (T,) from every row, masked or not
     batch = batch.filter(pa.array(keep))
@@ -203,7 +217,7 @@ def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int], resum
     order, groups = group_tokens(run, step, staleness)
     cols = {
         name: values[order]
-        for name in ("minibatch", "n_minibatches", *LOGP_COLUMNS)
+        for name in ("minibatch", "n_minibatches", *LOGP_COLUMNS, "advantage")
         if (values := _column(batch, name, np.float64)) is not None
     }
     b, t = cols["behave_logp"], cols["theta_logp"]
@@ -228,17 +242,17 @@ def add_batch(acc: Summaries, batch: pa.RecordBatch, runs: dict[str, int], resum
         prev_version=prev_version[order],
         proximal_t_logp=cols.get("proximal_t_logp"),
     )
+    truth = Truth(b=b, t=t, g=g, advantage=cols.get("advantage"), params=params)
     for method, a in per_method.items():
         covered = ~np.isnan(a)
         keep = None if covered.all() else covered
-        a_, b_, t_, g_ = (x if keep is None else x[keep] for x in (a, b, t, g))
-        terms = Terms(a=a_, b=b_, t=t_, g=g_)
+        terms = Terms(a, truth, keep)
         on_all = groups.subset(keep)
         on_truth = on_all.subset(None if terms.all_truth else terms.has_truth)
         for metric in metrics_for(method):
             values = metric.value(terms)
             on = on_truth if metric.needs_truth else on_all
-            add_series(acc, SERIES_ID[method, metric.name], values, on, rows)
+            add_series(acc, SERIES_ID[method, metric.name], values, on, rows, metric.sketch)
     acc.by_step.maybe_flush()
     acc.by_staleness.maybe_flush()
     return int(len(order))

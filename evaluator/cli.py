@@ -15,7 +15,7 @@ import click
 
 from evaluator import __version__
 from evaluator.dataclass_options import DataclassCommand
-from evaluator.errors import ProxauditError
+from evaluator.errors import ProxauditError, UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -107,6 +107,32 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     sys.exit(result.exit_code)
 
 
+def _decision_params(params_file: str | None, **flags) -> object:
+    """The loss's thresholds for the decision metrics: DOMAIN.md's defaults, then the TOML file's keys,
+    then the flags given."""
+    import tomllib
+
+    from evaluator.decisions import DecisionParams
+
+    values = {}
+    if params_file is not None:
+        try:
+            values = tomllib.loads(Path(params_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+            raise UsageError(f"--params {params_file}: cannot read it as TOML: {error}") from None
+        unknown = set(values) - set(DecisionParams.__dataclass_fields__)
+        if unknown:
+            allowed = ", ".join(DecisionParams.__dataclass_fields__)
+            raise UsageError(
+                f"--params {params_file}: unknown key {sorted(unknown)[0]!r}; allowed: {allowed}"
+            )
+    values |= {k: v for k, v in flags.items() if v is not None}
+    try:
+        return DecisionParams(**values)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"decision parameters: {error}") from None
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option(
@@ -115,18 +141,38 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a terminal)."
 )
+@click.option(
+    "--params",
+    "params_file",
+    type=click.Path(dir_okay=False),
+    help="TOML file of the loss's thresholds: eps_low, eps_high, bound, bound_action (flags win).",
+)
+@click.option("--eps-low", type=float, help="PPO clips the ratio below 1 - eps_low [default: 0.2].")
+@click.option("--eps-high", type=float, help="... and above 1 + eps_high [default: 0.2].")
+@click.option("--bound", type=float, help="U: the behaviour weight bound [default: 5.0].")
+@click.option(
+    "--bound-action",
+    type=click.Choice(["mask", "clamp"]),
+    help="Above U the token is masked, or its weight clamped to U [default: mask].",
+)
 @_library_errors
-def replay(paths, db, progress) -> None:
+def replay(paths, db, progress, params_file, eps_low, eps_high, bound, bound_action) -> None:
     """Validate the token logs in PATHS (files or folders), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
-    one transaction.
+    one transaction. The decision metrics (clip and bound flips, gradient mass error) use the loss's
+    thresholds given here; a DB keeps one set of them.
 
     Exit code 0 when every file was ingested or already there, 1 when a file broke a validation rule (it
-    is skipped, the others are ingested), 2 for a usage error or when no file could be read.
+    is skipped, the others are ingested), 2 for a usage error, a DB of other thresholds, or when no file
+    could be read.
     """
     from evaluator.replay import replay as replay_paths
 
-    report = replay_paths(paths, db, on_file=lambda outcome: click.echo(outcome.line()), progress=progress)
+    params = _decision_params(
+        params_file, eps_low=eps_low, eps_high=eps_high, bound=bound, bound_action=bound_action
+    )
+    echo = lambda outcome: click.echo(outcome.line())  # noqa: E731
+    report = replay_paths(paths, db, on_file=echo, progress=progress, params=params)
     click.echo(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
     sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
 

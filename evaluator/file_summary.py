@@ -10,13 +10,14 @@ one process: the summary does not depend on the number of workers, bit for bit.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluator.batch_summary import INPUT_COLUMNS, SERIES, Summaries, add_batch
+from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.errors import ProxauditError
 from evaluator.pairing import resumes_frame
 from evaluator.summary_accumulators import Moments
@@ -82,16 +84,17 @@ def summarise_range(
     path,
     rows: tuple[int, int] | None,
     resumes: pa.Table,
+    params: DecisionParams,
     batch_rows: int = BATCH_ROWS,
     on_batch: Callable | None = None,
 ) -> RangeSummary:
     """Summarise rows [start, end) of `path` (the whole file for None) with the file's resumed-segment
-    starts (`FileFacts.resumes`): what one worker does."""
+    starts (`FileFacts.resumes`) and the loss's thresholds: what one worker does."""
     acc, runs, resumes = Summaries(), {}, resumes_frame(resumes)
     out = RangeSummary(runs=[])
     for batch in iter_batches(path, batch_rows, rows):
         acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
-        out.n_tokens += add_batch(acc, batch, runs, resumes)
+        out.n_tokens += add_batch(acc, batch, runs, resumes, params)
         out.n_rows += batch.num_rows
         out.batch_moments.append((acc.moments.token_rows(), acc.moments.moment_rows()))
         if on_batch is not None:
@@ -113,10 +116,13 @@ def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS) -> int:
     return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
 
 
-def _start_worker(path, rows: tuple[int, int], resumes: Path, batch_rows: int, out: Path) -> subprocess.Popen:
+def _start_worker(
+    path, rows: tuple[int, int], resumes: Path, params: DecisionParams, batch_rows: int, out: Path
+) -> subprocess.Popen:
     """`evaluator.range_worker` on rows [start, end) of `path`, pickling to `out` (stderr to out.err);
     `resumes` is an Arrow IPC file of the file's resumed-segment starts."""
-    args = [str(path), str(rows[0]), str(rows[1]), str(resumes), str(batch_rows), str(out)]
+    args = [str(path), str(rows[0]), str(rows[1]), str(resumes), json.dumps(asdict(params))]
+    args += [str(batch_rows), str(out)]
     with open(out.with_suffix(".err"), "wb") as err:
         return subprocess.Popen([sys.executable, "-m", "evaluator.range_worker", *args], stderr=err)
 
@@ -134,21 +140,22 @@ def _result(worker: subprocess.Popen, out: Path, path) -> RangeSummary:
 
 
 def _summarise_ranges(
-    path, resumes: pa.Table, batch_rows: int, workers: int | None, on_batch
+    path, resumes: pa.Table, params: DecisionParams, batch_rows: int, workers: int | None, on_batch
 ) -> list[RangeSummary]:
     """The file's summary in one range per worker (in this process when there is one)."""
     n_rows = pq.ParquetFile(path).metadata.num_rows
     workers = default_workers(n_rows, batch_rows) if workers is None else workers
     ranges = batch_ranges(n_rows, batch_rows, workers)
     if len(ranges) < 2:
-        return [summarise_range(path, None, resumes, batch_rows, on_batch)]
+        return [summarise_range(path, None, resumes, params, batch_rows, on_batch)]
     with tempfile.TemporaryDirectory(prefix="proxaudit-ranges-") as scratch:
         resumes_file = Path(scratch) / "resumes.arrow"
         with pa.OSFile(str(resumes_file), "wb") as sink, pa.ipc.new_file(sink, resumes.schema) as writer:
             writer.write_table(resumes)
         outs = [Path(scratch) / f"{i}.pickle" for i in range(len(ranges))]
         started = [
-            _start_worker(path, r, resumes_file, batch_rows, out) for r, out in zip(ranges, outs, strict=True)
+            _start_worker(path, r, resumes_file, params, batch_rows, out)
+            for r, out in zip(ranges, outs, strict=True)
         ]
         try:
             parts = []
@@ -171,7 +178,7 @@ class FileSummary:
     n_rows: int
     n_tokens: int
     file_tokens: pa.Table  # run_id, step, staleness, n_tokens, n_prox
-    moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, min, max
+    moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, sum_sq, min, max
     sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
     sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
 
@@ -200,14 +207,20 @@ def _with_runs(rows: Rows, codes: np.ndarray) -> Rows:
 
 
 def summarise_file(
-    path, resumes: pa.Table, *, on_batch=None, batch_rows: int = BATCH_ROWS, workers: int | None = None
+    path,
+    resumes: pa.Table,
+    params: DecisionParams = DEFAULT_PARAMS,
+    *,
+    on_batch=None,
+    batch_rows: int = BATCH_ROWS,
+    workers: int | None = None,
 ) -> FileSummary:
     """Stream `path` batch by batch into its mergeable summaries, on `workers` processes (default: one
-    per core for a long file, else none). `resumes`: the file's `FileFacts.resumes`. `on_batch(rows)`
-    reports progress."""
+    per core for a long file, else none). `resumes`: the file's `FileFacts.resumes`; `params`: the loss's
+    thresholds for the decision metrics. `on_batch(rows)` reports progress."""
     runs: dict[str, int] = {}
     moments, by_step, by_staleness = Moments(len(SERIES)), [], []
-    parts = _summarise_ranges(path, resumes, batch_rows, workers, on_batch)
+    parts = _summarise_ranges(path, resumes, params, batch_rows, workers, on_batch)
     for part in parts:  # in file order
         codes = np.array([runs.setdefault(r, len(runs)) for r in part.runs], dtype=np.int64)
         for tokens, batch_moments in part.batch_moments:
@@ -220,7 +233,9 @@ def summarise_file(
         n_tokens=sum(p.n_tokens for p in parts),
         file_tokens=_table([moments.token_rows()], names, ("run", "step", "staleness", "n_tokens", "n_prox")),
         moments=_table(
-            [moments.moment_rows()], names, ("run", "step", "staleness", "series", "n", "sum", "min", "max")
+            [moments.moment_rows()],
+            names,
+            ("run", "step", "staleness", "series", "n", "sum", "sum_sq", "min", "max"),
         ),
         sketch_by_step=_table(by_step, names, ("run", "step", "series", "bucket", "count")),
         sketch_by_staleness=_table(by_staleness, names, ("run", "staleness", "series", "bucket", "count")),

@@ -1,6 +1,6 @@
 """A worker process of `evaluator.summary_pool`: validate and summarise whole files, one at a time.
 
-`python -m evaluator.file_worker` reads pickled requests `(path, batch_rows)` from stdin until it is
+`python -m evaluator.file_worker` reads pickled requests `(path, params, batch_rows)` from stdin until it is
 closed and answers each with a pickled `("ok", Summarised)` or `("error", traceback)` on stdout:
 `evaluator.replay.check_and_summarise(path, workers=1)`, the very summary the parent would make.
 Ctrl-C is left to the parent (which closes stdin or kills the worker), so a Ctrl-C in the terminal prints
@@ -26,11 +26,11 @@ def main() -> None:
     requests = sys.stdin.buffer
     while True:
         try:
-            path, batch_rows = pickle.load(requests)
+            path, params, batch_rows = pickle.load(requests)
         except EOFError:  # the parent has closed stdin: no more files
             return
         try:
-            answer = ("ok", check_and_summarise(Path(path), batch_rows=batch_rows, workers=1))
+            answer = ("ok", check_and_summarise(Path(path), params, batch_rows=batch_rows, workers=1))
         except Exception:  # reported to the parent, which stops the replay
             answer = ("error", traceback.format_exc())
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)

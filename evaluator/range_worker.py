@@ -1,27 +1,31 @@
 """A worker process of `evaluator.file_summary`: summarise one range of a file's rows, pickle it to a file.
 
-`python -m evaluator.range_worker PATH START END RESUMES BATCH_ROWS OUT` (RESUMES: an Arrow IPC file of
-the file's resumed-segment starts). A plain child process rather than a
-`multiprocessing` pool: spawn would re-run the caller's main script in the child (a script that calls
-`replay` without a `__main__` guard would recurse), and fork would copy Arrow's and DuckDB's threads.
+`python -m evaluator.range_worker PATH START END RESUMES PARAMS BATCH_ROWS OUT` (RESUMES: an Arrow IPC
+file of the file's resumed-segment starts; PARAMS: the `DecisionParams` as JSON). A plain child process
+rather than a `multiprocessing` pool: spawn would re-run the caller's main script in the child (a script
+that calls `replay` without a `__main__` guard would recurse), and fork would copy Arrow's and DuckDB's
+threads.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 import sys
 from pathlib import Path
 
 import pyarrow as pa
 
+from evaluator.decisions import DecisionParams
 from evaluator.file_summary import summarise_range
 
 
 def main(argv: list[str]) -> None:
-    path, start, end, resumes_file, batch_rows, out = argv
+    path, start, end, resumes_file, params, batch_rows, out = argv
     with pa.memory_map(resumes_file) as source:
         resumes = pa.ipc.open_file(source).read_all()
-    part = summarise_range(path, (int(start), int(end)), resumes, int(batch_rows))
+    decisions = DecisionParams(**json.loads(params))
+    part = summarise_range(path, (int(start), int(end)), resumes, decisions, int(batch_rows))
     Path(out).write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
 
 

@@ -24,6 +24,7 @@ from typing import Literal
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.errors import NothingReadableError
 from evaluator.file_summary import BATCH_ROWS, FileSummary, default_workers, summarise_file
 from evaluator.problems import Problem
@@ -94,14 +95,19 @@ class Summarised:
 
 
 def check_and_summarise(
-    path: Path, *, batch_rows: int = BATCH_ROWS, workers: int | None = None, on_batch=None
+    path: Path,
+    params: DecisionParams = DEFAULT_PARAMS,
+    *,
+    batch_rows: int = BATCH_ROWS,
+    workers: int | None = None,
+    on_batch=None,
 ) -> Summarised:
     """Validate `path` and, if it breaks no rule, summarise it (`summarise_file`); what a pool worker does."""
     checked = check_file(path)
     if checked.facts is None:
         return Summarised(checked)
     resumes = checked.facts.resumes
-    summary = summarise_file(path, resumes, on_batch=on_batch, batch_rows=batch_rows, workers=workers)
+    summary = summarise_file(path, resumes, params, on_batch=on_batch, batch_rows=batch_rows, workers=workers)
     return Summarised(checked, summary)
 
 
@@ -120,13 +126,15 @@ def _outcome(path: Path, digest: str, done: Summarised, db_path: Path, known: se
     return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
 
 
-def replay_file(path: Path, db_path: Path, known: set[str], on_rows: Callable[[int], None]) -> FileOutcome:
+def replay_file(
+    path: Path, db_path: Path, known: set[str], params: DecisionParams, on_rows: Callable[[int], None]
+) -> FileOutcome:
     """Replay one file into the store (see the module docstring), all of it in this process (and its
     range workers)."""
     digest = file_digest(path)
     if digest in known:
         return FileOutcome(path, "already ingested")
-    return _outcome(path, digest, check_and_summarise(path, on_batch=on_rows), db_path, known)
+    return _outcome(path, digest, check_and_summarise(path, params, on_batch=on_rows), db_path, known)
 
 
 def _n_rows(path: Path) -> int:
@@ -184,13 +192,13 @@ class _Pipeline:
 
 
 def _replay_parallel(
-    files: list[Path], db_path: Path, known: set[str], workers: int, on_rows, on_file
+    files: list[Path], db_path: Path, known: set[str], params: DecisionParams, workers: int, on_rows, on_file
 ) -> None:
     """Replay `files` in order, validating and summarising the next files on `workers` processes while
     this one ingests (a worker gets its next file before the parent ingests its last one). Each file is
     still ingested alone and in order; a file long enough for range workers (`default_workers`) is
     replayed with them once every earlier file is in."""
-    with SummaryPool(workers) as pool:
+    with SummaryPool(workers, params) as pool:
         pipeline = _Pipeline(pool, db_path, known, on_rows, on_file)
         for path in files:
             digest = file_digest(path)
@@ -198,7 +206,8 @@ def _replay_parallel(
                 pipeline.queue.append(FileOutcome(path, "already ingested"))
             elif default_workers(_n_rows(path)) > 1:
                 pipeline.finish()
-                on_file(_outcome(path, digest, check_and_summarise(path, on_batch=on_rows), db_path, known))
+                done = check_and_summarise(path, params, on_batch=on_rows)
+                on_file(_outcome(path, digest, done, db_path, known))
             else:
                 pipeline.submit(path, digest)
             pipeline.report_ready()
@@ -218,16 +227,20 @@ def replay(
     on_file: Callable[[FileOutcome], None] | None = None,
     progress: bool | None = None,
     workers: int | None = None,
+    params: DecisionParams = DEFAULT_PARAMS,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
-    order, summarising files on `workers` processes (default `file_workers`; 1: all in this process).
+    order, summarising files on `workers` processes (default `file_workers`; 1: all in this process), with
+    the loss's thresholds `params` for the decision metrics (recorded in the store; a store made with
+    other parameters is refused).
 
-    Raises `UsageError` for a missing path and `NothingReadableError` when no file could be read."""
+    Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
+    `StoreError` for a store of other parameters."""
     files = find_parquet_files([Path(p) for p in paths])
     if not files:
         raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
     db_path = Path(db_path)
-    known = ingested_digests(db_path)
+    known = ingested_digests(db_path, params)
     workers = file_workers(len(files)) if workers is None else workers
     outcomes = []
     with _progress(files, progress) as bar:
@@ -239,10 +252,10 @@ def replay(
                 on_file(outcome)
 
         if workers > 1:
-            _replay_parallel(files, db_path, known, workers, bar.update, done)
+            _replay_parallel(files, db_path, known, params, workers, bar.update, done)
         else:
             for path in files:
-                done(replay_file(path, db_path, known, bar.update))
+                done(replay_file(path, db_path, known, params, bar.update))
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes)

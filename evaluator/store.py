@@ -10,15 +10,18 @@ transaction, commits and closes. A lock held by a reader is waited for (`LOCK_WA
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.errors import StoreError
 from evaluator.file_facts import duplicate_message, overlaps_sql
 from evaluator.file_summary import FileSummary
@@ -26,6 +29,7 @@ from evaluator.problems import Problem
 from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION
 
 LOCK_WAIT_S = 30.0
+PARAMS_KEY = "decision_params"
 CRASH_ENV = "PROXAUDIT_CRASH_BEFORE_COMMIT"
 """Fault injection for tests: when set to a file's name, replay dies (os._exit) after inserting that
 file's rows and before committing them, as a kill -9 would."""
@@ -88,17 +92,38 @@ def open_store(db_path: str | os.PathLike, *, write: bool = False) -> Iterator[d
         con.close()
 
 
-def ingested_digests(db_path: str | os.PathLike) -> set[str]:
-    """Digests of every file already in the store (creating the store if it does not exist)."""
+def stored_params(con: duckdb.DuckDBPyConnection) -> DecisionParams | None:
+    """The decision parameters the store's metrics were computed with (None before the first replay)."""
+    row = con.execute("SELECT value FROM store_meta WHERE key = ?", [PARAMS_KEY]).fetchone()
+    return None if row is None else DecisionParams(**json.loads(row[0]))
+
+
+def ingested_digests(db_path: str | os.PathLike, params: DecisionParams = DEFAULT_PARAMS) -> set[str]:
+    """Digests of every file already in the store (creating the store if it does not exist). A store
+    holds metrics of one set of decision parameters: the first replay records `params`, a later one
+    with other parameters is a `StoreError` (the two would mix silently)."""
     with open_store(db_path, write=True) as con:
+        recorded = stored_params(con)
+        if recorded is None:
+            con.execute("INSERT INTO store_meta VALUES (?, ?)", [PARAMS_KEY, json.dumps(asdict(params))])
+        elif recorded != params:
+            raise StoreError(
+                f"{db_path} holds metrics computed with {_params_text(recorded)}; this replay asks for "
+                f"{_params_text(params)}. One store holds one parameter set: replay with the same "
+                "parameters, or into another database"
+            )
         return {row[0] for row in con.execute("SELECT digest FROM ingested_file").fetchall()}
+
+
+def _params_text(p: DecisionParams) -> str:
+    return f"eps_low {p.eps_low:g}, eps_high {p.eps_high:g}, bound {p.bound:g} ({p.bound_action})"
 
 
 _INSERTS = {
     "file_tokens": "SELECT {fid}, run_id, step, staleness, sum(n_tokens), sum(n_prox) FROM part "
     "GROUP BY run_id, step, staleness ORDER BY run_id, step, staleness",
-    "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, sum(n), sum(sum), min(min), "
-    "max(max) FROM part GROUP BY ALL ORDER BY run_id, method, metric, step, staleness",
+    "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, sum(n), sum(sum), sum(sum_sq), "
+    "min(min), max(max) FROM part GROUP BY ALL ORDER BY run_id, method, metric, step, staleness",
     "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, sum(count) FROM part "
     "GROUP BY ALL ORDER BY run_id, method, metric, step, bucket",
     "sketch_by_staleness": "SELECT {fid}, run_id, staleness, method, metric, bucket, sum(count) FROM part "

@@ -4,7 +4,8 @@ Each table is kept dense while a file is read, so a step or staleness value seen
 costs one row of counts, not one row per batch:
 
 - `CellIndex`: the file-level row of each cell, e.g. (run, step, staleness), in order of first sight;
-- `Moments`: n, sum, min, max per (cell, series), plus `n_tokens` and `n_prox` per cell. Sums are folded
+- `Moments`: n, sum, sum of squares, min, max per (cell, series), plus `n_tokens` and `n_prox` per cell.
+  Sums are folded
   left to right in batch order (`((sum_1 + sum_2) + sum_3) + ...` of the per-batch sums), a fixed order
   that does not depend on memory bounds (before, the last bit of a sum depended on when polars merged
   the per-batch rows);
@@ -60,6 +61,7 @@ class Moments:
         self.tokens = np.zeros((0, 2), dtype=np.int64)  # (cells, 2) n_tokens, n_prox
         self.n = np.zeros((0, n_series), dtype=np.int64)  # (cells, S)
         self.sum = np.zeros((0, n_series))
+        self.sum_sq = np.zeros((0, n_series))
         self.min = np.zeros((0, n_series))
         self.max = np.zeros((0, n_series))
 
@@ -67,14 +69,17 @@ class Moments:
         need = len(self.cells)
         self.tokens = _grown(self.tokens, need, 0)
         self.n = _grown(self.n, need, 0)
-        self.sum, self.min, self.max = (_grown(a, need, 0.0) for a in (self.sum, self.min, self.max))
+        self.sum, self.sum_sq, self.min, self.max = (
+            _grown(a, need, 0.0) for a in (self.sum, self.sum_sq, self.min, self.max)
+        )
         self.tokens[rows] += np.stack([n_tokens, n_prox], axis=1)
 
-    def add(self, series: int | np.ndarray, rows: np.ndarray, n, sums, mins, maxs) -> None:
+    def add(self, series: int | np.ndarray, rows: np.ndarray, n, sums, squares, mins, maxs) -> None:
         """Fold one batch's moments of `series` on the cells `rows` into the totals ((row, series) pairs
         unique)."""
         seen = self.n[rows, series] > 0  # a first sum is taken as is (keeps a -0.0)
         self.sum[rows, series] = np.where(seen, self.sum[rows, series] + sums, sums)
+        self.sum_sq[rows, series] = np.where(seen, self.sum_sq[rows, series] + squares, squares)
         self.min[rows, series] = np.where(seen, np.minimum(self.min[rows, series], mins), mins)
         self.max[rows, series] = np.where(seen, np.maximum(self.max[rows, series], maxs), maxs)
         self.n[rows, series] += n
@@ -83,7 +88,8 @@ class Moments:
         """Fold one batch's `token_rows()` and `moment_rows()` (of another accumulator) into these."""
         self.add_tokens(self.cells.rows(tokens), tokens["n_tokens"], tokens["n_prox"])
         rows = self.cells.rows(moments)
-        self.add(moments["series"], rows, moments["n"], moments["sum"], moments["min"], moments["max"])
+        m = moments
+        self.add(m["series"], rows, m["n"], m["sum"], m["sum_sq"], m["min"], m["max"])
 
     def token_rows(self) -> dict[str, np.ndarray]:
         """Rows of `file_tokens`: run, step, staleness, n_tokens, n_prox."""
@@ -91,14 +97,18 @@ class Moments:
         return {**self.cells.labels(), "n_tokens": self.tokens[:k, 0], "n_prox": self.tokens[:k, 1]}
 
     def moment_rows(self) -> dict[str, np.ndarray]:
-        """Rows of `metric_moments` for every (cell, series) with tokens: labels, series, n, sum, min, max."""
+        """Rows of `metric_moments` for every (cell, series) with tokens: labels, series, n, sum, sum_sq,
+        min, max."""
         k = len(self.cells)
         cell, series = np.nonzero(self.n[:k])
         labels = self.cells.labels()
         return {
             **{name: v[cell] for name, v in labels.items()},
             "series": series,
-            **{name: a[cell, series] for name, a in (("n", self.n), ("sum", self.sum))},
+            **{
+                name: a[cell, series]
+                for name, a in (("n", self.n), ("sum", self.sum), ("sum_sq", self.sum_sq))
+            },
             **{name: a[cell, series] for name, a in (("min", self.min), ("max", self.max))},
         }
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evaluator.decisions import DecisionParams
 from evaluator.errors import ProxauditError
 from evaluator.file_summary import BATCH_ROWS, stderr_tail
 
@@ -46,8 +47,8 @@ class Worker:
 class SummaryPool:
     """Up to `size` worker processes validating and summarising whole files; a context manager."""
 
-    def __init__(self, size: int, batch_rows: int = BATCH_ROWS) -> None:
-        self.size, self.batch_rows = size, batch_rows
+    def __init__(self, size: int, params: DecisionParams, batch_rows: int = BATCH_ROWS) -> None:
+        self.size, self.params, self.batch_rows = size, params, batch_rows
         self._scratch = tempfile.TemporaryDirectory(prefix="proxaudit-pool-")
         self._workers: list[Worker] = []
         self._idle: list[Worker] = []
@@ -78,7 +79,8 @@ class SummaryPool:
         """Hand `path` to an idle worker (starting one if allowed); call only when not `full()`."""
         worker = self._idle.pop() if self._idle else self._start()
         try:
-            pickle.dump((str(path), self.batch_rows), worker.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            request = (str(path), self.params, self.batch_rows)
+            pickle.dump(request, worker.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             worker.process.stdin.flush()
         except BrokenPipeError:
             raise worker.exited(path) from None

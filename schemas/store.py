@@ -20,7 +20,8 @@ METHODS: tuple[str, ...] = (
     "proximal_t",
 )
 
-# Metric names (DOMAIN.md section 3); formulas live in evaluator/metrics.py. `drift` is ground_truth only.
+# Metric names (DOMAIN.md sections 3 and 3b); formulas and which methods have them live in
+# evaluator/metrics.py.
 METRICS: tuple[str, ...] = (
     "approx_logp",
     "abs_error",
@@ -32,8 +33,19 @@ METRICS: tuple[str, ...] = (
     "importance_weight",
     "importance_weight_abs_error",
     "importance_weight_rel_error",
+    "behave_approx_kl",
+    "clip_active",
+    "clip_flip",
+    "bound_active",
+    "bound_flip",
+    "grad_weight",
+    "grad_weight_abs_error",
     "drift",
+    "prob_drift",
+    "exp_abs_drift",
 )
+TRUTH_ONLY_METRICS = ("drift", "prob_drift", "exp_abs_drift")
+ESTIMATOR_ONLY_METRICS = ("clip_flip", "bound_flip", "grad_weight_abs_error")
 
 # Summary statistics every view carries for each (method, metric).
 STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
@@ -54,6 +66,7 @@ OTHER_PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
         "shipped_abs_error",
         "shipped_over_own",
     ),
+    "mismatch_summary": ("run_id", "staleness", "n", "drift", "prob_drift", "exp_abs_drift", "floor_share"),
 }
 
 QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -63,7 +76,8 @@ def summary_sql(keys: Sequence[str], sketch_table: str, where: str = "TRUE") -> 
     """A query of `keys..., n, mean, min, max, p50, p90, p99` over the rows of the store that pass
     `where` (SQL on the tables' columns), merged over every other column.
 
-    n, mean, min, max come from the exact moments (`metric_moments`). Quantiles merge the bucket counts of
+    n, mean, min, max come from the exact moments (`metric_moments`). Quantiles (null for the 0/1 metrics,
+    which keep no sketch) merge the bucket counts of
     `sketch_table` (`sketch_by_staleness` or `sketch_by_step`): the q-quantile is the representative value
     of the first bucket, in value order, whose cumulative count exceeds the rank q * (n - 1), clamped to
     the exact [min, max] (DDSketch's rule; `evaluator.sketch.sketch_quantile` is the numpy twin).
@@ -75,7 +89,9 @@ def summary_sql(keys: Sequence[str], sketch_table: str, where: str = "TRUE") -> 
         for name, q in QUANTILES.items()
     )
     values = ",\n       ".join(
-        f"least(greatest(proxaudit_bucket_value(q.b_{name}), m.min), m.max) AS {name}" for name in QUANTILES
+        f"CASE WHEN q.b_{name} IS NOT NULL  -- greatest() and least() would skip a null\n"
+        f"            THEN least(greatest(proxaudit_bucket_value(q.b_{name}), m.min), m.max) END AS {name}"
+        for name in QUANTILES
     )
     return f"""
 WITH moments AS (
@@ -96,7 +112,107 @@ WITH moments AS (
 )
 SELECT {m_keys}, m.n, m.mean, m.min, m.max,
        {values}
-FROM moments m JOIN quantiles q USING ({k})"""
+FROM moments m LEFT JOIN quantiles q USING ({k})"""
+
+
+def decision_sql(keys: Sequence[str]) -> str:
+    """Per `keys` and estimator: the decision figures of DOMAIN.md 3b from the exact sums. n: tokens with
+    the ground truth; gradient_mass_error = sum grad_weight_abs_error / the ground truth's sum grad_weight
+    on the same cells; the flip and active rates are means of the 0/1 metrics; true_*_rate are the ground
+    truth's own clip and bound rates."""
+    k = ", ".join(keys)
+    rate = "sum(sum) FILTER (WHERE metric = '{0}') / sum(n) FILTER (WHERE metric = '{0}')"
+    return f"""
+WITH sums AS (
+    SELECT {k}, method,
+           sum(n) FILTER (WHERE metric = 'grad_weight')::BIGINT AS n,
+           sum(sum) FILTER (WHERE metric = 'grad_weight') AS grad_weight,
+           sum(sum) FILTER (WHERE metric = 'grad_weight_abs_error') AS grad_weight_abs_error,
+           {rate.format("clip_flip")} AS clip_flip_rate,
+           {rate.format("bound_flip")} AS bound_flip_rate,
+           {rate.format("clip_active")} AS clip_active_rate,
+           {rate.format("bound_active")} AS bound_active_rate
+    FROM metric_moments
+    WHERE metric IN ('grad_weight', 'grad_weight_abs_error', 'clip_flip', 'bound_flip', 'clip_active',
+                     'bound_active')
+    GROUP BY {k}, method
+)
+SELECT {", ".join(f"e.{key}" for key in keys)}, e.method, e.n,
+       e.grad_weight_abs_error / nullif(t.grad_weight, 0) AS gradient_mass_error,
+       e.clip_flip_rate, e.bound_flip_rate, e.clip_active_rate, e.bound_active_rate,
+       t.clip_active_rate AS true_clip_active_rate, t.bound_active_rate AS true_bound_active_rate
+FROM sums e JOIN sums t ON {" AND ".join(f"e.{key} = t.{key}" for key in keys)} AND t.method = 'ground_truth'
+WHERE e.method <> 'ground_truth'"""
+
+
+def weight_sql(keys: Sequence[str]) -> str:
+    """Per `keys` and method (the ground truth too): weight diagnostics of DOMAIN.md 3b from the exact sums
+    of w = behave_imp_weight and r = behave_approx_kl = log w: ess_fraction = (sum w)^2 / (n sum w^2),
+    chi2 = n sum w^2 / (sum w)^2 - 1, and the KL estimators' means k1 = -r, k2 = r^2 / 2, k3 = w - 1 - r."""
+    k = ", ".join(keys)
+    return f"""
+WITH sums AS (
+    SELECT {k}, method,
+           sum(n) FILTER (WHERE metric = 'behave_imp_weight')::BIGINT AS n,
+           sum(sum) FILTER (WHERE metric = 'behave_imp_weight') AS w,
+           sum(sum_sq) FILTER (WHERE metric = 'behave_imp_weight') AS w2,
+           sum(sum) FILTER (WHERE metric = 'behave_approx_kl') AS r,
+           sum(sum_sq) FILTER (WHERE metric = 'behave_approx_kl') AS r2
+    FROM metric_moments WHERE metric IN ('behave_imp_weight', 'behave_approx_kl')
+    GROUP BY {k}, method
+)
+SELECT {k}, method, n,
+       w * w / nullif(n * w2, 0) AS ess_fraction,
+       n * w2 / nullif(w * w, 0) - 1 AS chi2,
+       -r / n AS kl_k1,
+       r2 / (2 * n) AS kl_k2,
+       (w - r) / n - 1 AS kl_k3
+FROM sums"""
+
+
+DERIVED_VIEWS: dict[str, tuple[str, ...]] = {
+    "decision_summary": ("run_id",),
+    "decision_staleness_summary": ("run_id", "staleness"),
+    "weight_summary": ("run_id",),
+    "weight_staleness_summary": ("run_id", "staleness"),
+}
+DECISION_COLUMNS = (
+    "method",
+    "n",
+    "gradient_mass_error",
+    "clip_flip_rate",
+    "bound_flip_rate",
+    "clip_active_rate",
+    "bound_active_rate",
+    "true_clip_active_rate",
+    "true_bound_active_rate",
+)
+WEIGHT_COLUMNS = ("method", "n", "ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3")
+OTHER_PUBLIC_VIEWS |= {
+    view: (*keys, *(DECISION_COLUMNS if view.startswith("decision") else WEIGHT_COLUMNS))
+    for view, keys in DERIVED_VIEWS.items()
+}
+
+# The safe staleness (DOMAIN.md 3b) for a tolerance: the largest staleness s such that every staleness
+# <= s with at least min_tokens tokens has gradient_mass_error <= max_gradient_mass_error and
+# clip_flip_rate <= max_clip_flip_rate; -1 when staleness 0 already fails; with no failure, the largest
+# staleness measured with enough tokens; null when no staleness has enough tokens.
+SAFE_STALENESS_MACRO = """
+CREATE OR REPLACE MACRO safe_staleness(max_gradient_mass_error := 0.01, max_clip_flip_rate := 0.01,
+                                       min_tokens := 1000) AS TABLE
+WITH levels AS (
+    SELECT run_id, method, staleness, n >= min_tokens AS enough,
+           coalesce(gradient_mass_error <= max_gradient_mass_error AND clip_flip_rate <= max_clip_flip_rate,
+                    false) AS ok
+    FROM decision_staleness_summary
+)
+SELECT run_id, method,
+       CASE WHEN NOT bool_or(enough) THEN NULL
+            ELSE coalesce(min(staleness) FILTER (WHERE enough AND NOT ok) - 1,
+                          max(staleness) FILTER (WHERE enough)) END::INTEGER AS safe_staleness,
+       count(*) FILTER (WHERE enough)::INTEGER AS measured_levels
+FROM levels GROUP BY run_id, method;
+"""
 
 
 def _public_views() -> str:
@@ -105,10 +221,16 @@ def _public_views() -> str:
         "staleness_summary": "sketch_by_staleness",
         "step_summary": "sketch_by_step",
     }
-    return "".join(
+    views = [
         f"CREATE OR REPLACE VIEW {view} AS {summary_sql(columns[: -len(STATS)], sketch_of[view])};\n"
         for view, columns in PUBLIC_VIEWS.items()
-    )
+    ]
+    views += [
+        f"CREATE OR REPLACE VIEW {view} AS "
+        f"{(decision_sql if view.startswith('decision') else weight_sql)(keys)};\n"
+        for view, keys in DERIVED_VIEWS.items()
+    ]
+    return "".join(views) + SAFE_STALENESS_MACRO
 
 
 # Idempotent DDL, run on every open for writing: the tables and macro of store.sql, then the public views.

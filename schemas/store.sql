@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS file_tokens (
     n_prox    BIGINT NOT NULL                -- of which have prox_logp (the ground truth)
 );
 
--- Exact moments at the finest grain: (run, step, staleness, method, metric).
+-- Exact moments at the finest grain: (run, step, staleness, method, metric). The sum of squares makes
+-- std, ESS and chi2 exact for any selection.
 CREATE TABLE IF NOT EXISTS metric_moments (
     file_id   INTEGER NOT NULL,
     run_id    VARCHAR NOT NULL,
@@ -49,6 +50,7 @@ CREATE TABLE IF NOT EXISTS metric_moments (
     metric    VARCHAR NOT NULL,
     n         BIGINT NOT NULL,
     sum       DOUBLE NOT NULL,
+    sum_sq    DOUBLE NOT NULL,
     min       DOUBLE NOT NULL,
     max       DOUBLE NOT NULL
 );
@@ -109,3 +111,23 @@ FROM (
     WHERE metric = 'abs_error' AND method IN ('loglinear', 'linear', 'loglinear_shipped', 'linear_shipped')
     GROUP BY ALL
 );
+
+-- Engine mismatch floor (DOMAIN.md 3b): per run and staleness, the mean true drift, verl's probability gap
+-- |exp(g) - exp(b)| and NeMo-RL's exp(|g - b|); floor_share = the staleness-0 drift (pure inference engine
+-- vs trainer mismatch) over this staleness's drift: how much of the drift the floor explains.
+CREATE OR REPLACE VIEW mismatch_summary AS
+WITH by_staleness AS (
+    SELECT run_id, staleness,
+           sum(n) FILTER (WHERE metric = 'drift')::BIGINT AS n,
+           sum(sum) FILTER (WHERE metric = 'drift') / sum(n) FILTER (WHERE metric = 'drift') AS drift,
+           sum(sum) FILTER (WHERE metric = 'prob_drift') / sum(n) FILTER (WHERE metric = 'prob_drift')
+               AS prob_drift,
+           sum(sum) FILTER (WHERE metric = 'exp_abs_drift') / sum(n) FILTER (WHERE metric = 'exp_abs_drift')
+               AS exp_abs_drift
+    FROM metric_moments
+    WHERE method = 'ground_truth' AND metric IN ('drift', 'prob_drift', 'exp_abs_drift')
+    GROUP BY run_id, staleness
+)
+SELECT s.run_id, s.staleness, s.n, s.drift, s.prob_drift, s.exp_abs_drift,
+       least(f.drift / nullif(s.drift, 0), 1.0) AS floor_share
+FROM by_staleness s LEFT JOIN by_staleness f ON f.run_id = s.run_id AND f.staleness = 0;

@@ -18,11 +18,13 @@ def test_table_names_match_the_store_vocabulary():
 def test_drift_belongs_to_ground_truth_only():
     assert "drift" in {m.name for m in metrics_for("ground_truth")}
     assert "drift" not in {m.name for m in metrics_for("loglinear")}
-    assert len(metrics_for("linear")) == 10
+    # 14 for every method (10 of section 3, behave_approx_kl, clip_active, bound_active, grad_weight)
+    # + 3 flips and errors against the truth for the estimators, + 3 drifts for the ground truth
+    assert len(metrics_for("linear")) == 17 and len(metrics_for("ground_truth")) == 17
 
 
 def test_hand_worked_values_on_one_token():
-    # a = -1.0, g = -1.2, b = -1.5, t = -0.9
+    # a = -1.0, g = -1.2, b = -1.5, t = -0.9, no advantage (two-sided clip, |A| = 1)
     a, g, b, t = -1.0, -1.2, -1.5, -0.9
     out = metric_values("loglinear", a=np.array([a]), b=np.array([b]), t=np.array([t]), g=np.array([g]))
     expected = {
@@ -36,6 +38,16 @@ def test_hand_worked_values_on_one_token():
         "importance_weight": math.exp(0.1),
         "importance_weight_abs_error": math.exp(0.3) - math.exp(0.1),
         "importance_weight_rel_error": (math.exp(0.3) - math.exp(0.1)) / (math.exp(0.3) + 1e-8),
+        "behave_approx_kl": 0.5,
+        # estimated ratio exp(t - a) = exp(0.1) = 1.105 is inside [0.8, 1.2]; the true exp(0.3) = 1.35 is not
+        "clip_active": 0.0,
+        "clip_flip": 1.0,
+        # behaviour weights exp(0.5) and exp(0.3), far below U = 5
+        "bound_active": 0.0,
+        "bound_flip": 0.0,
+        # W(a) = exp(t - b) = exp(0.6); the truth is clipped, W(g) = 0
+        "grad_weight": math.exp(0.6),
+        "grad_weight_abs_error": math.exp(0.6),
     }
     assert set(out) == set(expected)
     for name, value in expected.items():

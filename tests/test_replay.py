@@ -72,6 +72,18 @@ def reference_values(files: list[Path]) -> pd.DataFrame:
         "rollout": b,
         "proximal_t": df["proximal_t_logp"].to_numpy(np.float64),
     }
+    A = df["advantage"].to_numpy(np.float64)
+
+    def clip(x):  # DOMAIN.md 3b with eps 0.2 both ways: PPO's clip turns the gradient off
+        ratio = np.exp(t - x)
+        return ((A > 0) & (ratio > 1.2)) | ((A < 0) & (ratio < 0.8))
+
+    def bound(x):  # the behaviour weight above U = 5 (action mask)
+        return np.exp(x - b) > 5.0
+
+    def W(x):  # the gradient coefficient
+        return np.abs(A) * np.exp(t - b) * (1 - clip(x)) * (1 - bound(x))
+
     parts = []
     for method, a in methods.items():
         covered, truth = ~np.isnan(a), ~np.isnan(a) & ~np.isnan(g)
@@ -92,9 +104,19 @@ def reference_values(files: list[Path]) -> pd.DataFrame:
                 np.abs(np.exp(t - a) - np.exp(t - g)) / (np.exp(t - g) + 1e-8),
                 truth,
             ),
+            "behave_approx_kl": (a - b, covered),
+            "clip_active": (clip(a).astype(float), truth),
+            "bound_active": (bound(a).astype(float), truth),
+            "grad_weight": (W(a), truth),
         }
         if method == "ground_truth":
             metrics["drift"] = (np.abs(g - b), truth)
+            metrics["prob_drift"] = (np.abs(np.exp(g) - np.exp(b)), truth)
+            metrics["exp_abs_drift"] = (np.exp(np.abs(g - b)), truth)
+        else:
+            metrics["clip_flip"] = ((clip(a) != clip(g)).astype(float), truth)
+            metrics["bound_flip"] = ((bound(a) != bound(g)).astype(float), truth)
+            metrics["grad_weight_abs_error"] = (np.abs(W(a) - W(g)), truth)
         for metric, (values, mask) in metrics.items():
             part = df.loc[mask, ["run_id", "step"]].copy()
             part["staleness"] = (df["step"] - df["behave_version"])[mask]
@@ -138,6 +160,11 @@ def test_views_agree_with_independent_numpy(replayed, by):
         # 1e-9 relative; absolute 1e-12 for values made by cancellation (|exp(x) - exp(y)| near 0), where
         # the linear estimator's stable form and the naive one above differ by a rounding of O(1) terms
         np.testing.assert_allclose(got[stat], expected[stat], rtol=1e-9, atol=1e-12)
+    binary = got.index.get_level_values("metric").isin(
+        ["clip_active", "clip_flip", "bound_active", "bound_flip"]
+    )
+    assert got.loc[binary, ["p50", "p90", "p99"]].isna().all().all()  # 0/1 metrics keep no sketch
+    got, expected = got[~binary], expected[~binary]
     for q, col in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
         lo, hi = expected[f"lo{q}"], expected[f"hi{q}"]
         assert ((got[col] >= lo - 0.02 * lo.abs()) & (got[col] <= hi + 0.02 * hi.abs())).all(), col
@@ -280,3 +307,86 @@ def test_row_order_and_batch_cuts_do_not_change_the_numbers(tmp_path):
     shipped = got["sorted"].query("method == 'loglinear_shipped' and metric == 'abs_error'")["mean"]
     own = got["sorted"].query("method == 'loglinear' and metric == 'abs_error'")["mean"]
     assert (shipped.to_numpy() != own.to_numpy()).any()  # the pairings differ on this log
+
+
+def _sums(values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per keys, method and metric: n, sum and sum of squares of the reference values."""
+    frame = values.assign(sq=values["value"] ** 2)
+    return frame.groupby([*keys, "method", "metric"]).agg(
+        n=("value", "size"), s=("value", "sum"), sq=("sq", "sum")
+    )
+
+
+@pytest.mark.parametrize("keys", [["run_id"], ["run_id", "staleness"]], ids=["run", "staleness"])
+def test_decision_and_weight_views_agree_with_independent_numpy(replayed, keys):
+    db, files = replayed
+    sums = _sums(reference_values(files), keys).unstack(["method", "metric"])
+    by = "_staleness" if len(keys) == 2 else ""
+    decisions = view(db, f"decision{by}_summary").set_index([*keys, "method"])
+    for (*key, method), row in decisions.iterrows():
+        at = tuple(key) if len(key) > 1 else key[0]
+        truth_mass = sums.loc[at, ("s", "ground_truth", "grad_weight")]
+        assert row["n"] == sums.loc[at, ("n", method, "grad_weight")]
+        expected = sums.loc[at, ("s", method, "grad_weight_abs_error")] / truth_mass
+        assert row["gradient_mass_error"] == pytest.approx(expected, rel=1e-9)
+        for flag in ("clip_flip", "bound_flip", "clip_active", "bound_active"):
+            rate = sums.loc[at, ("s", method, flag)] / sums.loc[at, ("n", method, flag)]
+            assert row[f"{flag}_rate"] == pytest.approx(rate, rel=1e-12, abs=1e-15)
+    weights = view(db, f"weight{by}_summary").set_index([*keys, "method"])
+    for (*key, method), row in weights.iterrows():
+        at = tuple(key) if len(key) > 1 else key[0]
+        n = sums.loc[at, ("n", method, "behave_imp_weight")]
+        w, w2 = (
+            sums.loc[at, ("s", method, "behave_imp_weight")],
+            sums.loc[at, ("sq", method, "behave_imp_weight")],
+        )
+        r, r2 = (
+            sums.loc[at, ("s", method, "behave_approx_kl")],
+            sums.loc[at, ("sq", method, "behave_approx_kl")],
+        )
+        assert row["n"] == n
+        assert row["ess_fraction"] == pytest.approx(w * w / (n * w2), rel=1e-9)  # ESS from stored sums
+        assert row["chi2"] == pytest.approx(n * w2 / (w * w) - 1, rel=1e-6, abs=1e-12)
+        assert (row["kl_k1"], row["kl_k2"]) == pytest.approx((-r / n, r2 / (2 * n)), rel=1e-9, abs=1e-15)
+        assert row["kl_k3"] == pytest.approx(w / n - 1 - r / n, rel=1e-6, abs=1e-12)
+
+
+def test_ess_and_chi2_equal_a_direct_computation(replayed):
+    """From the raw tokens: ESS = (sum w)^2 / (n sum w^2), chi2 = n sum w^2 / (sum w)^2 - 1."""
+    db, files = replayed
+    values = reference_values(files)
+    w = values.query("run_id == 'run-a' and method == 'ground_truth' and metric == 'behave_imp_weight'")[
+        "value"
+    ]
+    w = w.to_numpy()
+    row = view(db, "weight_summary").query("run_id == 'run-a' and method == 'ground_truth'").iloc[0]
+    assert row["ess_fraction"] == pytest.approx(w.sum() ** 2 / (len(w) * (w**2).sum()), rel=1e-12)
+    assert row["chi2"] == pytest.approx(len(w) * (w**2).sum() / w.sum() ** 2 - 1, rel=1e-9)
+
+
+def test_mismatch_floor_and_safe_staleness(replayed):
+    db, files = replayed
+    truth = reference_values(files).query("method == 'ground_truth'")
+    means = truth.groupby(["run_id", "staleness", "metric"])["value"].mean().unstack("metric")
+    mismatch = view(db, "mismatch_summary").set_index(["run_id", "staleness"]).sort_index()
+    for column in ("drift", "prob_drift", "exp_abs_drift"):
+        np.testing.assert_allclose(mismatch[column], means.loc[mismatch.index, column], rtol=1e-9)
+    floor = means["drift"].xs(0, level="staleness")
+    expected_share = np.minimum(
+        floor.reindex(mismatch.index.get_level_values(0)).to_numpy() / mismatch["drift"], 1
+    )
+    np.testing.assert_allclose(mismatch["floor_share"], expected_share, rtol=1e-9)
+    # safe staleness by its definition, from the per-staleness decision figures
+    levels = view(db, "decision_staleness_summary")
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        got = con.sql("SELECT * FROM safe_staleness(max_gradient_mass_error := 0.05, min_tokens := 100)").df()
+    finally:
+        con.close()
+    for row in got.itertuples():
+        rows = levels[(levels.run_id == row.run_id) & (levels.method == row.method) & (levels.n >= 100)]
+        ok = (rows.gradient_mass_error <= 0.05) & (rows.clip_flip_rate <= 0.01)
+        failing = rows.staleness[~ok]
+        expected = failing.min() - 1 if len(failing) else rows.staleness.max()
+        assert row.safe_staleness == expected, row
+    assert set(got.method) == set(levels.method) and got.safe_staleness.notna().all()

@@ -8,11 +8,13 @@ import importlib.util
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.dataclass_options import field_docs
-from evaluator.trainer.train import Args, train
+from evaluator.trainer.engine import Engine
+from evaluator.trainer.train import Args, build, train
 from evaluator.validate import validate_paths
 from schemas.token_log import arrow_schema
 
@@ -140,3 +142,17 @@ def test_a_second_training_into_the_same_folder_is_refused(short_run, tmp_path):
     train(dataclasses.replace(args, steps=2, out_dir=str(again), overwrite=True))
     names = sorted(p.name for p in again.glob("*.parquet"))
     assert names == ["other-step000000-000001-0000.parquet", "short-step000000-000001-0000.parquet"]
+
+
+def test_engine_harvests_a_wave_that_ends_before_older_ones():
+    """Waves end in any order (EOS): the engine hands out the one that ended, whichever it is."""
+    args = Args(engine_groups=4, wave_groups=2, group_size=2, groups_per_step=2)
+    model, task, config = build(args)
+    engine = Engine(model, task, config, torch.Generator().manual_seed(0))
+    engine.load(model.state_dict(), version=0)
+    engine.tick()
+    engine.tick()  # a wave is admitted per tick: two waves now
+    first, second = engine.waves
+    second.done[:] = True
+    engine._harvest(second)
+    assert len(engine.waves) == 1 and engine.waves[0] is first and len(engine.buffer) == 2

@@ -36,7 +36,7 @@ class EngineConfig:
     """round the engine's weights to bf16"""
 
 
-@dataclass
+@dataclass(eq=False)  # a wave is itself: the engine removes it from its list by identity
 class Wave:
     """`n` responses decoded in lockstep: the buffers of what was generated and the decoding state."""
 
