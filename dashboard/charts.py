@@ -31,6 +31,15 @@ LABELS: dict[str, str] = {
     "importance_weight": "importance_weight = exp(theta_logp - approx)",
     "importance_weight_abs_error": "importance_weight_abs_error",
     "importance_weight_rel_error": "importance_weight_rel_error (fraction)",
+    "gradient_mass_error": "gradient_mass_error (share of gradient mass moved)",
+    "clip_flip_rate": "clip_flip_rate (share of tokens)",
+    "bound_flip_rate": "bound_flip_rate (share of tokens)",
+    "ess_fraction": "ess_fraction = (sum w)^2 / (n sum w^2)",
+    "chi2": "chi2 = n sum w^2 / (sum w)^2 - 1",
+    "kl_k3": "k3 = mean exp(r) - 1 - r (nats)",
+    "prob_drift": "prob_drift = |exp(prox) - exp(behave)|",
+    "exp_abs_drift": "exp_abs_drift = exp(|prox - behave|)",
+    "floor_share": "floor_share = drift at staleness 0 / drift",
 }
 
 METHOD_COLORS: dict[str, str] = {
@@ -381,3 +390,63 @@ def token_logps(tokens: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text=label("pos"), row=2, col=1)
     fig.update_yaxes(title_text=label("logp"), row=1, col=1)
     return fig.update_yaxes(title_text=label("version"), dtick=1, row=2, col=1)
+
+
+def figure_by_staleness(
+    frame: pd.DataFrame, figure: str, *, limit: float | None = None, limit_name: str = "", log_y: bool = False
+) -> go.Figure:
+    """One line per method of a derived figure (`decision_*` or `weight_*` view) against staleness, with
+    a dashed horizontal `limit` (a tolerance or a bound)."""
+    if frame.empty or frame[figure].isna().all():
+        return empty_figure(f"no {figure} for this selection (it needs prox_logp)")
+    fig = go.Figure()
+    for method in ordered(frame["method"]):
+        part = frame[frame["method"] == method].sort_values("staleness")
+        fig.add_trace(
+            go.Scatter(
+                x=part["staleness"],
+                y=part[figure],
+                mode="lines+markers",
+                name=method,
+                line=dict(color=color(method), width=2),
+                customdata=part[["n"]],
+                hovertemplate=f"staleness %{{x}}<br>{figure} %{{y:.4g}}<br>n %{{customdata[0]:,}}",
+            )
+        )
+    if limit is not None:
+        fig.add_hline(y=limit, line_dash="dash", line_color="#555", annotation_text=limit_name)
+    fig.update_layout(height=340, margin=dict(t=30, b=40))
+    fig.update_xaxes(title_text=label("staleness"), dtick=1)
+    return y_scale(fig.update_yaxes(title_text=label(figure)), log_y, decades=False)
+
+
+MISMATCH_REFERENCES = {
+    "prob_drift": ((0.005, "verl: normal below 0.005"), (0.01, "verl: precision problem above 0.01")),
+    "exp_abs_drift": ((1.05, "NeMo-RL: flagged above 1.05"),),
+}
+
+
+def mismatch_floor(frame: pd.DataFrame) -> go.Figure:
+    """The engine mismatch floor (staleness 0) against the published reference levels, and the share of
+    each staleness's drift that the floor explains."""
+    floor = frame[frame["staleness"] == 0]
+    if floor.empty:
+        return empty_figure("no tokens at staleness 0: the floor cannot be measured")
+    titles = ["prob_drift at staleness 0", "exp_abs_drift at staleness 0", "floor_share by staleness"]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.08)
+    for col, metric in enumerate(MISMATCH_REFERENCES, start=1):
+        value = float(floor[metric].iloc[0])
+        fig.add_trace(go.Bar(x=["floor"], y=[value], marker_color="#555", showlegend=False), row=1, col=col)
+        for y, text in MISMATCH_REFERENCES[metric]:
+            fig.add_hline(y=y, line_dash="dash", annotation_text=text, row=1, col=col)
+    fig.add_trace(
+        go.Bar(x=frame["staleness"], y=frame["floor_share"], marker_color="#1f77b4", showlegend=False),
+        row=1,
+        col=3,
+    )
+    fig.update_yaxes(title_text=label("prob_drift"), row=1, col=1)
+    top = max(1.08, 1.02 * float(floor["exp_abs_drift"].iloc[0]))  # the 1.05 line stays in view
+    fig.update_yaxes(title_text=label("exp_abs_drift"), range=[0.99, top], row=1, col=2)
+    fig.update_yaxes(title_text="share", tickformat=".0%", row=1, col=3)
+    fig.update_xaxes(title_text=label("staleness"), dtick=1, row=1, col=3)
+    return fig.update_layout(height=340, margin=dict(t=50, b=40))

@@ -15,6 +15,7 @@ staleness range on a by-step chart), the exact moments (n, mean, min, max) are r
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluator.errors import StoreError
+from schemas.store import DEFAULT_TOLERANCE, Tolerance, decision_sql
 from schemas.token_log import COLUMNS
 
 RETRY_SECONDS = 3.0
@@ -232,6 +234,50 @@ def step_staleness(db: Path, filters: Filters, metric: str) -> pd.DataFrame:
     )
 
 
+def decision(db: Path, filters: Filters, tolerance: Tolerance = DEFAULT_TOLERANCE) -> pd.DataFrame:
+    """`decision_summary` of the selected runs and estimators, with each one's safe staleness at
+    `tolerance` (`safe_staleness(...)`), or, under a staleness or step range, the same figures over it."""
+    where, params = Filters(filters.runs, filters.methods).where()
+    if filters.staleness is None and filters.steps is None:
+        source, source_params = "decision_summary", []
+    else:  # the same figures from the sums of the selected cells
+        cells, source_params = Filters(staleness=filters.staleness, steps=filters.steps).where()
+        source = f"({decision_sql(['run_id'], cells)})"
+    return _frame(
+        db,
+        f"""SELECT d.*, s.safe_staleness, s.measured_levels FROM {source} d LEFT JOIN {tolerance.sql()} s
+            USING (run_id, method) WHERE {where} ORDER BY run_id, method""",
+        source_params + params,
+    )
+
+
+def decision_by_staleness(db: Path, filters: Filters) -> pd.DataFrame:
+    """`decision_staleness_summary` of the selected runs, estimators and staleness range (all steps)."""
+    where, params = Filters(filters.runs, filters.methods, filters.staleness).where()
+    sql = f"SELECT * FROM decision_staleness_summary WHERE {where} ORDER BY run_id, method, staleness"
+    return _frame(db, sql, params)
+
+
+def weights_by_staleness(db: Path, filters: Filters) -> pd.DataFrame:
+    """`weight_staleness_summary` (ESS fraction, chi2, KL estimators) of the selected runs and methods."""
+    where, params = Filters(filters.runs, filters.methods, filters.staleness).where()
+    sql = f"SELECT * FROM weight_staleness_summary WHERE {where} ORDER BY run_id, method, staleness"
+    return _frame(db, sql, params)
+
+
+def mismatch(db: Path, run_id: str) -> pd.DataFrame:
+    """`mismatch_summary` of one run: the engine mismatch floor (staleness 0) and its share of the drift."""
+    return _frame(db, "SELECT * FROM mismatch_summary WHERE run_id = ? ORDER BY staleness", [run_id])
+
+
+def decision_params(db: Path) -> dict:
+    """The loss's thresholds the store's decision metrics were computed with (DOMAIN.md 3b defaults if
+    the store has none recorded yet)."""
+    frame = _frame(db, "SELECT value FROM store_meta WHERE key = 'decision_params'")
+    recorded = json.loads(frame["value"].iloc[0]) if len(frame) else {}
+    return {"eps_low": 0.2, "eps_high": 0.2, "bound": 5.0, "bound_action": "mask"} | recorded
+
+
 def pairing(db: Path, run_id: str) -> pd.DataFrame:
     """`pairing_summary` of one run: each interpolation's mean abs_error with each token's own version and
     with AReaL's shipped pairing (the previous token's version)."""
@@ -325,6 +371,7 @@ def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.Da
             "method": v.check.method,
             "metric": v.check.metric,
             "stat": v.check.stat,
+            "figure": v.check.figure,
             "verdict": v.verdict,
             "observed": v.observed,
             "threshold": threshold_text(v),
@@ -341,6 +388,7 @@ def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.Da
             "method",
             "metric",
             "stat",
+            "figure",
             "verdict",
             "observed",
             "threshold",

@@ -1,16 +1,14 @@
 """The importance weight charts: box-like glyphs per staleness built from the stored statistics (the
 store keeps min, p50, p90, p99, max and the mean, not the lower quartiles), methods side by side, with
-the PPO clip range and the behaviour weight cap drawn."""
+the PPO clip range and the behaviour weight bound U drawn, and the weight diagnostics by staleness."""
 
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from dashboard.charts import color, empty_figure, has_quantiles, label, ordered, rgba, y_scale
-
-CLIP_RANGE = (0.8, 1.2)  # PPO ratio clip [1 - eps, 1 + eps_high] at eps 0.2 (DOMAIN.md section 1)
-BEHAVE_WEIGHT_CAP = 5.0  # AReaL's default cap of the behaviour weight exp(prox - behave)
 
 
 def _segments(x: pd.Series, lo: pd.Series, hi: pd.Series) -> tuple[list, list]:
@@ -79,10 +77,11 @@ def _corner_note(fig: go.Figure, text: str, hue: str) -> None:
     )
 
 
-def weight_ranges(frame: pd.DataFrame, metric: str) -> go.Figure:
+def weight_ranges(frame: pd.DataFrame, metric: str, params: dict) -> go.Figure:
     """Distributions of a weight (`behave_imp_weight` or `importance_weight`) per staleness, the methods
-    side by side at each staleness (ground truth first), with the PPO clip range or the behaviour weight
-    cap drawn (log y: weights are ratios)."""
+    side by side at each staleness (ground truth first), with the PPO clip range [1 - eps_low,
+    1 + eps_high] or the behaviour weight bound U of the store's decision parameters `params` drawn (log
+    y: weights are ratios)."""
     methods = ordered(frame["method"])
     if not methods:
         return empty_figure(f"no {metric} rows for this selection")
@@ -92,15 +91,47 @@ def weight_ranges(frame: pd.DataFrame, metric: str) -> go.Figure:
         offset = (i - (len(methods) - 1) / 2) * width
         _range_glyphs(fig, part, part["staleness"] + offset, method, color(method))
     if metric == "importance_weight":
-        lo, hi = CLIP_RANGE
+        lo, hi = 1 - params["eps_low"], 1 + params["eps_high"]
         fig.add_hrect(y0=lo, y1=hi, fillcolor="green", opacity=0.08, line_width=0, layer="below")
-        for bound in CLIP_RANGE:
-            fig.add_hline(y=bound, line=dict(color="green", dash="dash", width=1))
-        _corner_note(fig, f"clip range [{lo}, {hi}]", "green")
+        for edge in (lo, hi):
+            fig.add_hline(y=edge, line=dict(color="green", dash="dash", width=1))
+        _corner_note(fig, f"clip range [{lo:g}, {hi:g}]", "green")
     if metric == "behave_imp_weight":
-        fig.add_hline(y=BEHAVE_WEIGHT_CAP, line=dict(color="red", dash="dash", width=1))
-        _corner_note(fig, f"behaviour weight cap {BEHAVE_WEIGHT_CAP}", "red")
+        fig.add_hline(y=params["bound"], line=dict(color="red", dash="dash", width=1))
+        _corner_note(fig, f"bound U = {params['bound']:g} ({params['bound_action']})", "red")
     fig.update_layout(height=460, margin=dict(t=40, b=40), legend_title_text="method")
     fig.update_xaxes(title_text=label("staleness"), dtick=1, showgrid=False)
     fig.update_yaxes(title_text=label(metric))
     return y_scale(fig, True, decades=False)
+
+
+DIAGNOSTICS = ("ess_fraction", "chi2", "kl_k3")
+
+
+def weight_diagnostics(frame: pd.DataFrame) -> go.Figure:
+    """ESS fraction, chi2 and the KL estimator k3 of the behaviour weights against staleness, one line per
+    method (ground truth: the true weights)."""
+    methods = ordered(frame["method"])
+    if not methods:
+        return empty_figure("no behaviour weights for this selection")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=DIAGNOSTICS, horizontal_spacing=0.07)
+    for col, name in enumerate(DIAGNOSTICS, start=1):
+        for method in methods:
+            part = frame[frame["method"] == method].sort_values("staleness")
+            fig.add_trace(
+                go.Scatter(
+                    x=part["staleness"],
+                    y=part[name],
+                    mode="lines+markers",
+                    name=method,
+                    legendgroup=method,
+                    showlegend=col == 1,
+                    line=dict(color=color(method), width=2 if method == "ground_truth" else 1.5),
+                ),
+                row=1,
+                col=col,
+            )
+        fig.update_yaxes(title_text=label(name), row=1, col=col)
+    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
+    fig.update_xaxes(title_text=label("staleness"), dtick=1)
+    return fig.update_layout(height=380, margin=dict(t=50, b=40), legend_title_text="method")

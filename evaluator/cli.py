@@ -18,6 +18,27 @@ from evaluator.dataclass_options import DataclassCommand
 from evaluator.errors import ProxauditError, UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+SUMMARY_VIEWS = {
+    "run": "every metric per run",
+    "staleness": "... per staleness",
+    "step": "... per step",
+    "pairing": "AReaL's shipped version pairing against each token's own",
+    "decision": "gradient mass error, flip rates and safe staleness per method",
+    "decision-staleness": "the decision figures per staleness",
+    "weights": "ESS, chi2 and KL estimators of the behaviour weights",
+    "weights-staleness": "... per staleness",
+    "mismatch": "the engine mismatch floor and its share of each staleness's drift",
+}
+
+
+_table_format = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 
 
 def _library_errors(command: Callable) -> Callable:
@@ -182,30 +203,60 @@ def replay(paths, db, progress, params_file, eps_low, eps_high, bound, bound_act
 @click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
 @click.option(
     "--by",
-    type=click.Choice(["run", "staleness", "step", "pairing"]),
+    type=click.Choice(list(SUMMARY_VIEWS)),
     default="run",
     show_default=True,
-    help="Whole run, per staleness, per step, or AReaL's shipped version pairing against each token's own.",
+    help="What to summarise: " + "; ".join(f"{k}: {v}" for k, v in SUMMARY_VIEWS.items()) + ".",
 )
 @click.option("--method", default=None, help="Only this method (loglinear, linear, ..., ground_truth).")
 @click.option("--metric", default=None, help="Only this metric (abs_error, importance_weight, ...).")
+@_table_format
 @click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
+    "--max-gradient-mass-error",
+    default=0.01,
     show_default=True,
-    help="Output format.",
+    help="--by decision: the safe staleness's tolerance on the gradient mass error.",
+)
+@click.option(
+    "--max-clip-flip-rate",
+    default=0.01,
+    show_default=True,
+    help="--by decision: the safe staleness's tolerance on the clip flip rate.",
+)
+@click.option(
+    "--min-tokens",
+    default=1000,
+    show_default=True,
+    help="--by decision: a staleness with fewer tokens is not judged for the safe staleness.",
 )
 @_library_errors
-def summary(db, run_id, by, method, metric, fmt) -> None:
-    """Print n, mean, min, max, p50, p90, p99 of every metric from the public views of DB; with
-    `--by pairing`, how much AReaL's shipped version pairing changes each interpolation's error."""
-    from evaluator.summary import PAIRING_NOTE, render, summary_table
+def summary(
+    db, run_id, by, method, metric, fmt, max_gradient_mass_error, max_clip_flip_rate, min_tokens
+) -> None:
+    """Print the public views of DB: n, mean, min, max, p50, p90, p99 of every metric (--by run,
+    staleness or step), or the derived figures: AReaL's shipped pairing, the decision figures with each
+    method's safe staleness, the weight diagnostics, the engine mismatch floor."""
+    from evaluator.summary import NOTES, render, summary_table
+    from schemas.store import Tolerance
 
-    click.echo(render(summary_table(db, by=by, run=run_id, method=method, metric=metric), fmt))
-    if by == "pairing" and fmt == "table":
-        click.echo(f"\n{PAIRING_NOTE}")
+    tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
+    table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
+    click.echo(render(table, fmt))
+    if by in NOTES and fmt == "table":
+        click.echo(f"\n{NOTES[by]}")
+
+
+@cli.command()
+@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.argument("sql")
+@_table_format
+@_library_errors
+def query(db, sql, fmt) -> None:
+    """Run one SQL query on DB, opened read-only, and print its rows: the public views (run_summary,
+    decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed."""
+    from evaluator.summary import query_table, render
+
+    click.echo(render(query_table(db, sql), fmt))
 
 
 @cli.command()

@@ -45,6 +45,18 @@ def click_options(cls: type) -> list[click.Option]:
     return options
 
 
+def options_table(cls: type) -> str:
+    """The options of `click_options(cls)` as a Markdown table (option, default, meaning), for the docs."""
+    docs = field_docs(cls)
+    lines = ["| option | default | meaning |", "| --- | --- | --- |"]
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(f.default, bool):
+            flag = f"{flag} / --no-{flag[2:]}"
+        lines.append(f"| `{flag}` | `{f.default}` | {docs.get(f.name, '')} |")
+    return "\n".join(lines)
+
+
 class DataclassCommand(click.Command):
     """A command whose options mirror the dataclass named by `dataclass_path` (`module:Name`)."""
 

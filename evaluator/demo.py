@@ -20,7 +20,7 @@ from evaluator.errors import UsageError
 from evaluator.gate import DEFAULT_THRESHOLDS, GateResult, run_gate
 from evaluator.gate_report import render_table as render_gate
 from evaluator.replay import ReplayReport, replay
-from evaluator.summary import PAIRING_NOTE, render, summary_table
+from evaluator.summary import NOTES, render, summary_table
 from evaluator.validate import validate_paths
 from evaluator.validate_report import render_table as render_validation
 from schemas.store import METHODS
@@ -77,15 +77,18 @@ def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = pr
     echo(render_validation(reports))
     _banner(echo, f"replay into {db}")
     replayed = replay(sources, db, on_file=lambda outcome: echo(outcome.line()), progress=None)
+    _banner(echo, "summary: does the error change the update? (decision figures per method)")
+    decisions = summary_table(db, by="decision")
+    columns = ["run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "bound_flip_rate"]
+    echo(render(decisions.select([*columns, "safe_staleness"]), "table") + f"\n{NOTES['decision']}")
+    _banner(echo, "summary: the engine mismatch floor (staleness 0) and its share of the drift")
+    echo(render(summary_table(db, by="mismatch"), "table") + f"\n{NOTES['mismatch']}")
     _banner(echo, "summary: abs_error of each estimator against the recomputed prox_logp, per run")
     errors = summary_table(db, by="run", metric="abs_error")
     echo(render(errors.filter(pc.is_in(errors["method"], value_set=pa.array(HEADLINE_METHODS))), "table"))
     _banner(echo, "summary: AReaL's shipped version pairing against each token's own version")
-    echo(render(summary_table(db, by="pairing"), "table") + f"\n{PAIRING_NOTE}")
-    _banner(echo, "summary: true drift abs(prox_logp - behave_logp) and loglinear abs_error by staleness")
-    for method, metric in (("ground_truth", "drift"), ("loglinear", "abs_error")):
-        echo(render(summary_table(db, by="staleness", method=method, metric=metric), "table"))
-    _banner(echo, f"gate: {DEFAULT_THRESHOLDS.name} (AReaL's typical good values)")
+    echo(render(summary_table(db, by="pairing"), "table") + f"\n{NOTES['pairing']}")
+    _banner(echo, f"gate: {DEFAULT_THRESHOLDS.name} (decisions block, AReaL's nats warn)")
     verdict = run_gate(db, DEFAULT_THRESHOLDS)
     echo(render_gate(verdict))
     return DemoResult(db, sources, all(r.ok for r in reports), replayed, verdict)

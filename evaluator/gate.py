@@ -14,7 +14,7 @@ import duckdb
 
 from evaluator.errors import ThresholdsError
 from evaluator.store import open_store
-from schemas.store import STATS, summary_sql
+from schemas.store import STATS, decision_sql, summary_sql, weight_sql
 from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
 
 __all__ = ["DEFAULT_THRESHOLDS", "GateResult", "Verdict", "judge", "run_gate", "selection_stats"]
@@ -40,6 +40,26 @@ _SELECTION_SQL = summary_sql(
     where="method = $method AND metric = $metric AND staleness BETWEEN $lo AND $hi",
 )
 _ALL_STALENESS = (-(2**31), 2**31 - 1)
+_IN_RANGE = "staleness BETWEEN $lo AND $hi"
+_FIGURE_SQL = {
+    "decision": f"SELECT * FROM ({decision_sql(['run_id'], _IN_RANGE)}) WHERE method = $method",
+    "weight": f"SELECT * FROM ({weight_sql(['run_id'], _IN_RANGE)}) WHERE method = $method",
+}
+_SAFE_STALENESS_SQL = """
+    SELECT s.run_id, s.safe_staleness,
+           (SELECT coalesce(sum(d.n), 0) FROM decision_staleness_summary d
+            WHERE d.run_id = s.run_id AND d.method = s.method AND d.n >= $min_tokens) AS n
+    FROM safe_staleness(max_gradient_mass_error := $max_gme, max_clip_flip_rate := $max_flip,
+                        min_tokens := $min_tokens) s
+    WHERE s.method = $method"""
+# The metric whose rows a figure needs: a run without them is missing the figure.
+FIGURE_METRIC = {
+    "gradient_mass_error": "grad_weight_abs_error",
+    "clip_flip_rate": "clip_flip",
+    "bound_flip_rate": "bound_flip",
+    "safe_staleness": "grad_weight_abs_error",
+    **dict.fromkeys(("ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3"), "behave_imp_weight"),
+}
 
 
 def selection_stats(
@@ -51,6 +71,29 @@ def selection_stats(
     params = {"method": method, "metric": metric, "lo": lo, "hi": hi}
     rows = con.execute(_SELECTION_SQL, params).fetchall()
     return {row[0]: dict(zip(STATS, row[1:], strict=True)) for row in rows}
+
+
+def figure_stats(con: duckdb.DuckDBPyConnection, check: Check) -> dict[str, dict[str, float]]:
+    """`{run_id: {"n": tokens, figure: value}}` of the check's derived figure over its staleness range
+    (every token if None), from the exact sums. For safe_staleness: the tokens of the staleness levels
+    with at least `min_tokens` tokens (0 when none has enough)."""
+    if check.figure == "safe_staleness":
+        params = {
+            "method": check.method,
+            "max_gme": check.max_gradient_mass_error,
+            "max_flip": check.max_clip_flip_rate,
+            "min_tokens": check.min_tokens,
+        }
+        rows = con.execute(_SAFE_STALENESS_SQL, params).fetchall()
+        return {run: {"n": n, "safe_staleness": value} for run, value, n in rows}
+    lo, hi = check.staleness if check.staleness is not None else _ALL_STALENESS
+    kind = "weight" if FIGURE_METRIC[check.figure] == "behave_imp_weight" else "decision"
+    cursor = con.execute(_FIGURE_SQL[kind], {"method": check.method, "lo": lo, "hi": hi})
+    names = [d[0] for d in cursor.description]
+    return {
+        row["run_id"]: {"n": row["n"], check.figure: row[check.figure]}
+        for row in (dict(zip(names, values, strict=True)) for values in cursor.fetchall())
+    }
 
 
 @dataclass(frozen=True)
@@ -120,7 +163,7 @@ def _regression_failure(check: Check, observed: float, base_value: float, limit:
     if (not observed <= limit) if lower else (not observed >= limit):
         sign, move = (">", "+") if lower else ("<", "-")
         allowed = f"baseline {base_value:.6g} {move}{check.max_regression:.0%}"
-        return f"{check.stat} {observed:.6g} {sign} {limit:.6g} ({allowed})"
+        return f"{check.measure} {observed:.6g} {sign} {limit:.6g} ({allowed})"
     return None
 
 
@@ -136,23 +179,27 @@ def judge(check: Check, run_id: str, stats: dict | None, baseline: dict | None =
         return _insufficient(
             check, run_id, f"{n} tokens in the selection < min_tokens {check.min_tokens}", tokens=n
         )
-    if stats[check.stat] is None:
-        why = f"no {check.stat} for {check.method}/{check.metric}: the store has moments but no sketch"
+    if stats[check.measure] is None:
+        why = (
+            f"no {check.measure} for {check.method}: the ground truth has no gradient mass here"
+            if check.figure
+            else f"no {check.stat} for {check.method}/{check.metric}: a 0/1 metric keeps no quantile sketch"
+        )
         return Verdict(check, run_id, _failing(check), "missing_metric", why, tokens=n)
-    observed = float(stats[check.stat])
+    observed = float(stats[check.measure])
     fields: dict = dict(observed=observed, tokens=n)
     failures = []  # (outcome, text); written as `not ok` so that NaN fails
     if check.max is not None and not observed <= check.max:
-        failures.append(("threshold", f"{check.stat} {observed:.6g} > max {check.max:g}"))
+        failures.append(("threshold", f"{check.measure} {observed:.6g} > max {check.max:g}"))
     if check.min is not None and not observed >= check.min:
-        failures.append(("threshold", f"{check.stat} {observed:.6g} < min {check.min:g}"))
+        failures.append(("threshold", f"{check.measure} {observed:.6g} < min {check.min:g}"))
     if check.baseline_run is not None:
         base_n = int(baseline["n"]) if baseline else 0
         fields["baseline_tokens"] = base_n
         if base_n == 0 or base_n < check.min_tokens:
             why = f"baseline {check.baseline_run!r}: {base_n} tokens < min_tokens {check.min_tokens}"
             return _insufficient(check, run_id, why, **fields)
-        base_value = baseline[check.stat]
+        base_value = baseline[check.measure]
         limit = (
             None if base_value is None else regression_limit(base_value, check.max_regression, check.better)
         )
@@ -167,7 +214,7 @@ def judge(check: Check, run_id: str, stats: dict | None, baseline: dict | None =
     if failures:
         reason = "; ".join(text for _, text in failures)
         return Verdict(check, run_id, _failing(check), failures[0][0], reason, **fields)
-    return Verdict(check, run_id, "pass", "ok", f"{check.stat} {observed:.6g} within limits", **fields)
+    return Verdict(check, run_id, "pass", "ok", f"{check.measure} {observed:.6g} within limits", **fields)
 
 
 def _runs_to_judge(check: Check, runs: list[str], only_run: str | None) -> list[str] | Verdict:
@@ -188,12 +235,13 @@ def _missing(check: Check, run_id: str, runs: list[str], present: set[str]) -> V
     if run_id not in runs:
         why = f"run {run_id!r} is not in the database (runs: {', '.join(runs) or 'none'})"
         return Verdict(check, run_id, _failing(check), "missing_run", why)
+    subject = f"{check.method}/{check.figure or check.metric}"
     if run_id not in present:
-        why = f"run {run_id!r} has no {check.method}/{check.metric} rows"
+        why = f"run {run_id!r} has no {subject} rows"
         return Verdict(check, run_id, _failing(check), "missing_metric", why)
     if check.baseline_run is not None and check.baseline_run not in present:
         where = "is not in the database" if check.baseline_run not in runs else "has no such rows"
-        why = f"baseline run {check.baseline_run!r} {where} ({check.method}/{check.metric})"
+        why = f"baseline run {check.baseline_run!r} {where} ({subject})"
         return Verdict(check, run_id, _failing(check), "missing_baseline", why)
     return None
 
@@ -215,8 +263,12 @@ def evaluate(
             )
             verdicts.append(Verdict(check, None, _failing(check), "missing_run", why))
             continue
-        present = _runs_with_metric(con, check.method, check.metric)
-        stats = selection_stats(con, check.method, check.metric, check.staleness)
+        if check.figure:
+            present = _runs_with_metric(con, check.method, FIGURE_METRIC[check.figure])
+            stats = figure_stats(con, check)
+        else:
+            present = _runs_with_metric(con, check.method, check.metric)
+            stats = selection_stats(con, check.method, check.metric, check.staleness)
         for run_id in selected:
             missing = _missing(check, run_id, runs, present)
             baseline = stats.get(check.baseline_run) if check.baseline_run else None

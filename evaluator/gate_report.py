@@ -114,6 +114,7 @@ def verdict_record(v: Verdict) -> dict:
         "method": check.method,
         "metric": check.metric,
         "stat": check.stat,
+        "figure": check.figure,
         "staleness": list(check.staleness) if check.staleness else None,
         "max": check.max,
         "min": check.min,

@@ -8,26 +8,50 @@ import json
 import math
 import os
 
+import duckdb
 import pyarrow as pa
 
 from evaluator.errors import UsageError
 from evaluator.store import open_store
 from evaluator.text_table import aligned_lines
-from schemas.store import METHODS, METRICS
+from schemas.store import DEFAULT_TOLERANCE, METHODS, METRICS, Tolerance
 
 VIEW_BY = {
     "run": "run_summary",
     "staleness": "staleness_summary",
     "step": "step_summary",
     "pairing": "pairing_summary",
+    "decision": "decision_summary",
+    "decision-staleness": "decision_staleness_summary",
+    "weights": "weight_summary",
+    "weights-staleness": "weight_staleness_summary",
+    "mismatch": "mismatch_summary",
 }
-ORDER_BY = {"pairing": ["run_id", "interpolation"]}
+# Views keyed by method but not metric, and those keyed by neither: their order and what filters apply.
+ORDER_BY = {
+    "pairing": ["run_id", "interpolation"],
+    "decision": ["run_id", "method"],
+    "decision-staleness": ["run_id", "staleness", "method"],
+    "weights": ["run_id", "method"],
+    "weights-staleness": ["run_id", "staleness", "method"],
+    "mismatch": ["run_id", "staleness"],
+}
 FORMATS = ("table", "json", "csv")
 PAIRING_NOTE = (
     "shipped_over_own: how much AReaL's shipped version pairing (each token interpolated with the previous "
     "token's version) changes the mean abs_error on this run. AReaL's own logged loglinear/* and linear/* "
     "metrics match loglinear_shipped and linear_shipped, not loglinear and linear."
 )
+NOTES = {
+    "pairing": PAIRING_NOTE,
+    "decision": "gradient_mass_error: the share of the policy-gradient mass the estimate moves (sum |W(a) - "
+    "W(g)| / sum W(g)); *_flip_rate: tokens whose clip or bound decision the estimate flips; safe_staleness: "
+    "the largest staleness up to which every staleness with enough tokens meets the tolerance (-1: not even "
+    "staleness 0): set it as the trainer's maximum off-policyness if you ship the method.",
+    "mismatch": "staleness 0 is the engine mismatch floor (inference engine vs trainer at one version): "
+    "verl calls a mean prob_drift below 0.005 normal and above 0.01 a precision problem, NeMo-RL flags a "
+    "mean exp_abs_drift above 1.05; floor_share: how much of each staleness's drift the floor explains.",
+}
 
 
 def summary_table(
@@ -37,35 +61,54 @@ def summary_table(
     run: str | None = None,
     method: str | None = None,
     metric: str | None = None,
+    tolerance: Tolerance = DEFAULT_TOLERANCE,
 ) -> pa.Table:
-    """Rows of `run_summary`, `staleness_summary`, `step_summary` or `pairing_summary`, filtered and sorted.
+    """Rows of a public view (`VIEW_BY`), filtered and sorted; `--by decision` adds each method's safe
+    staleness at `tolerance`.
 
     A missing database is a `StoreError`; an unknown run, method or metric is a `UsageError`."""
     if by not in VIEW_BY:
         raise UsageError(f"--by must be one of {', '.join(VIEW_BY)}, not {by!r}")
+    keyed = ORDER_BY.get(by, ["method", "metric"])
     for name, value, known in (("method", method, METHODS), ("metric", metric, METRICS)):
         if value is not None and value not in known:
             raise UsageError(f"unknown {name} {value!r}; known: {', '.join(known)}")
-        if value is not None and by in ORDER_BY:
+        if value is not None and name not in keyed:
             raise UsageError(f"--by {by} has no {name} column: leave out --{name}")
     filters = {"run_id": run, "method": method, "metric": metric}
     where = [f"{column} = ?" for column, value in filters.items() if value is not None]
     params = [value for value in filters.values() if value is not None]
-    view = VIEW_BY[by]
+    source = VIEW_BY[by]
+    if by == "decision":
+        source = f"""(SELECT d.*, s.safe_staleness FROM decision_summary d
+            LEFT JOIN {tolerance.sql()} s USING (run_id, method))"""
     order = ORDER_BY.get(by, ["run_id", *([by] if by != "run" else []), "method", "metric"])
-    sql = (
-        f"SELECT * FROM {view} {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY {', '.join(order)}"
-    )
+    condition = "WHERE " + " AND ".join(where) if where else ""
+    sql = f"SELECT * FROM {source} {condition} ORDER BY {', '.join(order)}"
     with open_store(db_path) as con:
         if (
             run is not None
-            and not con.execute("SELECT 1 FROM run_summary WHERE run_id = ?", [run]).fetchall()
+            and not con.execute("SELECT 1 FROM file_tokens WHERE run_id = ?", [run]).fetchall()
         ):
             runs = [
-                r[0] for r in con.execute("SELECT DISTINCT run_id FROM run_summary ORDER BY 1").fetchall()
+                r[0] for r in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()
             ]
             raise UsageError(f"no run {run!r} in {db_path}; runs: {', '.join(runs) or 'none'}")
         return con.sql(sql, params=params).to_arrow_table()
+
+
+def query_table(db_path: str | os.PathLike, sql: str) -> pa.Table:
+    """The rows of one SQL query on the store, opened read-only (a write is refused by DuckDB). A missing
+    database is a `StoreError`, a query DuckDB rejects a `UsageError` with its message."""
+    with open_store(db_path) as con:
+        try:
+            return con.sql(sql).to_arrow_table()
+        except duckdb.Error as error:
+            raise UsageError(f"query failed: {error}") from None
+        except AttributeError:  # a statement with no result (SET, ...)
+            raise UsageError(
+                "query returned no rows: give a SELECT (or another query with a result)"
+            ) from None
 
 
 def _cell(value: object) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib.resources import files
 
 STORE_SCHEMA_VERSION = "2"
@@ -46,6 +47,22 @@ METRICS: tuple[str, ...] = (
 )
 TRUTH_ONLY_METRICS = ("drift", "prob_drift", "exp_abs_drift")
 ESTIMATOR_ONLY_METRICS = ("clip_flip", "bound_flip", "grad_weight_abs_error")
+
+# Figures derived from the exact sums of several metrics (DOMAIN.md 3b), per run and staleness range:
+# what `decision_*` and `weight_*` views report, and what the gate can judge besides a metric's stat.
+FIGURES: dict[str, str] = {
+    "gradient_mass_error": "sum grad_weight_abs_error / the ground truth's sum grad_weight",
+    "clip_flip_rate": "mean clip_flip",
+    "bound_flip_rate": "mean bound_flip",
+    "ess_fraction": "(sum w)^2 / (n sum w^2) of w = behave_imp_weight",
+    "chi2": "n sum w^2 / (sum w)^2 - 1 of w = behave_imp_weight",
+    "kl_k1": "mean -r of r = behave_approx_kl",
+    "kl_k2": "mean r^2 / 2",
+    "kl_k3": "mean exp(r) - 1 - r",
+    "safe_staleness": "the largest staleness s such that every staleness <= s with enough tokens meets the "
+    "tolerance",
+}
+ESTIMATOR_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate", "safe_staleness")
 
 # Summary statistics every view carries for each (method, metric).
 STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
@@ -115,7 +132,7 @@ SELECT {m_keys}, m.n, m.mean, m.min, m.max,
 FROM moments m LEFT JOIN quantiles q USING ({k})"""
 
 
-def decision_sql(keys: Sequence[str]) -> str:
+def decision_sql(keys: Sequence[str], where: str = "TRUE") -> str:
     """Per `keys` and estimator: the decision figures of DOMAIN.md 3b from the exact sums. n: tokens with
     the ground truth; gradient_mass_error = sum grad_weight_abs_error / the ground truth's sum grad_weight
     on the same cells; the flip and active rates are means of the 0/1 metrics; true_*_rate are the ground
@@ -125,7 +142,8 @@ def decision_sql(keys: Sequence[str]) -> str:
     return f"""
 WITH sums AS (
     SELECT {k}, method,
-           sum(n) FILTER (WHERE metric = 'grad_weight')::BIGINT AS n,
+           coalesce(sum(n) FILTER (WHERE metric = 'grad_weight_abs_error'),
+                    sum(n) FILTER (WHERE metric = 'grad_weight'))::BIGINT AS n,
            sum(sum) FILTER (WHERE metric = 'grad_weight') AS grad_weight,
            sum(sum) FILTER (WHERE metric = 'grad_weight_abs_error') AS grad_weight_abs_error,
            {rate.format("clip_flip")} AS clip_flip_rate,
@@ -134,7 +152,7 @@ WITH sums AS (
            {rate.format("bound_active")} AS bound_active_rate
     FROM metric_moments
     WHERE metric IN ('grad_weight', 'grad_weight_abs_error', 'clip_flip', 'bound_flip', 'clip_active',
-                     'bound_active')
+                     'bound_active') AND {where}
     GROUP BY {k}, method
 )
 SELECT {", ".join(f"e.{key}" for key in keys)}, e.method, e.n,
@@ -145,7 +163,7 @@ FROM sums e JOIN sums t ON {" AND ".join(f"e.{key} = t.{key}" for key in keys)} 
 WHERE e.method <> 'ground_truth'"""
 
 
-def weight_sql(keys: Sequence[str]) -> str:
+def weight_sql(keys: Sequence[str], where: str = "TRUE") -> str:
     """Per `keys` and method (the ground truth too): weight diagnostics of DOMAIN.md 3b from the exact sums
     of w = behave_imp_weight and r = behave_approx_kl = log w: ess_fraction = (sum w)^2 / (n sum w^2),
     chi2 = n sum w^2 / (sum w)^2 - 1, and the KL estimators' means k1 = -r, k2 = r^2 / 2, k3 = w - 1 - r."""
@@ -158,13 +176,13 @@ WITH sums AS (
            sum(sum_sq) FILTER (WHERE metric = 'behave_imp_weight') AS w2,
            sum(sum) FILTER (WHERE metric = 'behave_approx_kl') AS r,
            sum(sum_sq) FILTER (WHERE metric = 'behave_approx_kl') AS r2
-    FROM metric_moments WHERE metric IN ('behave_imp_weight', 'behave_approx_kl')
+    FROM metric_moments WHERE metric IN ('behave_imp_weight', 'behave_approx_kl') AND {where}
     GROUP BY {k}, method
 )
 SELECT {k}, method, n,
        w * w / nullif(n * w2, 0) AS ess_fraction,
        n * w2 / nullif(w * w, 0) - 1 AS chi2,
-       -r / n AS kl_k1,
+       (0 - r) / n AS kl_k1,  -- not -r: a -0.0 when r is 0
        r2 / (2 * n) AS kl_k2,
        (w - r) / n - 1 AS kl_k3
 FROM sums"""
@@ -193,13 +211,33 @@ OTHER_PUBLIC_VIEWS |= {
     for view, keys in DERIVED_VIEWS.items()
 }
 
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The safe staleness's tolerance (DOMAIN.md 3b defaults, the macro's too)."""
+
+    max_gradient_mass_error: float = 0.01
+    max_clip_flip_rate: float = 0.01
+    min_tokens: int = 1000
+    """a staleness with fewer tokens is not judged"""
+
+    def sql(self) -> str:
+        """The call of the table macro `safe_staleness` with this tolerance."""
+        return (
+            f"safe_staleness(max_gradient_mass_error := {float(self.max_gradient_mass_error)!r}, "
+            f"max_clip_flip_rate := {float(self.max_clip_flip_rate)!r}, min_tokens := {int(self.min_tokens)})"
+        )
+
+
 # The safe staleness (DOMAIN.md 3b) for a tolerance: the largest staleness s such that every staleness
 # <= s with at least min_tokens tokens has gradient_mass_error <= max_gradient_mass_error and
 # clip_flip_rate <= max_clip_flip_rate; -1 when staleness 0 already fails; with no failure, the largest
 # staleness measured with enough tokens; null when no staleness has enough tokens.
-SAFE_STALENESS_MACRO = """
-CREATE OR REPLACE MACRO safe_staleness(max_gradient_mass_error := 0.01, max_clip_flip_rate := 0.01,
-                                       min_tokens := 1000) AS TABLE
+DEFAULT_TOLERANCE = _T = Tolerance()
+SAFE_STALENESS_MACRO = f"""
+CREATE OR REPLACE MACRO safe_staleness(max_gradient_mass_error := {_T.max_gradient_mass_error},
+                                       max_clip_flip_rate := {_T.max_clip_flip_rate},
+                                       min_tokens := {_T.min_tokens}) AS TABLE
 WITH levels AS (
     SELECT run_id, method, staleness, n >= min_tokens AS enough,
            coalesce(gradient_mass_error <= max_gradient_mass_error AND clip_flip_rate <= max_clip_flip_rate,

@@ -1,9 +1,10 @@
 """The gate's thresholds file (TOML) as code: the allowed keys, their types and the rules between them.
 
 A file holds an optional `[defaults]` table and a list of `[[check]]` tables. Each check names one
-statistic of one metric of one method (the vocabulary of `schemas.store`), optionally restricted to an
-inclusive staleness range and to one run, and the conditions it must meet: an absolute `max` and/or
-`min`, and/or at most `max_regression` worse than the same statistic of `baseline_run`. Parsing never
+statistic of one metric of one method, or one derived figure of a method (gradient mass error, flip
+rates, weight diagnostics, the safe staleness; the vocabulary of `schemas.store`), optionally restricted
+to an inclusive staleness range and to one run, and the conditions it must meet: an absolute `max`
+and/or `min`, and/or at most `max_regression` worse than the same statistic of `baseline_run`. Parsing never
 looks at a database; `evaluator.gate` applies the checks. Imports nothing of ours but `schemas`.
 """
 
@@ -16,7 +17,16 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from schemas.store import METHODS, METRICS, STATS
+from schemas.store import (
+    ESTIMATOR_FIGURES,
+    ESTIMATOR_ONLY_METRICS,
+    FIGURES,
+    METHODS,
+    METRICS,
+    STATS,
+    TRUTH_ONLY_METRICS,
+    Tolerance,
+)
 
 DEFAULT_THRESHOLDS = Path(str(files("schemas") / "default_thresholds.toml"))
 ON_INSUFFICIENT = ("fail", "warn")
@@ -28,6 +38,7 @@ CHECK_KEYS: dict[str, str] = {
     "method": "estimator: " + ", ".join(METHODS),
     "metric": "metric: " + ", ".join(METRICS),
     "stat": "statistic: " + ", ".join(STATS),
+    "figure": "instead of metric and stat, a derived figure: " + ", ".join(FIGURES),
     "max": "pass only if observed <= max",
     "min": "pass only if observed >= min",
     "staleness": "inclusive range [lo, hi] (or one integer); default: all tokens",
@@ -38,7 +49,10 @@ CHECK_KEYS: dict[str, str] = {
     "baseline_run": "run to compare against (needs max_regression)",
     "max_regression": "allowed relative worsening against baseline_run (0.10 = 10%)",
     "better": "direction of the regression: lower (default) or higher (default when only min is set)",
+    "max_gradient_mass_error": "safe_staleness: the tolerance on gradient_mass_error per staleness (0.01)",
+    "max_clip_flip_rate": "safe_staleness: the tolerance on clip_flip_rate per staleness (0.01)",
 }
+SAFE_STALENESS_KEYS = ("max_gradient_mass_error", "max_clip_flip_rate")
 # Keys [defaults] may hold; a check's own value wins.
 DEFAULT_KEYS: tuple[str, ...] = ("min_tokens", "on_insufficient", "warn_only")
 BUILTIN_DEFAULTS: dict[str, Any] = {"min_tokens": 1, "on_insufficient": "fail", "warn_only": False}
@@ -55,8 +69,9 @@ class Check:
     index: int
     name: str
     method: str
-    metric: str
-    stat: str
+    metric: str | None = None
+    stat: str | None = None
+    figure: str | None = None
     max: float | None = None
     min: float | None = None
     staleness: tuple[int, int] | None = None
@@ -67,10 +82,17 @@ class Check:
     baseline_run: str | None = None
     max_regression: float | None = None
     better: str = "lower"
+    max_gradient_mass_error: float = Tolerance.max_gradient_mass_error
+    max_clip_flip_rate: float = Tolerance.max_clip_flip_rate
 
     @property
     def label(self) -> str:
         return f"check {self.index} ({self.name!r})"
+
+    @property
+    def measure(self) -> str:
+        """What is judged: the statistic of a metric check, or the figure."""
+        return self.figure or self.stat
 
 
 @dataclass(frozen=True)
@@ -128,9 +150,15 @@ def _parse_check(raw: dict, index: int, defaults: dict[str, Any], source: str) -
     name = raw.get("name")
     where = f"{source}: check {index}" + (f" ({name!r})" if isinstance(name, str) else "")
     _reject_unknown(raw, tuple(CHECK_KEYS), where)
-    for key in ("method", "metric", "stat"):
+    needed = ("method", "figure") if "figure" in raw else ("method", "metric", "stat")
+    for key in needed:
         if key not in raw:
             raise ThresholdsFormatError(f"{where}: missing required key {key!r} ({CHECK_KEYS[key]})")
+    for key in ("metric", "stat"):
+        if key in raw and "figure" in raw:
+            raise ThresholdsFormatError(
+                f"{where}: key {key!r} with 'figure': a check judges one or the other"
+            )
     values = {**defaults, **{key: _value(raw, key, where) for key in raw}}
     _check_rules(values, where)
     if "better" not in values:
@@ -155,18 +183,34 @@ def _check_rules(values: dict[str, Any], where: str) -> None:
         raise ThresholdsFormatError(f"{where}: key 'better' only applies with 'max_regression'")
     if values.get("run") is not None and values.get("run") == values.get("baseline_run"):
         raise ThresholdsFormatError(f"{where}: key 'baseline_run' equals 'run' ({values['run']!r})")
-    if values["metric"] == "drift" and values["method"] != "ground_truth":
+    if values.get("metric") in TRUTH_ONLY_METRICS and values["method"] != "ground_truth":
         raise ThresholdsFormatError(
-            f"{where}: key 'metric': 'drift' exists for method 'ground_truth' only, not {values['method']!r}"
+            f"{where}: key 'metric': {values['metric']!r} exists for method 'ground_truth' only, "
+            f"not {values['method']!r}"
         )
+    if values.get("metric") in ESTIMATOR_ONLY_METRICS and values["method"] == "ground_truth":
+        raise ThresholdsFormatError(
+            f"{where}: key 'metric': {values['metric']!r} compares an estimate with the ground truth; "
+            "method 'ground_truth' has none"
+        )
+    if values.get("figure") in ESTIMATOR_FIGURES and values["method"] == "ground_truth":
+        raise ThresholdsFormatError(
+            f"{where}: key 'figure': {values['figure']!r} compares an estimate with the ground truth; "
+            "method 'ground_truth' has none"
+        )
+    if values.get("figure") == "safe_staleness" and "staleness" in values:
+        raise ThresholdsFormatError(f"{where}: key 'staleness': safe_staleness looks at every staleness")
+    for key in SAFE_STALENESS_KEYS:
+        if key in values and values.get("figure") != "safe_staleness":
+            raise ThresholdsFormatError(f"{where}: key {key!r} only applies with figure = 'safe_staleness'")
 
 
 def _value(raw: dict, key: str, where: str) -> Any:
     """Validate one key's type and range; returns the normalised value."""
     value = raw[key]
     here = f"{where}: key {key!r}"
-    if key in ("method", "metric", "stat"):
-        choices = {"method": METHODS, "metric": METRICS, "stat": STATS}[key]
+    if key in ("method", "metric", "stat", "figure"):
+        choices = {"method": METHODS, "metric": METRICS, "stat": STATS, "figure": tuple(FIGURES)}[key]
         if value not in choices:
             raise ThresholdsFormatError(
                 f"{here}: unknown {key} {value!r}; expected one of {', '.join(choices)}"
@@ -176,8 +220,8 @@ def _value(raw: dict, key: str, where: str) -> Any:
         if not isinstance(value, str) or not value.strip():
             raise ThresholdsFormatError(f"{here}: must be a non-empty string, got {value!r}")
         return value
-    if key in ("max", "min", "max_regression"):
-        return _finite_number(value, here, nonnegative=key == "max_regression")
+    if key in ("max", "min", "max_regression", *SAFE_STALENESS_KEYS):
+        return _finite_number(value, here, nonnegative=key != "max" and key != "min")
     if key == "staleness":
         return _staleness(value, here)
     if key == "warn_only":
@@ -229,8 +273,11 @@ def _number(x: float) -> str:
 
 
 def default_name(values: dict[str, Any]) -> str:
-    """e.g. 'loglinear abs_error p99 <= 0.05 [staleness 1-4]'."""
-    parts = [values["method"], values["metric"], values["stat"]]
+    """e.g. 'loglinear abs_error p99 <= 0.05 [staleness 1-4]', 'loglinear gradient_mass_error <= 0.01'."""
+    parts = [
+        values["method"],
+        *([values["figure"]] if "figure" in values else [values["metric"], values["stat"]]),
+    ]
     if "min" in values:
         parts.append(f">= {_number(values['min'])}")
     if "max" in values:

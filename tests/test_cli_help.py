@@ -1,4 +1,5 @@
-"""Every command of `proxaudit` has working `--help` and is documented in README.md."""
+"""Every command of `proxaudit` has working `--help`, and every command and option is documented in the
+README or the pages of `docs/`."""
 
 from __future__ import annotations
 
@@ -45,7 +46,18 @@ def test_help_works_and_describes_the_command(path):
     assert (command.help or command.short_help or "").strip(), f"{path} has no help text"
 
 
+def documentation() -> str:
+    return "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+
+
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
-def test_command_is_in_the_readme(path):
-    readme = (REPO / "README.md").read_text()
-    assert f"proxaudit {' '.join(path)}" in readme, f"README.md never shows `proxaudit {' '.join(path)}`"
+def test_command_and_its_options_are_documented(path):
+    docs = documentation()
+    assert f"proxaudit {' '.join(path)}" in docs, f"no page shows `proxaudit {' '.join(path)}`"
+    command = cli
+    for name in path:
+        command = command.commands[name]
+    ctx = click.Context(command)
+    for param in command.get_params(ctx):
+        for option in (o for o in param.opts if o.startswith("--") and o != "--help"):
+            assert f"{option}" in docs, f"`proxaudit {' '.join(path)} {option}` is documented nowhere"

@@ -16,7 +16,7 @@ from schemas.store import METHODS
 from schemas.thresholds import DEFAULT_THRESHOLDS
 
 # Plotly charts each page draws on a store with both version conventions and raw logs reachable.
-CHARTS = {"overview": 2, "drift": 4, "weights": 2, "training": 3, "compare": 2, "tokens": 1}
+CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
 
 
 def run_app(db: Path | None, monkeypatch, timeout: float = 60, **params: str) -> AppTest:
@@ -37,6 +37,11 @@ def no_exception(at: AppTest) -> None:
 def texts(at: AppTest) -> str:
     parts = [*at.markdown, *at.caption, *at.info, *at.warning, *at.error, *at.success]
     return "\n".join(str(p.value) for p in parts)
+
+
+def frame_with(at: AppTest, column: str):
+    """The first dataframe on the page that has `column`."""
+    return next(f.value for f in at.dataframe if column in f.value.columns)
 
 
 def digest(path: Path) -> tuple[str, int]:
@@ -60,9 +65,15 @@ def test_overview_numbers(fixture_store, monkeypatch):
     assert metrics["tokens (loss_mask)"] == f"{row['n_tokens']:,}"
     assert metrics["steps"] == "30"
     assert metrics["with prox_logp"] == f"{row['n_prox'] / row['n_tokens']:.0%}"  # even steps only
-    headline = at.dataframe[0].value
+    headline = frame_with(at, "abs_error p99")
     assert set(headline.index) == set(METHODS) - {"ground_truth"}
     assert headline.loc["loglinear", "abs_error p99"] > 0
+    decision = at.dataframe[0].value  # the page leads with the decision
+    assert set(decision.index) == set(METHODS) - {"ground_truth"}
+    assert {"safe_staleness", "gradient_mass_error", "clip_flip_rate", "bound_flip_rate"} <= set(decision)
+    assert (decision["gradient_mass_error"] > 0).all() and decision["safe_staleness"].notna().all()
+    assert "May I ship this estimator?" in [h.value for h in at.subheader]
+    assert "Closest to the recomputed prox" in texts(at) and "Engine mismatch floor" in texts(at)
     assert "True drift" in texts(at)
     assert "loglinear_shipped" in texts(at) and "Compare AReaL's own logged" in texts(at)
 
@@ -129,9 +140,12 @@ def test_run_without_ground_truth(tmp_path, monkeypatch):
     for page in PAGES:
         at = run_app(tmp_path / "m.duckdb", monkeypatch, page=page)
         no_exception(at)
-        assert len(at.get("plotly_chart")) == CHARTS[page], page
+        # the Overview's decision charts need the ground truth: it says so instead
+        assert len(at.get("plotly_chart")) == CHARTS[page] - 2 * (page == "overview"), page
         if page in ("drift", "training"):
             assert "has no prox_logp" in at.info[0].value
+        if page == "overview":
+            assert "did not record" in at.info[0].value
 
 
 def test_empty_store_explains_how_to_fill_it(empty_store, monkeypatch):
@@ -187,7 +201,7 @@ def test_gate_verdict_on_the_overview(fixture_store, tmp_path, monkeypatch):
     no_exception(at)
     verdict = [*at.success, *at.error]
     assert verdict and "Gate" in verdict[0].value and "recompute" in verdict[0].value
-    assert {"check", "verdict", "observed"} <= set(at.dataframe[0].value.columns)
+    assert {"check", "verdict", "observed"} <= set(frame_with(at, "verdict").columns)
     bad = tmp_path / "bad.toml"
     bad.write_text("[[check]]\nmethod = 'no_such_method'\n")
     at = run_app(fixture_store, monkeypatch, page="overview", run="recompute", thresholds=str(bad))

@@ -58,8 +58,8 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
     return path
 
 
-def _moments(part: np.ndarray) -> tuple[float, float, float]:
-    return float(part.sum()), float(part.min()), float(part.max())
+def _moments(part: np.ndarray) -> tuple[float, float, float, float]:
+    return float(part.sum()), float(np.square(part).sum()), float(part.min()), float(part.max())
 
 
 def lognormal(seed: int, n: int, mu: float = -5.0, sigma: float = 1.0) -> np.ndarray:
@@ -326,6 +326,80 @@ class TestEvaluate:
                 "fail",
                 "missing_baseline",
             ) and where in verdict.reason
+
+
+@pytest.fixture
+def decision_store(tmp_path) -> Path:
+    """Run `r`: the ground truth's gradient weights and loglinear's errors, flips and weights per staleness
+    0..4, with a known gradient mass error that grows with staleness (0.2% .. 3.2%): 2000 tokens per
+    staleness, 200 at staleness 3 (too few for the safe staleness at min_tokens 1000)."""
+    samples, rng = {}, np.random.default_rng(0)
+    for s in range(5):
+        n = 200 if s == 3 else 2000
+        mass = np.full(n, 2.0)  # sum 2n
+        error = np.zeros(n)
+        error[: int(n * 0.001 * 2**s)] = 4.0  # sum |dW| = 4 * n * 0.001 * 2^s, gme = 0.002 * 2^s
+        flips = (np.arange(n) < n * 0.002).astype(float)  # 0.2% clip flips at every staleness
+        samples["r", s, "ground_truth", "grad_weight"] = mass
+        samples["r", s, "loglinear", "grad_weight_abs_error"] = error
+        samples["r", s, "loglinear", "clip_flip"] = flips
+        samples["r", s, "loglinear", "behave_imp_weight"] = rng.lognormal(0, 0.3 + 0.1 * s, n)
+    return build_store(tmp_path / "decisions.duckdb", samples)
+
+
+def figure(body: str) -> str:
+    return '[[check]]\nmethod="loglinear"\n' + body
+
+
+class TestFigureChecks:
+    def test_gradient_mass_error_over_a_staleness_range_is_a_ratio_of_sums(self, decision_store, tmp_path):
+        # staleness 0-2: (4 * (2 + 4 + 8)) / (2 * 6000) = 56 / 12000 = 0.004667
+        body = figure('figure="gradient_mass_error"\nmax=0.005\nstaleness=[0, 2]\n')
+        (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
+        assert verdict.verdict == "pass" and verdict.observed == pytest.approx(56 / 12000, rel=1e-12)
+        assert verdict.tokens == 6000
+        # every staleness: 4 * (2 + 4 + 8 + 1 + 32) / (2 * 8200); the per-staleness mean would be wrong
+        body = figure('figure="gradient_mass_error"\nmax=0.005\n')
+        (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
+        assert verdict.verdict == "fail" and verdict.observed == pytest.approx(4 * 47 / 16400, rel=1e-12)
+        assert "gradient_mass_error" in verdict.reason and "> max 0.005" in verdict.reason
+
+    def test_flip_rate_and_ess(self, decision_store, tmp_path):
+        body = figure('figure="clip_flip_rate"\nmax=0.01\n') + figure('figure="ess_fraction"\nmin=0.5\n')
+        flip, ess = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
+        # 4 flips at each staleness of 2000 tokens, 1 at the one of 200 (np.arange(200) < 0.4)
+        assert flip.verdict == "pass" and flip.observed == pytest.approx(17 / 8200, rel=1e-12)
+        con = duckdb.connect(str(decision_store), read_only=True)
+        w = con.execute(
+            "SELECT sum(sum), sum(sum_sq), sum(n) FROM metric_moments WHERE metric = 'behave_imp_weight'"
+        )
+        total, squares, n = w.fetchone()
+        con.close()
+        assert ess.observed == pytest.approx(total**2 / (n * squares), rel=1e-12) and ess.verdict == "pass"
+
+    def test_safe_staleness(self, decision_store, tmp_path):
+        # gme per staleness 0.002, 0.004, 0.008, (0.01 on 200 tokens: skipped), 0.032: the first level
+        # with enough tokens above 1% is staleness 4, so the safe staleness is 3
+        body = figure('figure="safe_staleness"\nmin=4\nmin_tokens=1000\n')
+        (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
+        assert (verdict.observed, verdict.verdict) == (3, "fail")
+        assert verdict.tokens == 8000 and "safe_staleness 3 < min 4" in verdict.reason
+        # a looser tolerance: nothing fails, the largest measured staleness (4) is safe
+        looser = body.replace("min_tokens=1000", "min_tokens=1000\nmax_gradient_mass_error=0.05")
+        assert run_gate(decision_store, gate_file(tmp_path, looser)).verdicts[0].observed == 4
+        # a stricter one: staleness 0 already fails
+        stricter = body.replace("min_tokens=1000", "min_tokens=1000\nmax_gradient_mass_error=0.001")
+        assert run_gate(decision_store, gate_file(tmp_path, stricter)).verdicts[0].observed == -1
+        # no staleness with enough tokens: insufficient data, never a pass
+        starved = body.replace("min_tokens=1000", "min_tokens=5000")
+        (verdict,) = run_gate(decision_store, gate_file(tmp_path, starved)).verdicts
+        assert (verdict.verdict, verdict.outcome) == ("fail", "insufficient_data")
+
+    def test_a_run_without_the_ground_truth_misses_the_figure(self, store, tmp_path):
+        body = figure('figure="gradient_mass_error"\nmax=0.01\nrun="base"\n')
+        (verdict,) = run_gate(store, gate_file(tmp_path, body)).verdicts
+        assert (verdict.verdict, verdict.outcome) == ("fail", "missing_metric")
+        assert "loglinear/gradient_mass_error" in verdict.reason
 
 
 class TestStore:

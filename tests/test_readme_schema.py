@@ -1,4 +1,4 @@
-"""The schema table in README.md is the one generated from `schemas/token_log.py`."""
+"""The schema table of docs/token-log.md is the one generated from `schemas/token_log.py`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from tests.conftest import REPO
 
 
 def readme_schema_table() -> str:
-    """The Markdown table under the README heading of the token log."""
-    lines = (REPO / "README.md").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("## The token log"))
+    """The Markdown table under the heading of the token log page."""
+    lines = (REPO / "docs" / "token-log.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# The token log"))
     first = next(i for i in range(start, len(lines)) if lines[i].startswith("| column |"))
     end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "\n".join(lines[first:end])

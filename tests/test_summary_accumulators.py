@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evaluator import file_summary, summary_accumulators
+from evaluator.decisions import DEFAULT_PARAMS
 from evaluator.errors import ProxauditError
 from evaluator.logio import write_log_atomic
 from evaluator.replay import check_and_summarise
@@ -88,7 +89,9 @@ def test_worker_processes_give_the_same_summary_bit_for_bit(tmp_path):
 def test_a_failing_worker_is_an_error_naming_the_file(tmp_path):
     out = tmp_path / "0.pickle"
     resumes = tmp_path / "resumes.arrow"
-    worker = file_summary._start_worker(tmp_path / "missing.parquet", (0, 10), resumes, 10, out)
+    worker = file_summary._start_worker(
+        tmp_path / "missing.parquet", (0, 10), resumes, DEFAULT_PARAMS, 10, out
+    )
     with pytest.raises(ProxauditError, match="(?s)missing.parquet.*FileNotFoundError"):
         file_summary._result(worker, out, tmp_path / "missing.parquet")
 

@@ -156,3 +156,11 @@ def test_engine_harvests_a_wave_that_ends_before_older_ones():
     second.done[:] = True
     engine._harvest(second)
     assert len(engine.waves) == 1 and engine.waves[0] is first and len(engine.buffer) == 2
+
+
+def test_the_options_table_in_the_docs_is_the_args_dataclass(repo_root):
+    from evaluator.dataclass_options import options_table
+
+    page = (repo_root / "docs" / "hook.md").read_text()
+    table = page.split("<!-- train-demo-options -->\n", 1)[1].split("\n<!-- /train-demo-options -->", 1)[0]
+    assert table == options_table(Args)

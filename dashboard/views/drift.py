@@ -1,5 +1,6 @@
-"""Drift by staleness: how far the policy moved since each token was generated (true drift), and how
-wrong each estimator is, against staleness; the `areal` and `exact` version conventions side by side."""
+"""Drift by staleness: how far the policy moved since each token was generated (true drift), the engine
+mismatch floor under it, and how wrong each estimator is, against staleness; the `areal` and `exact`
+version conventions, and each token's own version against AReaL's shipped pairing, side by side."""
 
 from __future__ import annotations
 
@@ -56,6 +57,14 @@ def render(ctx: Context) -> None:
         "drift = |prox_logp - behave_logp|: what every estimator has to bridge. Bands: p50-p90 and p90-p99."
     )
     show(charts.facets_by_method(drift, "staleness", "drift", log_y=log_y), "drift")
+    st.subheader("Engine mismatch floor")
+    st.caption(
+        "At staleness 0 behave and prox are the same version: what drift remains is the inference engine "
+        "against the trainer (precision, kernels, sampling settings), a floor no estimator can remove. "
+        "verl's FAQ calls a mean prob_drift below 0.005 normal and above 0.01 a precision problem; NeMo-RL "
+        "flags a mean exp_abs_drift above 1.05. floor_share: the floor's share of each staleness's drift."
+    )
+    show(charts.mismatch_floor(load(ctx.db, "mismatch", ctx.run_id)), "mismatch")
     st.subheader(f"{metric} of each estimator against staleness")
     st.caption("Dashed: the true drift, p50 (mean under a step range): the error of using behave_logp as is.")
     show(charts.facets_by_method(errors, "staleness", metric, reference=drift, log_y=log_y), "errors")

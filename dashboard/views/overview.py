@@ -1,4 +1,5 @@
-"""Overview: what is in the store, and the headline error of each method on the selected run."""
+"""Overview: the decision first (may I ship this estimator?), then the engine mismatch floor, what is in
+the store, the gate's verdict and the headline error of each method on the selected run."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts
+from dashboard.views import decision
 from dashboard.views.common import Context, load, show
 from evaluator.errors import ProxauditError
 
@@ -69,7 +71,34 @@ def _pairing(ctx: Context) -> None:
     )
 
 
+def _mismatch(ctx: Context) -> None:
+    """The engine mismatch floor in one line, against the published reference levels."""
+    frame = load(ctx.db, "mismatch", ctx.run_id)
+    floor = frame[frame["staleness"] == 0]
+    if floor.empty or floor["n"].iloc[0] == 0:
+        return
+    f = floor.iloc[0]
+    verl = (
+        "normal" if f["prob_drift"] < 0.005 else "a precision problem" if f["prob_drift"] > 0.01 else "high"
+    )
+    nemo = "flagged" if f["exp_abs_drift"] > 1.05 else "fine"
+    nxt = frame[frame["staleness"] > 0].head(1)
+    share = (
+        f"; it explains {nxt['floor_share'].iloc[0]:.1%} of the drift at staleness {nxt['staleness'].iloc[0]}"
+        if len(nxt)
+        else ""
+    )
+    st.markdown(
+        f"Engine mismatch floor (drift at staleness 0, inference engine vs trainer at one version): mean "
+        f"prob_drift **{f['prob_drift']:.4g}** (verl: {verl}), exp_abs_drift **{f['exp_abs_drift']:.4g}** "
+        f"(NeMo-RL: {nemo} at 1.05){share}. The Drift page charts it."
+    )
+
+
 def render(ctx: Context) -> None:
+    decision.render(ctx)
+    _mismatch(ctx)
+    st.subheader("What is in the store")
     _numbers(ctx)
     _gate(ctx)
     frame = load(

@@ -11,14 +11,19 @@ from dashboard import charts, weight_charts
 from dashboard.views.common import Context, load, show
 
 WEIGHTS = ("behave_imp_weight", "importance_weight")
-CAP, (CLIP_LO, CLIP_HI) = weight_charts.BEHAVE_WEIGHT_CAP, weight_charts.CLIP_RANGE
 CAPTIONS = {
-    "behave_imp_weight": f"exp(approx - behave_logp) multiplies each token's loss; AReaL caps or masks "
-    f"it above {CAP}. An estimator whose weights cross the cap where the ground truth does not masks "
-    "tokens that should count (and the other way round).",
-    "importance_weight": f"exp(theta_logp - approx) is clipped to [{CLIP_LO}, {CLIP_HI}] by PPO: an "
-    "estimator that moves it across the clip range changes which tokens get a gradient.",
+    "behave_imp_weight": "exp(approx - behave_logp) multiplies each token's loss; above the bound U (the "
+    "store's: {bound:g}) the token is {action}ed. An estimator whose weights cross U where the ground truth "
+    "does not drops tokens that should count (and the other way round): its bound_flip_rate.",
+    "importance_weight": "exp(theta_logp - approx) is clipped to [{lo:g}, {hi:g}] by PPO: an estimator that "
+    "moves it across the clip range changes which tokens get a gradient: its clip_flip_rate.",
 }
+DIAGNOSTICS_CAPTION = (
+    "ESS fraction (sum w)^2 / (n sum w^2): the share of the tokens the weights w = behave_imp_weight "
+    "effectively keep (1: all equal); chi2 = 1 / ESS fraction - 1: their spread; k3 = mean exp(r) - 1 - r "
+    "of r = log w: the KL of pi_behave from pi_prox (AReaL's kl_div_dual). ground_truth: the true weights; "
+    "an estimator whose curve sits far from it misjudges how off-policy the tokens are."
+)
 
 
 def weights_table(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -43,9 +48,22 @@ def render(ctx: Context) -> None:
         "Per staleness: thin whisker min..max, thick bar p50..p99, ticks at p50 and p90, diamond at the mean."
         + (" Step range selected: exact min/mean/max only." if ctx.filters.steps is not None else "")
     )
+    params = load(ctx.db, "decision_params")
+    words = dict(
+        bound=params["bound"],
+        action="mask" if params["bound_action"] == "mask" else "clamp",
+        lo=1 - params["eps_low"],
+        hi=1 + params["eps_high"],
+    )
+    st.subheader("Weight diagnostics by staleness")
+    st.caption(DIAGNOSTICS_CAPTION)
+    show(
+        weight_charts.weight_diagnostics(load(ctx.db, "weights_by_staleness", ctx.with_methods(*methods))),
+        "ess",
+    )
     for metric in WEIGHTS:
         st.subheader(metric)
-        st.caption(CAPTIONS[metric])
-        show(weight_charts.weight_ranges(frame[frame["metric"] == metric], metric), metric)
+        st.caption(CAPTIONS[metric].format(**words))
+        show(weight_charts.weight_ranges(frame[frame["metric"] == metric], metric, params), metric)
         with st.expander(f"{metric}: numbers"):
             st.dataframe(weights_table(frame, metric), width="stretch")
