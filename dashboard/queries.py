@@ -1,11 +1,11 @@
 """Named read-only queries of the metrics store for the dashboard: DuckDB in, pandas DataFrame out.
 
-Every function opens the database read-only for one short batch of SQL and closes it again, so that a
-running `proxaudit replay` (which needs the write lock while it commits each file) is never blocked for
-long. A read-only open fails while replay holds the lock; `read_only` retries with a short backoff and
-raises `DatabaseBusy` when the lock outlasts its budget. No estimator math and no writes here: the
-numbers come from the public views of DOMAIN.md section 7 (`run_summary`, `staleness_summary`,
-`step_summary`, `step_staleness_summary`) and the tables `ingested_file` and `file_tokens`.
+Every function opens the published store read-only for one short batch of SQL through
+`evaluator.store.open_store`, which checks it is a proxaudit store, switches off file access and runs
+proxaudit's own views over its tables. A replay never locks the published file (it publishes by rename),
+so only another program's write lock can hold a read up: `open_store` retries for `RETRY_SECONDS`, then
+raises `DatabaseBusy`. No estimator math and no writes here: the numbers come from the public views of
+DOMAIN.md section 7 and the tables `ingested_file` and `file_tokens`.
 
 Quantiles (p50/p90/p99) are stored per run, per staleness (over all steps) and per step (over all
 staleness values). When a filter restricts the other axis (a step range on a by-staleness chart, a
@@ -16,9 +16,6 @@ staleness range on a by-step chart), the exact moments (n, mean, min, max) are r
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -29,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluator.errors import StoreError
+from evaluator.store import open_store
 from schemas.store import DEFAULT_TOLERANCE, Tolerance, decision_sql
 from schemas.token_log import COLUMNS
 
@@ -38,10 +36,6 @@ QUANTILE_STATS = ("p50", "p90", "p99")
 INSPECTOR_COLUMNS = tuple(
     c.name for c in COLUMNS if c.name not in ("run_id", "step", "seq_id", "advantage", "reward")
 )
-
-
-class DatabaseBusy(StoreError):
-    """The store stayed write-locked (a replay committing) for longer than the retry budget."""
 
 
 @dataclass(frozen=True)
@@ -71,42 +65,13 @@ class Filters:
         return " AND ".join(clauses), params
 
 
-def _is_lock_error(error: duckdb.Error) -> bool:
-    text = str(error).lower()
-    return "lock" in text and ("conflicting" in text or "could not set" in text)
-
-
-@contextmanager
-def read_only(db: Path, retry_seconds: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived read-only connection; retries (RETRY_SECONDS by default) while another process
-    holds the write lock, then raises DatabaseBusy."""
-    db, retry_seconds = Path(db), RETRY_SECONDS if retry_seconds is None else retry_seconds
-    if not db.is_file():
-        raise StoreError(f"{db}: no such metrics database (make one with `proxaudit replay LOGS --db {db}`)")
-    deadline, delay = time.monotonic() + retry_seconds, 0.02
-    while True:
-        try:
-            con = duckdb.connect(str(db), read_only=True)
-            break
-        except duckdb.Error as error:
-            if not _is_lock_error(error):
-                raise StoreError(f"{db}: cannot open the metrics database read-only: {error}") from error
-            if time.monotonic() >= deadline:
-                raise DatabaseBusy(f"{db}: write-locked by another process (a replay in progress)") from error
-            time.sleep(delay)
-            delay = min(2 * delay, 0.25)
-    try:
-        yield con
-    finally:
-        con.close()
-
-
 def _frame(db: Path, sql: str, params: list | tuple = ()) -> pd.DataFrame:
-    with read_only(db) as con:
+    """One query's rows through `evaluator.store.open_store` (read-only, checked, proxaudit's own SQL)."""
+    with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
         try:
             return con.execute(sql, list(params)).df()
-        except duckdb.CatalogException as error:
-            raise StoreError(f"{db}: not a proxaudit metrics store ({error})") from error
+        except duckdb.Error as error:
+            raise StoreError(f"{db}: cannot read the metrics store: {error}") from error
 
 
 def data_version(db: Path) -> tuple[int, ...]:
@@ -357,13 +322,11 @@ def sequence_tokens(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFra
 
 def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.DataFrame:
     """The gate's verdict on each check for `run_id` (`evaluator.gate.run_gate`), one row per check.
-    ThresholdsError on a bad file. The gate opens the store itself; holding our own read-only connection
-    meanwhile (the same database instance in this process) means it never waits for a replay's lock."""
+    ThresholdsError on a bad file."""
     from evaluator.gate import run_gate
     from evaluator.gate_report import threshold_text
 
-    with read_only(db):
-        result = run_gate(db, thresholds, run=run_id)
+    result = run_gate(db, thresholds, run=run_id)
     rows = [
         {
             "check": v.check.name,

@@ -2,13 +2,14 @@
 
 Per file: digest (BLAKE2b of the bytes; a file already in the store is skipped), validate (the rules of
 `proxaudit validate`; a file that breaks one is reported and skipped), summarise it streaming over record
-batches with the database closed, then ingest it in one transaction (`evaluator.store.ingest`).
+batches, then ingest it in one transaction (`evaluator.store.StoreWriter.ingest`).
 
-Files are ingested one by one in sorted order, each in its own transaction, holding the database only
-while it commits. With several files, the next ones are validated and summarised in worker processes,
-one file per worker (`evaluator.summary_pool`), while this process digests and ingests; a file long
-enough to be cut into ranges (`evaluator.file_summary.default_workers`) uses the range workers instead.
-The stored numbers do not depend on which process summarised a file.
+Files are ingested one by one in sorted order, each in its own transaction, into the store's working
+copy, which is published as it goes (`evaluator.store.StoreWriter`): readers never wait for a replay.
+With several files, the next ones are validated and summarised in worker processes, one file per worker
+(`evaluator.summary_pool`), while this process digests and ingests; a file long enough to be cut into
+ranges (`evaluator.file_summary.default_workers`) uses the range workers instead. The stored numbers do
+not depend on which process summarised a file.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.errors import NothingReadableError
 from evaluator.file_summary import BATCH_ROWS, FileSummary, default_workers, summarise_file
 from evaluator.problems import Problem
-from evaluator.store import file_digest, ingest, ingested_digests
+from evaluator.store import StoreWriter, file_digest
 from evaluator.summary_pool import SummaryPool, Worker
 from evaluator.validate import CheckedFile, check_file, find_parquet_files
 
@@ -111,13 +112,13 @@ def check_and_summarise(
     return Summarised(checked, summary)
 
 
-def _outcome(path: Path, digest: str, done: Summarised, db_path: Path, known: set[str]) -> FileOutcome:
+def _outcome(path: Path, digest: str, done: Summarised, store: StoreWriter, known: set[str]) -> FileOutcome:
     """Ingest a summarised file, or report the rules it broke (the store's own: a repeated token)."""
     report, summary = done.checked.report, done.summary
     if summary is None:
         status = "skipped" if report.readable else "unreadable"
         return FileOutcome(path, status, problems=list(report.problems))
-    ingested = ingest(db_path, path, digest, summary, done.checked.facts.sequences)
+    ingested = store.ingest(path, digest, summary, done.checked.facts.sequences)
     if isinstance(ingested, Problem):
         return FileOutcome(path, "skipped", problems=[ingested])
     if not ingested:
@@ -127,14 +128,14 @@ def _outcome(path: Path, digest: str, done: Summarised, db_path: Path, known: se
 
 
 def replay_file(
-    path: Path, db_path: Path, known: set[str], params: DecisionParams, on_rows: Callable[[int], None]
+    path: Path, store: StoreWriter, known: set[str], params: DecisionParams, on_rows: Callable[[int], None]
 ) -> FileOutcome:
     """Replay one file into the store (see the module docstring), all of it in this process (and its
     range workers)."""
     digest = file_digest(path)
     if digest in known:
         return FileOutcome(path, "already ingested")
-    return _outcome(path, digest, check_and_summarise(path, params, on_batch=on_rows), db_path, known)
+    return _outcome(path, digest, check_and_summarise(path, params, on_batch=on_rows), store, known)
 
 
 def _n_rows(path: Path) -> int:
@@ -158,8 +159,8 @@ class _InFlight:
 class _Pipeline:
     """Files in order, each an outcome or in flight; the oldest is reported as soon as it is known."""
 
-    def __init__(self, pool: SummaryPool, db_path: Path, known: set[str], on_rows, on_file) -> None:
-        self.pool, self.db_path, self.known = pool, db_path, known
+    def __init__(self, pool: SummaryPool, store: StoreWriter, known: set[str], on_rows, on_file) -> None:
+        self.pool, self.store, self.known = pool, store, known
         self.on_rows, self.on_file = on_rows, on_file
         self.queue: deque[FileOutcome | _InFlight] = deque()
 
@@ -180,7 +181,7 @@ class _Pipeline:
         while self.queue and (isinstance(self.queue[0], FileOutcome) or self.queue[0].done is not None):
             head = self.queue.popleft()
             if isinstance(head, _InFlight):
-                head = _outcome(head.path, head.digest, head.done, self.db_path, self.known)
+                head = _outcome(head.path, head.digest, head.done, self.store, self.known)
             self.on_file(head)
 
     def finish(self) -> None:
@@ -192,14 +193,20 @@ class _Pipeline:
 
 
 def _replay_parallel(
-    files: list[Path], db_path: Path, known: set[str], params: DecisionParams, workers: int, on_rows, on_file
+    files: list[Path],
+    store: StoreWriter,
+    known: set[str],
+    params: DecisionParams,
+    workers: int,
+    on_rows,
+    on_file,
 ) -> None:
     """Replay `files` in order, validating and summarising the next files on `workers` processes while
     this one ingests (a worker gets its next file before the parent ingests its last one). Each file is
     still ingested alone and in order; a file long enough for range workers (`default_workers`) is
     replayed with them once every earlier file is in."""
     with SummaryPool(workers, params) as pool:
-        pipeline = _Pipeline(pool, db_path, known, on_rows, on_file)
+        pipeline = _Pipeline(pool, store, known, on_rows, on_file)
         for path in files:
             digest = file_digest(path)
             if digest in known:
@@ -207,7 +214,7 @@ def _replay_parallel(
             elif default_workers(_n_rows(path)) > 1:
                 pipeline.finish()
                 done = check_and_summarise(path, params, on_batch=on_rows)
-                on_file(_outcome(path, digest, done, db_path, known))
+                on_file(_outcome(path, digest, done, store, known))
             else:
                 pipeline.submit(path, digest)
             pipeline.report_ready()
@@ -239,11 +246,10 @@ def replay(
     files = find_parquet_files([Path(p) for p in paths])
     if not files:
         raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
-    db_path = Path(db_path)
-    known = ingested_digests(db_path, params)
     workers = file_workers(len(files)) if workers is None else workers
     outcomes = []
-    with _progress(files, progress) as bar:
+    with StoreWriter(db_path, params) as store, _progress(files, progress) as bar:
+        known = store.digests()
 
         def done(outcome: FileOutcome) -> None:
             outcomes.append(outcome)
@@ -252,10 +258,10 @@ def replay(
                 on_file(outcome)
 
         if workers > 1:
-            _replay_parallel(files, db_path, known, params, workers, bar.update, done)
+            _replay_parallel(files, store, known, params, workers, bar.update, done)
         else:
             for path in files:
-                done(replay_file(path, db_path, known, params, bar.update))
+                done(replay_file(path, store, known, params, bar.update))
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes)

@@ -1,17 +1,27 @@
-"""The metrics store (DuckDB): open or create it, ingest one file's summaries atomically (refusing a file
-that repeats a stored token), look up digests.
+"""The metrics store (DuckDB): one writer that never blocks a reader, readers that run only proxaudit's SQL.
 
-DuckDB allows one writing process or many read-only ones. The dashboard opens the database read-only
-for each query, so a writer here holds its connection only for as long as it commits one file: replay
-computes a file's summaries with the database closed, then `ingest` opens, inserts everything in one
-transaction, commits and closes. A lock held by a reader is waited for (`LOCK_WAIT_S`), not fought.
+DuckDB lets one process write a database file or many read it. So a writer here never opens the store
+itself: `StoreWriter` takes an exclusive lock (`.DB.lock`, one replay per store), copies the published
+store to a private working file (`.DB.work`), ingests files there, each in one transaction that refuses a
+repeated token, and publishes by copying the working file beside the store and renaming it over it:
+atomic, so a reader sees a whole publish or the one before, and a kill leaves the last publish (the first
+creation of a store included). Publishing costs a copy of the store, so it happens after every file
+unless the last copy took more than a tenth of the time since it; always at the end.
+
+Readers (`open_store`) open the published file read-only, check that it is a proxaudit store of this
+schema version (every table, with its columns), switch off file access, and define proxaudit's views and
+macros as temporary objects: a query runs proxaudit's SQL over the store's tables, whatever views a
+crafted file holds, and cannot read a local file.
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,17 +36,25 @@ from evaluator.errors import StoreError
 from evaluator.file_facts import duplicate_message, overlaps_sql
 from evaluator.file_summary import FileSummary
 from evaluator.problems import Problem
-from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION
+from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS_DDL
 
 LOCK_WAIT_S = 30.0
+READ_LOCK_WAIT_S = 3.0
+PUBLISH_SHARE = 0.1
+"""Publish after a file when the last publish took at most this share of the time since it."""
 PARAMS_KEY = "decision_params"
+DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
 CRASH_ENV = "PROXAUDIT_CRASH_BEFORE_COMMIT"
 """Fault injection for tests: when set to a file's name, replay dies (os._exit) after inserting that
 file's rows and before committing them, as a kill -9 would."""
 
 
+class StoreBusy(StoreError):
+    """The store stayed locked by another process for longer than the wait allowed."""
+
+
 def file_digest(path: str | os.PathLike) -> str:
-    """BLAKE2b (256-bit) of the file's bytes: the same bytes are never counted twice."""
+    """BLAKE2b (256-bit) of the file's bytes: the same bytes are never ingested twice."""
     digest = hashlib.blake2b(digest_size=32)
     with open(path, "rb") as source:
         while chunk := source.read(1 << 22):
@@ -44,49 +62,104 @@ def file_digest(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    deadline = time.monotonic() + LOCK_WAIT_S
+def sibling(db: Path, suffix: str) -> Path:
+    """A hidden file beside the store: `.metrics.duckdb.lock`, `.metrics.duckdb.work`, ..."""
+    return db.with_name(f".{db.name}.{suffix}")
+
+
+def check_db_path(db: str | os.PathLike) -> Path:
+    """The store's path, or a `StoreError` for what cannot hold one: `:memory:` (nothing would be kept),
+    a folder, or a file that is not a DuckDB database (Parquet, CSV, ...)."""
+    text = str(db)
+    if not text or text.startswith(":memory:"):
+        raise StoreError(f"--db {text!r}: an in-memory database keeps nothing; give a file path")
+    path = Path(text)
+    if path.is_dir():
+        raise StoreError(f"--db {path}: is a folder, not a database file")
+    if path.exists():
+        with open(path, "rb") as source:
+            head = source.read(16)
+        if head[8:12] != DUCKDB_MAGIC:
+            kind = "a Parquet file" if head[:4] == b"PAR1" else "not a DuckDB database"
+            raise StoreError(f"--db {path}: {kind}; give the path of a proxaudit metrics database")
+    return path
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Every table and view of the database's main schema with its (column, type), in column order."""
+    rows = con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = "
+        "current_database() AND schema_name = 'main' ORDER BY table_name, column_index"
+    ).fetchall()
+    found: dict[str, list[tuple[str, str]]] = {}
+    for table, column, dtype in rows:
+        found.setdefault(table, []).append((column, dtype))
+    return {t: tuple(c) for t, c in found.items()}
+
+
+@functools.cache
+def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
+    """The store's tables and their (column, type), from the DDL (a reference in memory)."""
+    with duckdb.connect() as con:
+        con.execute(TABLE_DDL)
+        return _columns(con)
+
+
+def check_store(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """A `StoreError` unless `con` holds a proxaudit store of this schema version: every table of the DDL
+    as a base table with its columns, and the schema version recorded."""
+    found = _columns(con)
+    base = {
+        t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
+    }
+    if "store_meta" not in base:
+        what = f"tables {', '.join(sorted(base))}" if base else "views only" if found else "nothing"
+        raise StoreError(f"{db} is not a proxaudit metrics database (it holds {what}, no store_meta table)")
+    row = con.execute("SELECT value FROM store_meta WHERE key = 'store_schema_version'").fetchone()
+    if row is None or row[0] != STORE_SCHEMA_VERSION:
+        found_version = row[0] if row else None
+        raise StoreError(
+            f"{db}: store schema version {found_version!r}, this proxaudit reads {STORE_SCHEMA_VERSION!r}: "
+            "replay the token logs into a new database"
+        )
+    for table, columns in expected_tables().items():
+        if table not in base or found.get(table) != columns:
+            got = "missing" if table not in found else "a view" if table not in base else "of other columns"
+            raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
+
+
+def _connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """A connection, retrying while another process holds the file's lock (`StoreBusy` after `wait_s`)."""
+    deadline, delay = time.monotonic() + wait_s, 0.02
     while True:
         try:
-            return duckdb.connect(str(db_path), read_only=read_only)
+            return duckdb.connect(str(db), read_only=read_only)
         except duckdb.IOException as error:
-            if "lock" not in str(error).lower() or time.monotonic() > deadline:
-                raise StoreError(f"cannot open the metrics database {db_path}: {error}") from error
-            time.sleep(0.1)
+            if "lock" not in str(error).lower():
+                raise StoreError(f"cannot open the metrics database {db}: {error}") from error
+            if time.monotonic() >= deadline:
+                raise StoreBusy(f"{db}: locked by another process: {error}") from error
+            time.sleep(delay)
+            delay = min(2 * delay, 0.25)
         except duckdb.Error as error:
-            raise StoreError(f"{db_path} is not a DuckDB database: {error}") from error
-
-
-def _check_version(con: duckdb.DuckDBPyConnection, db_path: Path) -> None:
-    try:
-        rows = con.execute("SELECT value FROM store_meta WHERE key = 'store_schema_version'").fetchall()
-    except duckdb.CatalogException as error:
-        raise StoreError(f"{db_path} is not a proxaudit metrics database (no store_meta table)") from error
-    found = rows[0][0] if rows else None
-    if found != STORE_SCHEMA_VERSION:
-        raise StoreError(f"{db_path}: store schema version {found!r}, expected {STORE_SCHEMA_VERSION!r}")
+            raise StoreError(f"{db} is not a DuckDB database: {error}") from error
 
 
 @contextmanager
-def open_store(db_path: str | os.PathLike, *, write: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection to the store, closed on exit. Reading a missing database is a `StoreError`; writing
-    creates it (and its folder) and applies the DDL, which is idempotent."""
-    db_path = Path(db_path)
-    if not write and not db_path.is_file():
-        raise StoreError(
-            f"no metrics database at {db_path}: run `proxaudit replay LOGS --db {db_path}` first"
-        )
-    if write:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = _connect(db_path, read_only=not write)
+def open_store(
+    db: str | os.PathLike, lock_wait_s: float = READ_LOCK_WAIT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to the published store, closed on exit: checked (`check_store`), without
+    file access, with proxaudit's views and macros as temporary objects. A missing database is a
+    `StoreError`, one locked by another program past `lock_wait_s` a `StoreBusy`."""
+    db = check_db_path(db)
+    if not db.is_file():
+        raise StoreError(f"no metrics database at {db}: run `proxaudit replay LOGS --db {db}` first")
+    con = _connect(db, read_only=True, wait_s=lock_wait_s)
     try:
-        if write:
-            con.execute(STORE_DDL)
-            con.execute(
-                "INSERT INTO store_meta VALUES ('store_schema_version', ?) ON CONFLICT DO NOTHING",
-                [STORE_SCHEMA_VERSION],
-            )
-        _check_version(con, db_path)
+        check_store(con, db)
+        con.execute("SET enable_external_access = false; SET lock_configuration = true")
+        con.execute(TEMP_VIEWS_DDL)
         yield con
     finally:
         con.close()
@@ -96,23 +169,6 @@ def stored_params(con: duckdb.DuckDBPyConnection) -> DecisionParams | None:
     """The decision parameters the store's metrics were computed with (None before the first replay)."""
     row = con.execute("SELECT value FROM store_meta WHERE key = ?", [PARAMS_KEY]).fetchone()
     return None if row is None else DecisionParams(**json.loads(row[0]))
-
-
-def ingested_digests(db_path: str | os.PathLike, params: DecisionParams = DEFAULT_PARAMS) -> set[str]:
-    """Digests of every file already in the store (creating the store if it does not exist). A store
-    holds metrics of one set of decision parameters: the first replay records `params`, a later one
-    with other parameters is a `StoreError` (the two would mix silently)."""
-    with open_store(db_path, write=True) as con:
-        recorded = stored_params(con)
-        if recorded is None:
-            con.execute("INSERT INTO store_meta VALUES (?, ?)", [PARAMS_KEY, json.dumps(asdict(params))])
-        elif recorded != params:
-            raise StoreError(
-                f"{db_path} holds metrics computed with {_params_text(recorded)}; this replay asks for "
-                f"{_params_text(params)}. One store holds one parameter set: replay with the same "
-                "parameters, or into another database"
-            )
-        return {row[0] for row in con.execute("SELECT digest FROM ingested_file").fetchall()}
 
 
 def _params_text(p: DecisionParams) -> str:
@@ -131,41 +187,125 @@ _INSERTS = {
 }
 
 
-def _duplicates(con: duckdb.DuckDBPyConnection) -> Problem | None:
-    """`duplicate_across_files` when a sequence of the registered `part_sequences` overlaps a stored one
-    (same run_id, seq_id, minibatch and overlapping pos ranges), naming the first file that holds them."""
-    in_range = "e.seq_id BETWEEN (SELECT min(seq_id) FROM part_sequences) AND " + (
-        "(SELECT max(seq_id) FROM part_sequences)"  # lets DuckDB skip stored row groups by their min/max
-    )
-    sql = overlaps_sql("part_sequences", "file_sequences", "0", "e.file_id", in_range)
-    row = con.execute(sql).fetchone()
-    if row is None:
-        return None
-    _, holder, others, n_rows, n_seqs, example = row
-    (path,) = con.execute("SELECT path FROM ingested_file WHERE file_id = ?", [holder]).fetchone()
-    return Problem(
-        "duplicate_across_files", "seq_id", n_rows, duplicate_message(n_rows, n_seqs, path, example, others)
-    )
+class StoreWriter:
+    """The one writer of a store, as a context manager (see the module docstring): `digests`, `ingest`,
+    `publish`. `params` are recorded with the first replay; a store of other parameters is refused."""
 
+    def __init__(self, db: str | os.PathLike, params: DecisionParams = DEFAULT_PARAMS) -> None:
+        self.db, self.params = check_db_path(db), params
+        self.work = sibling(self.db, "work")
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self._lock = None
+        self._published_at, self._publish_s, self._dirty = 0.0, 0.0, False
 
-def ingest(
-    db_path: str | os.PathLike, path: Path, digest: str, summary: FileSummary, sequences: pa.Table
-) -> bool | Problem:
-    """Insert one file's summaries and token identity (`FileFacts.sequences`) in a single transaction.
-    False (and no change) if its digest is already in the store; a `duplicate_across_files` problem (and
-    no change) if it repeats a token of a stored file. A crash before the commit leaves the store as it
-    was."""
-    with open_store(db_path, write=True) as con:
-        con.execute("BEGIN TRANSACTION")
-        if con.execute("SELECT 1 FROM ingested_file WHERE digest = ?", [digest]).fetchall():
-            con.execute("ROLLBACK")
-            return False
+    def __enter__(self) -> StoreWriter:
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = open(sibling(self.db, "lock"), "a+b")
+        self._take_lock()
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, kind, value, trace) -> None:
+        """Publish what was ingested (the working copy is consistent whatever stopped the replay: an
+        error, Ctrl-C), then let go. Only a kill skips this, leaving the last publish."""
+        try:
+            if self._dirty and self.con is not None:
+                self.publish()
+        finally:
+            self.close()
+
+    def _take_lock(self) -> None:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StoreBusy(f"{self.db}: another replay is writing this store") from None
+                time.sleep(0.1)
+
+    def _open(self) -> None:
+        """The working copy: the published store (checked), or an empty new one; then the DDL and params."""
+        for stale in (self.work, self.work.with_name(self.work.name + ".wal")):
+            stale.unlink(missing_ok=True)  # left by a killed replay: the published store is the truth
+        fresh = not self.db.exists()
+        if not fresh:
+            with duckdb.connect(str(self.db), read_only=True) as probe:
+                empty = not probe.execute(
+                    "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary"
+                ).fetchone()[0]
+                empty = (
+                    empty
+                    and not probe.execute(
+                        "SELECT count(*) FROM duckdb_views() WHERE NOT internal"
+                    ).fetchone()[0]
+                )
+                if not empty:
+                    check_store(probe, self.db)
+            shutil.copyfile(self.db, self.work)
+            wal = self.db.with_name(self.db.name + ".wal")
+            if wal.exists():  # written by another program: replayed when the copy is opened
+                shutil.copyfile(wal, self.work.with_name(self.work.name + ".wal"))
+        self.con = duckdb.connect(str(self.work))
+        self.con.execute(STORE_DDL)
+        self.con.execute(
+            "INSERT INTO store_meta VALUES ('store_schema_version', ?) ON CONFLICT DO NOTHING",
+            [STORE_SCHEMA_VERSION],
+        )
+        recorded = stored_params(self.con)
+        if recorded is None:
+            self.con.execute(
+                "INSERT INTO store_meta VALUES (?, ?)", [PARAMS_KEY, json.dumps(asdict(self.params))]
+            )
+        elif recorded != self.params:
+            raise StoreError(
+                f"{self.db} holds metrics computed with {_params_text(recorded)}; this replay asks for "
+                f"{_params_text(self.params)}. One store holds one parameter set: replay with the same "
+                "parameters, or into another database"
+            )
+        self._dirty = fresh or recorded is None  # a new store is published even if no file makes it in
+
+    def digests(self) -> set[str]:
+        """Digests of every file already in the store."""
+        return {row[0] for row in self.con.execute("SELECT digest FROM ingested_file").fetchall()}
+
+    def ingest(self, path: Path, digest: str, summary: FileSummary, sequences: pa.Table) -> bool | Problem:
+        """Insert one file's summaries and token identity (`FileFacts.sequences`) in a single transaction.
+        False (and no change) if its digest is already in the store; a `duplicate_across_files` problem
+        (and no change) if it repeats a token of a stored file. Published when it is cheap enough."""
+        con = self.con
         con.register("part_sequences", sequences)
-        duplicate = _duplicates(con)
-        if duplicate is not None:
-            con.execute("ROLLBACK")
-            return duplicate
-        file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM ingested_file").fetchall()[0][0]
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if con.execute("SELECT 1 FROM ingested_file WHERE digest = ?", [digest]).fetchall():
+                con.execute("ROLLBACK")
+                return False
+            duplicate = _duplicates(con)
+            if duplicate is not None:
+                con.execute("ROLLBACK")
+                return duplicate
+            self._insert(path, digest, summary)
+            if os.environ.get(CRASH_ENV) == path.name:
+                os._exit(70)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")  # a failed insert leaves nothing of the file
+            raise
+        finally:
+            con.unregister("part_sequences")
+        self._dirty = True
+        if time.monotonic() - self._published_at >= self._publish_s / PUBLISH_SHARE:
+            self.publish()
+        return True
+
+    def _insert(self, path: Path, digest: str, summary: FileSummary) -> None:
+        con = self.con
+        file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM ingested_file").fetchone()[0]
         con.execute(
             "INSERT INTO ingested_file VALUES (?, ?, ?, ?, ?, now())",
             [file_id, digest, str(path.resolve()), summary.n_rows, summary.n_tokens],
@@ -184,7 +324,51 @@ def ingest(
             con.register("part", part)
             con.execute(f"INSERT INTO {table} " + _INSERTS[table].format(fid=int(file_id)))
             con.unregister("part")
-        if os.environ.get(CRASH_ENV) == path.name:
-            os._exit(70)
-        con.execute("COMMIT")
-    return True
+
+    def publish(self) -> None:
+        """Make the working copy the store: checkpoint, copy beside the store, fsync, rename over it."""
+        started = time.monotonic()
+        self.con.execute("CHECKPOINT")
+        staged = sibling(self.db, f"publish-{os.getpid()}")
+        try:
+            with open(self.work, "rb") as source, open(staged, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 22)
+                sink.flush()
+                os.fsync(sink.fileno())
+            os.replace(staged, self.db)
+        finally:
+            staged.unlink(missing_ok=True)
+        folder = os.open(self.db.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)  # the rename itself survives a power loss
+        finally:
+            os.close(folder)
+        self._published_at, self._publish_s = time.monotonic(), time.monotonic() - started
+        self._dirty = False
+
+    def close(self) -> None:
+        """Close the working copy, remove it and let go of the lock (published or not)."""
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+        for leftover in (self.work, self.work.with_name(self.work.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+        if self._lock is not None:
+            self._lock.close()  # releases the flock
+            self._lock = None
+
+
+def _duplicates(con: duckdb.DuckDBPyConnection) -> Problem | None:
+    """`duplicate_across_files` when a sequence of the registered `part_sequences` overlaps a stored one
+    (same run_id, seq_id, minibatch and overlapping pos ranges), naming the first file that holds them."""
+    in_range = "e.seq_id BETWEEN (SELECT min(seq_id) FROM part_sequences) AND " + (
+        "(SELECT max(seq_id) FROM part_sequences)"  # lets DuckDB skip stored row groups by their min/max
+    )
+    sql = overlaps_sql("part_sequences", "file_sequences", "0", "e.file_id", in_range)
+    row = con.execute(sql).fetchone()
+    if row is None:
+        return None
+    _, holder, others, n_rows, n_seqs, example = row
+    (path,) = con.execute("SELECT path FROM ingested_file WHERE file_id = ?", [holder]).fetchone()
+    message = duplicate_message(n_rows, n_seqs, path, example, others)
+    return Problem("duplicate_across_files", "seq_id", n_rows, message)

@@ -271,5 +271,13 @@ def _public_views() -> str:
     return "".join(views) + SAFE_STALENESS_MACRO
 
 
-# Idempotent DDL, run on every open for writing: the tables and macro of store.sql, then the public views.
-STORE_DDL: str = (files("schemas") / "store.sql").read_text() + _public_views()
+TABLE_DDL: str = (files("schemas") / "store.sql").read_text()
+"""The tables (idempotent)."""
+VIEWS_DDL: str = (files("schemas") / "views.sql").read_text() + _public_views()
+"""The macros and views, every statement a CREATE OR REPLACE."""
+STORE_DDL: str = TABLE_DDL + VIEWS_DDL
+"""What a writer runs on every open of its working copy."""
+TEMP_VIEWS_DDL: str = VIEWS_DDL.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW").replace(
+    "CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"
+)
+"""What a reader runs: proxaudit's views and macros as temporary objects, which shadow the file's own."""

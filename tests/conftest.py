@@ -44,10 +44,10 @@ def one_step_store(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def empty_store(tmp_path_factory) -> Path:
-    """A store with the schema and no runs (what `replay` leaves before its first commit)."""
-    from evaluator.store import open_store
+    """A store with the schema and no runs (what a replay of no clean file leaves)."""
+    from evaluator.store import StoreWriter
 
     db = tmp_path_factory.mktemp("empty_store") / "metrics.duckdb"
-    with open_store(db, write=True):
+    with StoreWriter(db):
         pass
     return db

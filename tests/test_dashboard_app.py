@@ -159,13 +159,13 @@ def test_empty_store_explains_how_to_fill_it(empty_store, monkeypatch):
 def test_missing_or_foreign_database_is_a_message(tmp_path, monkeypatch):
     at = run_app(tmp_path / "nope.duckdb", monkeypatch)
     no_exception(at)
-    assert "no such metrics database" in at.error[0].value
+    assert "no metrics database at" in at.error[0].value
     at = run_app(None, monkeypatch)
     assert "proxaudit dashboard --db" in at.error[0].value
     (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
     at = run_app(tmp_path / "junk.duckdb", monkeypatch)
     no_exception(at)
-    assert "cannot open the metrics database" in at.error[0].value
+    assert "not a DuckDB database" in at.error[0].value
 
 
 def test_token_inspector_when_the_raw_log_moved(tmp_path, monkeypatch):

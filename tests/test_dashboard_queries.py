@@ -17,6 +17,7 @@ import pytest
 from dashboard import queries
 from dashboard.queries import Filters
 from evaluator.errors import StoreError
+from evaluator.store import StoreBusy
 from schemas.store import METHODS, STORE_DDL
 
 ESTIMATORS = tuple(m for m in METHODS if m != "ground_truth")
@@ -48,10 +49,10 @@ class TestStoreOverview:
         assert queries.methods_present(empty_store) == []
 
     def test_missing_database_and_foreign_file_are_store_errors(self, tmp_path):
-        with pytest.raises(StoreError, match="no such metrics database"):
+        with pytest.raises(StoreError, match="no metrics database at"):
             queries.store_overview(tmp_path / "nope.duckdb")
         duckdb.connect(str(tmp_path / "other.duckdb")).close()
-        with pytest.raises(StoreError, match="not a proxaudit metrics store"):
+        with pytest.raises(StoreError, match="not a proxaudit metrics database"):
             queries.store_overview(tmp_path / "other.duckdb")
 
 
@@ -179,14 +180,16 @@ class TestReadingWhileReplayWrites:
         monkeypatch.setattr(queries, "RETRY_SECONDS", 0.5)
         child = _hold_write_lock(db, 30)
         try:
-            with pytest.raises(queries.DatabaseBusy, match="replay in progress"):
+            with pytest.raises(StoreBusy, match="locked by another process"):
                 queries.by_staleness(db, Filters(("one-step",)), ("abs_error",))
         finally:
             child.kill()
             child.wait()
         assert not queries.store_overview(db).empty  # readable again once the writer is gone
 
-    def test_empty_ddl_only_database(self, tmp_path):
+    def test_tables_without_a_schema_version_are_not_a_store(self, tmp_path, empty_store):
         with duckdb.connect(str(tmp_path / "ddl.duckdb")) as con:
             con.execute(STORE_DDL)
-        assert queries.store_overview(tmp_path / "ddl.duckdb").empty
+        with pytest.raises(StoreError, match="schema version None"):
+            queries.store_overview(tmp_path / "ddl.duckdb")
+        assert queries.store_overview(empty_store).empty

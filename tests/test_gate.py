@@ -413,7 +413,7 @@ class TestStore:
         with pytest.raises(StoreError, match="not a proxaudit metrics database"):
             run_gate(tmp_path / "other.duckdb", thresholds)
         (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
-        with pytest.raises(StoreError, match="not a valid DuckDB database"):
+        with pytest.raises(StoreError, match="not a DuckDB database"):
             run_gate(tmp_path / "junk.duckdb", thresholds)
 
     def test_the_database_is_opened_read_only(self, store, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from evaluator.errors import StoreError
 from evaluator.logio import write_log_atomic
 from evaluator.replay import check_and_summarise
-from evaluator.store import file_digest, ingest, ingested_digests, open_store
+from evaluator.store import StoreWriter, file_digest, open_store
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import OTHER_PUBLIC_VIEWS, PUBLIC_VIEWS
 
@@ -45,7 +45,9 @@ def test_a_non_duckdb_file_is_an_error(tmp_path):
 
 
 def test_public_views_have_the_documented_columns(tmp_path):
-    with open_store(tmp_path / "m.duckdb", write=True) as con:
+    with StoreWriter(tmp_path / "m.duckdb"):
+        pass
+    with open_store(tmp_path / "m.duckdb") as con:
         for view, columns in PUBLIC_VIEWS.items():
             assert tuple(con.execute(f"SELECT * FROM {view} LIMIT 0").df().columns) == columns
         for view, columns in OTHER_PUBLIC_VIEWS.items():
@@ -68,10 +70,11 @@ def test_ingest_is_once_per_digest(tmp_path, log):
         done.summary,
         done.checked.facts.sequences,
     )
-    assert ingested_digests(db) == set()
-    assert ingest(db, log, digest, summary, sequences) is True
-    assert ingest(db, log, digest, summary, sequences) is False
-    assert ingested_digests(db) == {digest}
+    with StoreWriter(db) as store:
+        assert store.digests() == set()
+        assert store.ingest(log, digest, summary, sequences) is True
+        assert store.ingest(log, digest, summary, sequences) is False
+        assert store.digests() == {digest}
     with open_store(db) as con:
         rows = con.execute("SELECT file_id, path, n_rows, n_tokens FROM ingested_file").fetchall()
         assert rows == [(1, str(log.resolve()), summary.n_rows, summary.n_tokens)]
@@ -84,8 +87,8 @@ def test_a_failed_insert_leaves_nothing(tmp_path, log, monkeypatch):
     db, summary = tmp_path / "m.duckdb", done.summary
     broken = summary.sketch_by_step.drop_columns(["bucket"])  # the last-but-one insert fails
     monkeypatch.setattr(summary, "sketch_by_step", broken)
-    with pytest.raises(duckdb.Error):
-        ingest(db, log, file_digest(log), summary, done.checked.facts.sequences)
+    with pytest.raises(duckdb.Error), StoreWriter(db) as store:
+        store.ingest(log, file_digest(log), summary, done.checked.facts.sequences)
     with open_store(db) as con:
         for table in ("ingested_file", "file_sequences", "file_tokens", "metric_moments", "sketch_by_step"):
             assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == 0, table

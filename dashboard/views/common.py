@@ -13,6 +13,7 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.queries import Filters
+from evaluator.store import StoreBusy
 from schemas.store import METHODS
 
 ESTIMATORS = tuple(m for m in METHODS if m != "ground_truth")
@@ -60,7 +61,7 @@ def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
         version += (watch.stat().st_mtime_ns,)
     try:
         value = _cached(name, str(db), version, args)
-    except queries.DatabaseBusy:
+    except StoreBusy:
         if key not in _LAST_GOOD:
             st.warning(
                 "database busy: replay in progress and nothing read yet; the page retries on your next action"
