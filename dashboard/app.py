@@ -2,7 +2,9 @@
 
 Run it with `proxaudit dashboard --db DB` (or `streamlit run dashboard/app.py -- --db DB`). The app opens
 the metrics store read-only and never writes. The page, the sidebar filters and each page's own choices
-live in the URL (`?page=drift&run=...`), so a view can be shared.
+live in the URL (`?page=drift&run=...`), so a view can be shared; the thresholds file comes from the
+command line only (a URL never makes the app open a file). Every value from the store is shown as plain
+text.
 """
 
 from __future__ import annotations
@@ -58,9 +60,7 @@ def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
     common.seed("run", run_ids[0], common.choice(run_ids))
     run_id = st.sidebar.selectbox("run_id", run_ids, key="run")
     present = common.load(db, "methods_present", (run_id,))
-    estimators = [m for m in common.ESTIMATORS if m in present] + [
-        m for m in present if m not in common.ESTIMATORS and m != "ground_truth"
-    ]
+    estimators = [m for m in present if m != "ground_truth"]
     common.seed("methods", estimators, common.subset(estimators))
     methods = st.sidebar.multiselect("method (estimators)", estimators, key="methods") or estimators
     if not st.session_state["methods"]:
@@ -68,11 +68,10 @@ def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
     row = runs.set_index("run_id").loc[run_id]
     staleness = _range_filter("staleness", "staleness", int(row["min_staleness"]), int(row["max_staleness"]))
     steps = _range_filter("step", "steps", int(row["first_step"]), int(row["last_step"]))
-    common.seed("thresholds", str(thresholds or ""))
-    chosen = st.sidebar.text_input("thresholds file (gate)", key="thresholds", placeholder="thresholds.toml")
-    st.sidebar.caption(f"database: `{db}` (read-only)")
+    gate = common.plain(thresholds.name) if thresholds else "none (start with `--thresholds FILE`)"
+    st.sidebar.caption(f"database: {common.plain(str(db))} (read-only); gate thresholds: {gate}")
     filters = queries.Filters((run_id,), tuple(methods), staleness, steps)
-    return common.Context(db, Path(chosen) if chosen.strip() else None, run_id, filters, runs, tuple(present))
+    return common.Context(db, thresholds, run_id, filters, runs, tuple(present))
 
 
 @st.fragment(run_every=dt.timedelta(seconds=5))

@@ -7,6 +7,7 @@ where a filter leaves only exact moments (quantile columns null) the band is min
 
 from __future__ import annotations
 
+import html
 import math
 
 import pandas as pd
@@ -258,7 +259,12 @@ def tokens_by_staleness(frame: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for i, (run_id, part) in enumerate(frame.groupby("run_id", sort=True)):
         fig.add_trace(
-            go.Bar(x=part["staleness"], y=part["n_tokens"], name=run_id, marker_color=SERIES_COLORS[i % 4])
+            go.Bar(
+                x=part["staleness"],
+                y=part["n_tokens"],
+                name=html.escape(run_id),  # data: plotly reads names as HTML
+                marker_color=SERIES_COLORS[i % 4],
+            )
         )
     fig.update_layout(barmode="group", height=320, margin=dict(t=30, b=40), legend_title_text="run_id")
     fig.update_xaxes(title_text=label("staleness"), dtick=1)
@@ -325,8 +331,8 @@ def compare(
     """Two (or more) labelled selections overlaid on one axis: `metric` against `x` with bands."""
     fig = go.Figure()
     for i, (name, frame) in enumerate(frames.items()):
-        if not frame.empty:
-            add_series(fig, frame, x, name, SERIES_COLORS[i % len(SERIES_COLORS)], band=band)
+        if not frame.empty:  # a run_id is data: plotly reads names as HTML, so escape it
+            add_series(fig, frame, x, html.escape(name), SERIES_COLORS[i % len(SERIES_COLORS)], band=band)
     if not fig.data:
         return empty_figure(f"no {metric} rows for these selections")
     fig.update_layout(height=400, margin=dict(t=30, b=40))

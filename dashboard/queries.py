@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluator.errors import StoreError
-from evaluator.store import open_store
-from schemas.store import DEFAULT_TOLERANCE, Tolerance, decision_sql
+from evaluator.store import file_digest, open_store
+from schemas.store import DEFAULT_TOLERANCE, METHODS, Tolerance, decision_sql
 from schemas.token_log import COLUMNS
 
 RETRY_SECONDS = 3.0
@@ -115,11 +115,12 @@ def tokens_by_staleness(db: Path, filters: Filters) -> pd.DataFrame:
 
 
 def methods_present(db: Path, runs: tuple[str, ...] = ()) -> list[str]:
-    """The methods that have metric rows for these runs (all runs when empty)."""
+    """The methods of proxaudit's vocabulary that have metric rows for these runs (all runs when empty),
+    in its order; a name the store holds besides them is data, never shown as a method."""
     where, params = Filters(runs).where()
     sql = f"SELECT DISTINCT method FROM step_staleness_summary WHERE {where} AND metric = 'approx_logp'"
-    frame = _frame(db, sql, params)  # every method has approx_logp wherever it has an estimate
-    return sorted(frame["method"])
+    present = set(_frame(db, sql, params)["method"])  # every method has approx_logp wherever it has one
+    return [m for m in METHODS if m in present]
 
 
 def _moments(db: Path, filters: Filters, metrics: tuple[str, ...], by: tuple[str, ...]) -> pd.DataFrame:
@@ -249,17 +250,37 @@ def pairing(db: Path, run_id: str) -> pd.DataFrame:
     return _frame(db, "SELECT * FROM pairing_summary WHERE run_id = ? ORDER BY interpolation", [run_id])
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _unchanged(path: str, digest: str) -> bool:
+    """The file at `path` is a regular file with the bytes recorded at replay (its BLAKE2b digest; kept
+    per path, size and mtime so that a page does not hash the same file twice)."""
+    try:
+        stat = Path(path).stat()
+        if not Path(path).is_file():
+            return False
+        key = (path, stat.st_size, stat.st_mtime_ns)
+        if key not in _DIGESTS:
+            _DIGESTS[key] = file_digest(path)
+        return _DIGESTS[key] == digest
+    except OSError:
+        return False
+
+
 def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
-    """The ingested Parquet files holding tokens of `run_id` at `step`, and whether each is reachable."""
+    """The ingested Parquet files holding tokens of `run_id` at `step`, and whether each is reachable: a
+    file is opened only where replay read it and only while it holds the same bytes, so a store cannot
+    make the inspector read any other file."""
     frame = _frame(
         db,
-        """SELECT DISTINCT f.file_id, f.path, f.n_rows, f.ingested_at
+        """SELECT DISTINCT f.file_id, f.path, f.digest, f.n_rows, f.ingested_at
            FROM ingested_file f JOIN file_tokens t USING (file_id)
            WHERE t.run_id = ? AND t.step = ? ORDER BY f.file_id""",
         [run_id, step],
     )
-    frame["reachable"] = [Path(p).is_file() for p in frame["path"]]
-    return frame
+    frame["reachable"] = [_unchanged(p, d) for p, d in frame[["path", "digest"]].itertuples(index=False)]
+    return frame.drop(columns="digest")
 
 
 def _reachable_logs(db: Path, run_id: str, step: int) -> tuple[list[str], set[str]]:

@@ -101,9 +101,15 @@ def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
-    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order."""
-    step0, stale0 = step.min(), staleness.min()
-    n_stale = int(staleness.max() - stale0) + 1
+    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order.
+
+    One int64 key per token, run * steps * staleness values wide; when valid but far-apart steps would
+    overflow it, the steps are first numbered densely (same order, same groups)."""
+    stale0, n_stale = staleness.min(), int(staleness.max() - staleness.min()) + 1
+    step_values = None
+    if (int(run.max()) + 1) * (int(step.max()) - int(step.min()) + 1) * n_stale >= 1 << 62:
+        step_values, step = np.unique(step, return_inverse=True)
+    step0 = step.min()
     step_key = run * (int(step.max() - step0) + 1) + (step - step0)  # (T,)
     order = np.argsort(step_key * n_stale + (staleness - stale0), kind="stable")
     run, step, staleness, step_key = run[order], step[order], staleness[order], step_key[order]
@@ -111,6 +117,8 @@ def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tu
     step_group, step_first = _first_of_runs(step_key)
     stale_key = run[first] * n_stale + (staleness[first] - stale0)  # (G,)
     stale_unique, stale_of_group = np.unique(stale_key, return_inverse=True)
+    if step_values is not None:  # back from the dense numbers to the steps
+        step = step_values[step]
     groups = Groups(
         group=group,
         step_group=step_group,

@@ -16,6 +16,7 @@ import click
 from evaluator import __version__
 from evaluator.dataclass_options import DataclassCommand
 from evaluator.errors import ProxauditError, UsageError
+from evaluator.text_table import printable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 SUMMARY_VIEWS = {
@@ -41,6 +42,13 @@ _table_format = click.option(
 )
 
 
+def _say(text: str, fmt: str = "table", err: bool = False) -> None:
+    """Print a command's output: human formats with control characters from the data escaped (`json`
+    escapes them itself; `csv` keeps the values as they are)."""
+    click.echo(printable(text, keep_lines=True) if fmt == "table" else text, err=err)
+    (sys.stderr if err else sys.stdout).flush()  # a line as it happens, also into a pipe (CI logs)
+
+
 def _library_errors(command: Callable) -> Callable:
     """Turn the library's named exceptions into a one-line error and exit code 2."""
 
@@ -49,7 +57,7 @@ def _library_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except ProxauditError as error:
-            click.echo(f"proxaudit: error: {error}", err=True)
+            _say(f"proxaudit: error: {error}", err=True)
             sys.exit(EXIT_USAGE)
 
     return wrapper
@@ -87,7 +95,7 @@ def validate(paths, fmt, verbose) -> None:
     from evaluator.validate_report import render_json, render_table
 
     reports = validate_paths(paths)
-    click.echo(render_json(reports) if fmt == "json" else render_table(reports, verbose=verbose))
+    _say(render_json(reports) if fmt == "json" else render_table(reports, verbose=verbose), fmt)
     require_readable(reports)
     sys.exit(EXIT_OK if all(r.ok for r in reports) else EXIT_FINDINGS)
 
@@ -123,7 +131,7 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     from evaluator.gate_report import render_table, write_reports
 
     result = run_gate(db, thresholds or DEFAULT_THRESHOLDS, run=run_id)
-    click.echo(render_table(result))
+    _say(render_table(result))
     write_reports(result, junit=junit, markdown=markdown, json_path=json_path)
     sys.exit(result.exit_code)
 
@@ -192,9 +200,9 @@ def replay(paths, db, progress, params_file, eps_low, eps_high, bound, bound_act
     params = _decision_params(
         params_file, eps_low=eps_low, eps_high=eps_high, bound=bound, bound_action=bound_action
     )
-    echo = lambda outcome: click.echo(outcome.line())  # noqa: E731
+    echo = lambda outcome: _say(outcome.line())  # noqa: E731
     report = replay_paths(paths, db, on_file=echo, progress=progress, params=params)
-    click.echo(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
+    _say(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
     sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
 
 
@@ -241,7 +249,7 @@ def summary(
 
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
-    click.echo(render(table, fmt))
+    _say(render(table, fmt), fmt)
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
 
@@ -256,7 +264,7 @@ def query(db, sql, fmt) -> None:
     decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed."""
     from evaluator.summary import query_table, render
 
-    click.echo(render(query_table(db, sql), fmt))
+    _say(render(query_table(db, sql), fmt), fmt)
 
 
 @cli.command()
@@ -345,7 +353,7 @@ def demo(out, train, serve, host, port) -> None:
     """
     from evaluator.demo import run_demo
 
-    result = run_demo(out, train=train, echo=click.echo)
+    result = run_demo(out, train=train, echo=_say)
     if not result.ran_clean:
         click.echo("demo: some files broke validation rules (see above)", err=True)
         sys.exit(EXIT_FINDINGS)

@@ -21,3 +21,8 @@ class StoreError(ProxauditError):
 
 class ThresholdsError(ProxauditError):
     """The gate's thresholds file is malformed or names an unknown method, metric or stat (exit code 2)."""
+
+
+class FileFailed(ProxauditError):
+    """One file could not be replayed for a reason of its own (a worker died, an unexpected error): it is
+    reported, the other files go on (exit code 1)."""

@@ -18,6 +18,10 @@ from pathlib import Path
 
 from evaluator.replay import check_and_summarise
 
+EXIT_ENV = "PROXAUDIT_WORKER_EXIT_ON"
+"""Fault injection for tests: when set to a file's name, the worker dies (os._exit) when handed that file,
+as a worker killed by the OOM killer would."""
+
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -29,6 +33,8 @@ def main() -> None:
             path, params, batch_rows = pickle.load(requests)
         except EOFError:  # the parent has closed stdin: no more files
             return
+        if os.environ.get(EXIT_ENV) == Path(path).name:
+            os._exit(71)
         try:
             answer = ("ok", check_and_summarise(Path(path), params, batch_rows=batch_rows, workers=1))
         except Exception:  # reported to the parent, which stops the replay

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from evaluator.gate import GateResult, Verdict
-from evaluator.text_table import aligned_lines, column_widths
+from evaluator.text_table import aligned_lines, column_widths, printable
 
 _MARK = {"pass": "✅ pass", "warn": "⚠️ warn", "fail": "❌ fail", "skip": "⏭️ skip"}
 
@@ -82,7 +82,7 @@ def render_markdown(result: GateResult) -> str:
     """GitHub-flavoured Markdown for `$GITHUB_STEP_SUMMARY`: a status heading, one row per verdict."""
 
     def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+        return printable(text).replace("|", "\\|")
 
     lines = [
         f"### proxaudit gate {'✅ passed' if result.passed else '❌ FAILED'}",
@@ -163,15 +163,14 @@ def render_junit(result: GateResult) -> str:
         skipped=str(n_skipped),
     )
     for v in result.verdicts:
-        case = ET.SubElement(
-            suite, "testcase", classname=f"proxaudit.gate.{v.run_id or 'no_run'}", name=v.check.name
-        )
+        classname = printable(f"proxaudit.gate.{v.run_id or 'no_run'}")  # XML holds no control chars
+        case = ET.SubElement(suite, "testcase", classname=classname, name=printable(v.check.name))
         properties = ET.SubElement(case, "properties")
         for key, value in verdict_record(v).items():
             if value is not None:
                 text = json.dumps(value) if isinstance(value, bool | list) else str(value)
-                ET.SubElement(properties, "property", name=key, value=text)
-        message = (
+                ET.SubElement(properties, "property", name=key, value=printable(text))
+        message = printable(
             f"{v.reason} [observed {_num(v.observed)}; threshold {threshold_text(v)}; tokens {v.tokens}]"
         )
         if v.verdict == "fail":

@@ -22,18 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import duckdb
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
-from evaluator.errors import NothingReadableError
+from evaluator.errors import FileFailed, NothingReadableError
 from evaluator.file_summary import BATCH_ROWS, FileSummary, default_workers, summarise_file
 from evaluator.problems import Problem
 from evaluator.store import StoreWriter, file_digest
 from evaluator.summary_pool import SummaryPool, Worker
 from evaluator.validate import CheckedFile, check_file, find_parquet_files
 
-Status = Literal["ingested", "already ingested", "skipped", "unreadable"]
+Status = Literal["ingested", "already ingested", "skipped", "unreadable", "failed"]
 
 
 @dataclass
@@ -52,6 +53,8 @@ class FileOutcome:
             return f"{self.path}: ingested ({self.n_tokens:,} loss tokens of {self.n_rows:,} rows)"
         if self.status == "already ingested":
             return f"{self.path}: already ingested, unchanged"
+        if self.status == "failed":
+            return f"{self.path}: failed: {'; '.join(p.message for p in self.problems)}"
         found = "; ".join(
             f"{p.rule} on {p.column or '-'} ({p.rows:,} rows): {p.message}"
             if p.rows
@@ -127,15 +130,51 @@ def _outcome(path: Path, digest: str, done: Summarised, store: StoreWriter, know
     return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
 
 
+def _failed(path: Path, error: Exception) -> FileOutcome:
+    """The outcome of a file whose replay failed for a reason of its own: reported, the others go on."""
+    why = str(error) if isinstance(error, FileFailed) else f"{type(error).__name__}: {error}"
+    return FileOutcome(path, "failed", problems=[Problem("failed", None, 0, why)])
+
+
+def _digest(path: Path) -> str | FileOutcome:
+    """The file's digest, or the outcome of a file that cannot be read at all (permissions, a vanished
+    file): reported like any unreadable file."""
+    try:
+        return file_digest(path)
+    except OSError as error:
+        return FileOutcome(
+            path, "unreadable", problems=[Problem("unreadable", None, 0, f"cannot read it: {error}")]
+        )
+
+
+def _ingest(path: Path, digest: str, done: Summarised, store: StoreWriter, known: set[str]) -> FileOutcome:
+    """`_outcome`, with an unexpected error in the ingest (rolled back) reported as this file's failure."""
+    try:
+        return _outcome(path, digest, done, store, known)
+    except (duckdb.Error, FileFailed) as error:
+        return _failed(path, error)
+
+
 def replay_file(
-    path: Path, store: StoreWriter, known: set[str], params: DecisionParams, on_rows: Callable[[int], None]
+    path: Path,
+    store: StoreWriter,
+    known: set[str],
+    params: DecisionParams,
+    on_rows: Callable[[int], None],
+    digest: str | None = None,
 ) -> FileOutcome:
     """Replay one file into the store (see the module docstring), all of it in this process (and its
-    range workers)."""
-    digest = file_digest(path)
+    range workers); whatever goes wrong with this file is its outcome, never an exception."""
+    digest = digest or _digest(path)
+    if isinstance(digest, FileOutcome):
+        return digest
     if digest in known:
         return FileOutcome(path, "already ingested")
-    return _outcome(path, digest, check_and_summarise(path, params, on_batch=on_rows), store, known)
+    try:
+        done = check_and_summarise(path, params, on_batch=on_rows)
+    except Exception as error:  # one file's trouble never stops the others
+        return _failed(path, error)
+    return _ingest(path, digest, done, store, known)
 
 
 def _n_rows(path: Path) -> int:
@@ -152,8 +191,8 @@ class _InFlight:
 
     path: Path
     digest: str
-    worker: Worker
-    done: Summarised | None = None
+    worker: Worker | None
+    done: Summarised | FileFailed | None = None
 
 
 class _Pipeline:
@@ -167,21 +206,30 @@ class _Pipeline:
     def collect(self) -> None:
         """Wait for the answer of the oldest file still in flight, which frees its worker."""
         job = next(j for j in self.queue if isinstance(j, _InFlight) and j.done is None)
-        job.done = self.pool.result(job.worker, job.path)
+        try:
+            job.done = self.pool.result(job.worker, job.path)
+        except FileFailed as error:
+            job.done = error
+            return
         self.on_rows(job.done.summary.n_rows if job.done.summary is not None else 0)
 
     def submit(self, path: Path, digest: str) -> None:
         """Hand `path` to a worker, first waiting for one to be free."""
         if self.pool.full():
             self.collect()
-        self.queue.append(_InFlight(path, digest, self.pool.submit(path)))
+        try:
+            self.queue.append(_InFlight(path, digest, self.pool.submit(path)))
+        except FileFailed as error:
+            self.queue.append(_InFlight(path, digest, None, error))
 
     def report_ready(self) -> None:
         """Report (ingesting the summarised ones) the oldest files whose outcome is known, in order."""
         while self.queue and (isinstance(self.queue[0], FileOutcome) or self.queue[0].done is not None):
             head = self.queue.popleft()
-            if isinstance(head, _InFlight):
-                head = _outcome(head.path, head.digest, head.done, self.store, self.known)
+            if isinstance(head, _InFlight) and isinstance(head.done, FileFailed):
+                head = _failed(head.path, head.done)
+            elif isinstance(head, _InFlight):
+                head = _ingest(head.path, head.digest, head.done, self.store, self.known)
             self.on_file(head)
 
     def finish(self) -> None:
@@ -208,13 +256,14 @@ def _replay_parallel(
     with SummaryPool(workers, params) as pool:
         pipeline = _Pipeline(pool, store, known, on_rows, on_file)
         for path in files:
-            digest = file_digest(path)
-            if digest in known:
+            digest = _digest(path)
+            if isinstance(digest, FileOutcome):
+                pipeline.queue.append(digest)
+            elif digest in known:
                 pipeline.queue.append(FileOutcome(path, "already ingested"))
             elif default_workers(_n_rows(path)) > 1:
                 pipeline.finish()
-                done = check_and_summarise(path, params, on_batch=on_rows)
-                on_file(_outcome(path, digest, done, store, known))
+                on_file(replay_file(path, store, known, params, on_rows, digest))
             else:
                 pipeline.submit(path, digest)
             pipeline.report_ready()
@@ -247,21 +296,33 @@ def replay(
     if not files:
         raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
     workers = file_workers(len(files)) if workers is None else workers
-    outcomes = []
-    with StoreWriter(db_path, params) as store, _progress(files, progress) as bar:
-        known = store.digests()
+    outcomes, pending = [], []  # pending: known, but the store does not show them yet
 
-        def done(outcome: FileOutcome) -> None:
+    def report() -> None:
+        """Hand the outcomes to `on_file` once the store shows them ("ingested" means readers see it)."""
+        while pending:
+            outcome = pending.pop(0)
             outcomes.append(outcome)
-            bar.set_description(f"{len(outcomes)}/{len(files)} files")
             if on_file is not None:
                 on_file(outcome)
 
-        if workers > 1:
-            _replay_parallel(files, store, known, params, workers, bar.update, done)
-        else:
-            for path in files:
-                done(replay_file(path, store, known, params, bar.update))
+    try:
+        with StoreWriter(db_path, params) as store, _progress(files, progress) as bar:
+            known = store.digests()
+
+            def done(outcome: FileOutcome) -> None:
+                pending.append(outcome)
+                bar.set_description(f"{len(outcomes) + len(pending)}/{len(files)} files")
+                if not store.unpublished:
+                    report()
+
+            if workers > 1:
+                _replay_parallel(files, store, known, params, workers, bar.update, done)
+            else:
+                for path in files:
+                    done(replay_file(path, store, known, params, bar.update))
+    finally:
+        report()  # after the last publish, also after an error or Ctrl-C (the store keeps what it ingested)
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes)

@@ -6,7 +6,8 @@ store to a private working file (`.DB.work`), ingests files there, each in one t
 repeated token, and publishes by copying the working file beside the store and renaming it over it:
 atomic, so a reader sees a whole publish or the one before, and a kill leaves the last publish (the first
 creation of a store included). Publishing costs a copy of the store, so it happens after every file
-unless the last copy took more than a tenth of the time since it; always at the end.
+while a copy takes under 50 ms, else after a file once the time since the last copy is ten times what
+that copy took; always at the end.
 
 Readers (`open_store`) open the published file read-only, check that it is a proxaudit store of this
 schema version (every table, with its columns), switch off file access, and define proxaudit's views and
@@ -40,8 +41,10 @@ from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS
 
 LOCK_WAIT_S = 30.0
 READ_LOCK_WAIT_S = 3.0
+CHEAP_PUBLISH_S = 0.05
 PUBLISH_SHARE = 0.1
-"""Publish after a file when the last publish took at most this share of the time since it."""
+"""Publish after every file while a publish takes under CHEAP_PUBLISH_S (a store of tens of MB); a larger
+store after a file when the last publish took at most PUBLISH_SHARE of the time since it."""
 PARAMS_KEY = "decision_params"
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
 CRASH_ENV = "PROXAUDIT_CRASH_BEFORE_COMMIT"
@@ -231,7 +234,8 @@ class StoreWriter:
 
     def _open(self) -> None:
         """The working copy: the published store (checked), or an empty new one; then the DDL and params."""
-        for stale in (self.work, self.work.with_name(self.work.name + ".wal")):
+        staged = self.db.parent.glob(f".{self.db.name}.publish-*")
+        for stale in (self.work, self.work.with_name(self.work.name + ".wal"), *staged):
             stale.unlink(missing_ok=True)  # left by a killed replay: the published store is the truth
         fresh = not self.db.exists()
         if not fresh:
@@ -270,6 +274,11 @@ class StoreWriter:
             )
         self._dirty = fresh or recorded is None  # a new store is published even if no file makes it in
 
+    @property
+    def unpublished(self) -> bool:
+        """Something was ingested (or the store created) since the last publish."""
+        return self._dirty
+
     def digests(self) -> set[str]:
         """Digests of every file already in the store."""
         return {row[0] for row in self.con.execute("SELECT digest FROM ingested_file").fetchall()}
@@ -299,7 +308,8 @@ class StoreWriter:
         finally:
             con.unregister("part_sequences")
         self._dirty = True
-        if time.monotonic() - self._published_at >= self._publish_s / PUBLISH_SHARE:
+        since = time.monotonic() - self._published_at
+        if self._publish_s < CHEAP_PUBLISH_S or since >= self._publish_s / PUBLISH_SHARE:
             self.publish()
         return True
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evaluator.decisions import DecisionParams
-from evaluator.errors import ProxauditError
+from evaluator.errors import FileFailed
 from evaluator.file_summary import BATCH_ROWS, stderr_tail
 
 if TYPE_CHECKING:
@@ -38,10 +38,10 @@ class Worker:
     process: subprocess.Popen
     err: Path  # its stderr
 
-    def exited(self, path: Path) -> ProxauditError:
+    def exited(self, path: Path) -> FileFailed:
         """The error for a worker that died while `path` was in its hands, quoting its stderr."""
         code, tail = self.process.wait(), stderr_tail(self.err)
-        return ProxauditError(f"summarising {path}: the worker process exited ({code}): {tail}")
+        return FileFailed(f"summarising {path}: the worker process exited ({code}): {tail}")
 
 
 class SummaryPool:
@@ -76,27 +76,36 @@ class SummaryPool:
         return self._workers[-1]
 
     def submit(self, path: Path) -> Worker:
-        """Hand `path` to an idle worker (starting one if allowed); call only when not `full()`."""
+        """Hand `path` to an idle worker (starting one if allowed); call only when not `full()`. A
+        `FileFailed` if the worker has died (it is replaced on the next submit)."""
         worker = self._idle.pop() if self._idle else self._start()
         try:
             request = (str(path), self.params, self.batch_rows)
             pickle.dump(request, worker.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             worker.process.stdin.flush()
         except BrokenPipeError:
-            raise worker.exited(path) from None
+            raise self._lost(worker, path) from None
         return worker
 
     def result(self, worker: Worker, path: Path) -> Summarised:
         """The checked and (if it broke no rule) summarised file handed to `worker` (waits for it); the
-        worker is then idle again."""
+        worker is then idle again. A `FileFailed` for an error in that file (the worker stays) or a
+        worker that died (it is replaced on the next submit): the other files go on."""
         try:
             status, payload = pickle.load(worker.process.stdout)
         except (EOFError, pickle.UnpicklingError):
-            raise worker.exited(path) from None
-        if status != "ok":
-            raise ProxauditError(f"summarising {path} failed in a worker process: {payload[-2000:]}")
+            raise self._lost(worker, path) from None
         self._idle.append(worker)
+        if status != "ok":
+            raise FileFailed(f"summarising {path} failed in a worker process: {payload[-2000:]}")
         return payload
+
+    def _lost(self, worker: Worker, path: Path) -> FileFailed:
+        """Forget a dead worker (its slot is free again) and say what happened to `path`."""
+        self._workers.remove(worker)
+        error = worker.exited(path)
+        worker.process.stdout.close()
+        return error
 
     def close(self, kill: bool = False) -> None:
         """Stop every worker: by closing stdin, or killed if `kill` or still running after `STOP_WAIT_S`."""

@@ -239,6 +239,16 @@ def _row_rules(usable: frozenset[str]) -> list[_RowRule]:
                 "max(behave_version - step)",
             )
         )
+    if {"behave_version", "step"} <= usable:
+        rules.append(
+            _RowRule(
+                "staleness_out_of_range",
+                "step",
+                "step::HUGEINT - behave_version > 2147483647",
+                "staleness `step - behave_version` below 2^31 (the store keeps it as a 32-bit integer)",
+                "max(step::HUGEINT - behave_version)",
+            )
+        )
     if "n_minibatches" in usable:
         rules.append(
             _RowRule(

@@ -30,6 +30,8 @@ from schemas.store import (
 
 DEFAULT_THRESHOLDS = Path(str(files("schemas") / "default_thresholds.toml"))
 ON_INSUFFICIENT = ("fail", "warn")
+ABSURD = 1e100
+"""A bound beyond +-1e100 can neither pass nor fail any figure meaningfully: rejected as a typo."""
 BETTER = ("lower", "higher")
 
 # Keys a [[check]] may hold, with their meaning (the README's table follows this).
@@ -241,6 +243,11 @@ def _value(raw: dict, key: str, where: str) -> Any:
 def _finite_number(value: Any, here: str, nonnegative: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ThresholdsFormatError(f"{here}: must be a finite number, got {value!r}")
+    if abs(value) > ABSURD:
+        raise ThresholdsFormatError(
+            f"{here}: {value!r} is beyond +-{ABSURD:g}, which no figure of proxaudit reaches (weights are "
+            "capped at 1.4e65): a typo?"
+        )
     if nonnegative and value < 0:
         raise ThresholdsFormatError(f"{here}: must be >= 0, got {value!r}")
     return float(value)

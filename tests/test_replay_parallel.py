@@ -14,7 +14,6 @@ import pytest
 
 from evaluator import replay as replay_module
 from evaluator import summary_pool
-from evaluator.errors import ProxauditError
 from evaluator.logio import token_table, write_log_atomic
 from evaluator.replay import replay
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
@@ -107,11 +106,14 @@ def test_range_sized_file_waits_for_the_files_before_it(folder, sequential, tmp_
     assert_same_store(stored(tmp_path / "par.duckdb"), sequential[1])
 
 
-def test_a_failing_worker_stops_the_replay_and_leaves_no_process(folder, tmp_path, monkeypatch):
+def test_a_failing_worker_fails_its_file_only_and_leaves_no_process(folder, tmp_path, monkeypatch):
+    """Every worker dies at start (a broken install): each file is reported as failed, with the worker's
+    stderr, and the replay ends without a traceback or a process left."""
     before = workers_now()
     monkeypatch.setattr(summary_pool, "WORKER_MODULE", "evaluator.no_such_worker")
-    with pytest.raises(ProxauditError, match="worker process exited.*no_such_worker"):
-        replay([folder], tmp_path / "m.duckdb", progress=False, workers=2)
+    report = replay([folder], tmp_path / "m.duckdb", progress=False, workers=2)
+    assert {o.status for o in report.outcomes} == {"failed"} and not report.clean
+    assert all("worker process exited" in o.line() and "no_such_worker" in o.line() for o in report.outcomes)
     assert workers_now() == before
 
 

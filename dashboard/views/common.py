@@ -14,6 +14,7 @@ import streamlit as st
 from dashboard import queries
 from dashboard.queries import Filters
 from evaluator.store import StoreBusy
+from evaluator.text_table import printable
 from schemas.store import METHODS
 
 ESTIMATORS = tuple(m for m in METHODS if m != "ground_truth")
@@ -74,12 +75,22 @@ def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
             st.info(f"database busy: replay in progress, showing data from {at:%H:%M:%S}")
         return value
     except queries.StoreError as error:
-        st.error(str(error))
+        st.error(plain(error))
         st.stop()
     if len(_LAST_GOOD) >= _LAST_GOOD_MAX:
         _LAST_GOOD.pop(next(iter(_LAST_GOOD)))
     _LAST_GOOD[key] = (value, dt.datetime.now())
     return value
+
+
+_MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()#+-.!|<>~$:&"})
+
+
+def plain(value: object) -> str:
+    """A value from the store as literal Markdown: every Markdown character escaped and control
+    characters spelled out, so a crafted run_id or path shows as the text it is (never a link, an image,
+    a heading or an icon)."""
+    return printable(str(value)).translate(_MARKDOWN_SPECIAL)
 
 
 def seed(key: str, default: Any, parse: Callable[[str], Any] = str) -> None:
@@ -142,7 +153,7 @@ def note_missing_ground_truth(ctx: Context) -> None:
     """Say why error charts are empty on a run recorded without `prox_logp` (no recompute pass)."""
     if ctx.runs.set_index("run_id").loc[ctx.run_id, "n_prox"] == 0:
         st.info(
-            f"Run {ctx.run_id!r} has no prox_logp (the ground truth; recorded without the recompute pass), "
-            "so errors and the true drift cannot be measured. The Importance weights page still shows the "
-            "estimators' weights."
+            f"Run {plain(ctx.run_id)} has no prox_logp (the ground truth; recorded without the recompute "
+            "pass), so errors and the true drift cannot be measured. The Importance weights page still shows "
+            "the estimators' weights."
         )

@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.queries import Filters
-from dashboard.views.common import ERROR_METRICS, Context, choice, load, seed, show
+from dashboard.views.common import ERROR_METRICS, Context, choice, load, plain, seed, show
 
 METRICS = ("drift", *ERROR_METRICS, "behave_imp_weight", "importance_weight")
 
@@ -58,7 +58,8 @@ def render(ctx: Context) -> None:
     for name, frame in headline.items():
         if frame.empty:
             st.info(
-                f"{name}: no {metric} rows (drift is stored under ground_truth only; errors need prox_logp)."
+                f"{plain(name)}: no {metric} rows (drift is stored under ground_truth only; errors need "
+                "prox_logp)."
             )
     table = pd.concat(headline, names=["selection"]).droplevel(1).drop(columns=["metric"])
     if len(table) == 2:

@@ -12,7 +12,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.queries import Tolerance
-from dashboard.views.common import Context, load, seed, show
+from dashboard.views.common import Context, load, plain, seed, show
 
 COLUMNS = {
     "safe_staleness": "largest staleness at which every staleness (with enough tokens) meets the tolerance; "
@@ -83,8 +83,8 @@ def render(ctx: Context) -> None:
     frame = load(ctx.db, "decision", ctx.filters, tolerance)
     if frame.empty or frame["gradient_mass_error"].isna().all():
         st.info(
-            f"Run {ctx.run_id!r} has no decision figures: they compare each estimate with the recomputed "
-            "prox_logp, which this run did not record (or its advantages are all zero)."
+            f"Run {plain(ctx.run_id)} has no decision figures: they compare each estimate with the "
+            "recomputed prox_logp, which this run did not record (or its advantages are all zero)."
         )
         return
     _headline(frame.dropna(subset=["gradient_mass_error"]), tolerance)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts
-from dashboard.views.common import Context, load, seed, show
+from dashboard.views.common import Context, load, plain, seed, show
 
 
 def render(ctx: Context) -> None:
@@ -17,18 +17,19 @@ def render(ctx: Context) -> None:
     step = int(st.number_input("step", min_value=lo, max_value=hi, key="step"))
     files = load(ctx.db, "log_files", ctx.run_id, step)
     if files.empty:
-        st.info(f"Run {ctx.run_id!r} has no tokens at step {step}.")
+        st.info(f"Run {plain(ctx.run_id)} has no tokens at step {step}.")
         return
     reachable = files[files["reachable"]]
     if reachable.empty:
-        paths = ", ".join(f"`{p}`" for p in files["path"])
+        paths = ", ".join(plain(p) for p in files["path"])
         st.warning(
-            f"The raw token log of step {step} is not reachable here (moved, or another machine): {paths}"
+            f"The raw token log of step {step} is not reachable here (moved, changed since the replay, or on "
+            f"another machine): {paths}"
         )
         return
     seqs = load(ctx.db, "sequences", ctx.run_id, step)
     if seqs.empty:
-        st.info(f"The raw log holds no tokens of run {ctx.run_id!r} at step {step}.")
+        st.info(f"The raw log holds no tokens of run {plain(ctx.run_id)} at step {step}.")
         return
     options = [int(s) for s in seqs["seq_id"]]
     labels = {
@@ -39,7 +40,7 @@ def render(ctx: Context) -> None:
     seed("seq", options[0], lambda raw: int(raw) if int(raw) in labels else None)
     seq_id = st.selectbox("seq_id (resumed sequences first)", options, format_func=labels.get, key="seq")
     tokens = load(ctx.db, "sequence_tokens", ctx.run_id, step, seq_id)
-    st.caption("From " + ", ".join(f"`{p}`" for p in reachable["path"]) + ".")
+    st.caption("From " + ", ".join(plain(p) for p in reachable["path"]) + ".")
     show(charts.token_logps(tokens), "tokens")
     with st.expander("tokens"):
         st.dataframe(tokens, hide_index=True, width="stretch")

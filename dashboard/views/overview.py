@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.views import decision
-from dashboard.views.common import Context, load, show
+from dashboard.views.common import Context, load, plain, show
 from evaluator.errors import ProxauditError
 
 HEADLINE_METRICS = ("abs_error", "drift", "behave_imp_weight_abs_error", "importance_weight_abs_error")
@@ -38,19 +38,19 @@ def _numbers(ctx: Context) -> None:
 
 def _gate(ctx: Context) -> None:
     if ctx.thresholds is None:
-        st.caption("Gate: give a thresholds file in the sidebar (or `--thresholds`) to see the verdict here.")
+        st.caption("Gate: start the dashboard with `--thresholds FILE` to see the verdict here.")
         return
     try:
         verdicts = load(ctx.db, "gate_verdicts", str(ctx.thresholds), ctx.run_id, watch=ctx.thresholds)
     except ProxauditError as error:  # a missing or malformed thresholds file
-        st.error(f"Gate: {error}")
+        st.error(f"Gate: {plain(error)}")
         return
     counts = verdicts["verdict"].value_counts()
     text = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("fail", "warn", "pass", "skip"))
     if counts.get("fail", 0):
-        st.error(f"Gate FAILED on {ctx.run_id} ({ctx.thresholds.name}): {text}")
+        st.error(f"Gate FAILED on {plain(ctx.run_id)} ({plain(ctx.thresholds.name)}): {text}")
     else:
-        st.success(f"Gate passed on {ctx.run_id} ({ctx.thresholds.name}): {text}")
+        st.success(f"Gate passed on {plain(ctx.run_id)} ({plain(ctx.thresholds.name)}): {text}")
     st.dataframe(verdicts, hide_index=True, width="stretch")
 
 
