@@ -244,6 +244,12 @@ def decision_params(db: Path) -> dict:
     return {"eps_low": 0.2, "eps_high": 0.2, "bound": 5.0, "bound_action": "mask"} | recorded
 
 
+def findings(db: Path, run_id: str) -> pd.DataFrame:
+    """`run_findings` of one run: the data-driven warnings `replay` stored with it (docs/validate.md)."""
+    sql = "SELECT rule, column_name, n_rows, message FROM run_findings WHERE run_id = ? ORDER BY rule"
+    return _frame(db, sql, [run_id])
+
+
 def pairing(db: Path, run_id: str) -> pd.DataFrame:
     """`pairing_summary` of one run: each interpolation's mean abs_error with each token's own version and
     with AReaL's shipped pairing (the previous token's version)."""

@@ -18,6 +18,12 @@ A shift is reported only when at least `MIN_TOKENS` tokens were compared, shift 
 absolute floor, and the shift beats shift 0 by a ratio (for log-probs also token by token on most of
 them); anything short of that is a quiet "inconclusive" note.
 Large files are audited on a deterministic sample of whole sequences (hash of `seq_id`), said in a note.
+
+Each check first extracts its evidence (`audit_evidence`: the per-token comparisons at every shift), then
+`judge_evidence` decides. Evidence of several files of one run pools by concatenation (`pool`), so a
+shift that one short file cannot show is decided on the run (`evaluator.findings`). When `behave_logp`
+and `theta_logp` both fit `prox_logp` better at the same shift, `prox_logp` is the shifted one and is
+reported as such.
 """
 
 from __future__ import annotations
@@ -82,29 +88,136 @@ class ShiftFit:
     """Log-probs: the fraction of compared tokens on which shift s is strictly closer than shift 0."""
 
 
+MAX_KEPT_ANCHORS = 20_000
+"""Comparisons a file keeps per check for pooling (an even stride over them beyond)."""
+
+
+@dataclass
+class LogpEvidence:
+    """|X at pos i+s - prox_logp at pos i| over anchor tokens i, for s in SHIFTS, with their strata."""
+
+    x: str
+    error: np.ndarray  # (3, n) one row per shift
+    staleness: np.ndarray  # (n,)
+    minibatch: np.ndarray  # (n,)
+
+
+@dataclass
+class MismatchEvidence:
+    """Whether X at pos i+s differs from R at pos i, near segment boundaries (NaN: not compared)."""
+
+    names: tuple[str, str]
+    mismatch: np.ndarray  # (3, n) one row per shift: 1.0 differs, 0.0 equal, NaN not compared
+
+
+Evidence = LogpEvidence | MismatchEvidence | str  # a str says why the check has none
+CHECKS = ("behave_logp", "theta_logp", "version_equality", "version_proximal_t")
+
+
 def audit_alignment(
     con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int
-) -> tuple[list[Problem], list[str]]:
-    """Run every check on the view `src`; returns (misalignment problems, notes)."""
+) -> tuple[list[Problem], list[str], dict[str, Evidence]]:
+    """Run every check on the view `src`; returns (misalignment problems, notes, the evidence)."""
     if not {"seq_id", "pos"} <= usable:
-        return [], ["alignment audit skipped: needs seq_id and pos"]
+        return [], ["alignment audit skipped: needs seq_id and pos"], {}
     sample, notes = _load_sample(con, usable, n_rows)
-    problems = []
-    for check in (_behave_fit, _theta_fit, _version_equality_fit, _version_proximal_t_fit):
-        fit = check(sample)
+    evidence = audit_evidence(sample)
+    problems, verdicts = judge_evidence(evidence)
+    return problems, notes + verdicts, {k: _kept(e) for k, e in evidence.items()}
+
+
+def audit_evidence(sample: dict[str, np.ndarray]) -> dict[str, Evidence]:
+    """Each check's comparisons on a sample of whole sequences."""
+    return {
+        "behave_logp": _logp_evidence(sample, "behave_logp"),
+        "theta_logp": _logp_evidence(sample, "theta_logp"),
+        "version_equality": _version_equality_evidence(sample),
+        "version_proximal_t": _version_proximal_t_evidence(sample),
+    }
+
+
+def _kept(evidence: Evidence) -> Evidence:
+    """At most MAX_KEPT_ANCHORS comparisons (an even stride), what a file hands on for pooling."""
+    if isinstance(evidence, str):
+        return evidence
+    n = (evidence.error if isinstance(evidence, LogpEvidence) else evidence.mismatch).shape[1]
+    if n <= MAX_KEPT_ANCHORS:
+        return evidence
+    take = np.linspace(0, n - 1, MAX_KEPT_ANCHORS).astype(np.int64)
+    if isinstance(evidence, LogpEvidence):
+        return LogpEvidence(
+            evidence.x, evidence.error[:, take], evidence.staleness[take], evidence.minibatch[take]
+        )
+    return MismatchEvidence(evidence.names, evidence.mismatch[:, take])
+
+
+def pool(evidences: list[Evidence]) -> Evidence:
+    """The evidence of several files of one run as one (concatenated); a str when none has any."""
+    found = [e for e in evidences if not isinstance(e, str)]
+    if not found:
+        return evidences[0] if evidences else "no evidence"
+    first = found[0]
+    if isinstance(first, LogpEvidence):
+        return LogpEvidence(
+            first.x,
+            np.concatenate([e.error for e in found], axis=1),
+            np.concatenate([e.staleness for e in found]),
+            np.concatenate([e.minibatch for e in found]),
+        )
+    return MismatchEvidence(first.names, np.concatenate([e.mismatch for e in found], axis=1))
+
+
+def fit_of(check: str, evidence: Evidence) -> ShiftFit | str:
+    """The statistics one check judges, from its evidence (a str: inconclusive, and why)."""
+    if isinstance(evidence, str):
+        return evidence
+    if isinstance(evidence, LogpEvidence):
+        return _logp_fit(evidence, _behave_strata if check == "behave_logp" else _theta_strata)
+    return _mismatch_fit(evidence)
+
+
+def judge_evidence(evidence: dict[str, Evidence]) -> tuple[list[Problem], list[str]]:
+    """(misalignment problems, notes) of a file's or a run's pooled evidence. `behave_logp` and
+    `theta_logp` shifted the same way against `prox_logp` are one problem: `prox_logp` is shifted."""
+    problems, notes, shifted = [], [], {}
+    for check, found in evidence.items():
+        fit = fit_of(check, found)
         if isinstance(fit, str):
             notes.append(f"alignment: {fit}")
             continue
         finding, note = judge(fit)
-        if finding:
-            rule = "misaligned_version" if fit.x.startswith("behave_version") else "misaligned_logp"
-            problems.append(Problem(rule, fit.x.split()[0], 0, note))
-        else:
+        if not finding:
             notes.append(f"alignment: {note}")
-    shifted = {p.column for p in problems if p.rule == "misaligned_logp"}
-    if shifted == {"behave_logp", "theta_logp"}:
-        notes.append("alignment: behave_logp and theta_logp are both off: prox_logp may be the shifted one")
+        elif check in ("behave_logp", "theta_logp"):
+            shifted[check] = (best_shift(fit), note)
+        else:
+            problems.append(Problem("misaligned_version", "behave_version", 0, note))
+    if len(shifted) == 2 and shifted["behave_logp"][0] == shifted["theta_logp"][0]:
+        s = -shifted["behave_logp"][0]
+        message = (
+            f"prox_logp fits behave_logp and theta_logp better shifted by {s:+d} token (both fit it at "
+            f"{-s:+d}: {shifted['behave_logp'][1]}): prox_logp at pos i{s:+d} belongs to the token at pos i, "
+            f"as after torch.roll(shifts={s:+d}); check how the recomputed log-probs are rolled"
+        )
+        problems.insert(0, Problem("misaligned_logp", "prox_logp", 0, message))
+    else:
+        problems[:0] = [Problem("misaligned_logp", check, 0, note) for check, (_, note) in shifted.items()]
     return problems, notes
+
+
+def inconclusive(evidence: dict[str, Evidence]) -> dict[str, Evidence]:
+    """The checks of a file's evidence that have comparisons but too few to decide: what pooling the
+    run's files may settle."""
+    out = {}
+    for check, found in evidence.items():
+        fit = fit_of(check, found)
+        if not isinstance(fit, str) and not judge(fit)[0] and "inconclusive" in judge(fit)[1]:
+            out[check] = found
+    return out
+
+
+def best_shift(fit: ShiftFit) -> int:
+    return min(SHIFTS, key=lambda s: (fit.stat[s], s != 0))
 
 
 def _beats(fit: ShiftFit, s: int, t: int) -> bool:
@@ -123,7 +236,7 @@ def judge(fit: ShiftFit) -> tuple[bool, str]:
     if fit.n < MIN_TOKENS:
         return False, f"{fit.x} vs {fit.reference} inconclusive: only {fit.n} tokens to compare"
     s0 = fit.stat[0]
-    best = min(SHIFTS, key=lambda s: (fit.stat[s], s != 0))
+    best = best_shift(fit)
     shown = ", ".join(f"{fit.stat[s]:.3g} at {s:+d}" for s in SHIFTS if s != 0)
     where = f"{fit.n:,} tokens" + (f", {fit.scope}" if fit.scope else "")
     if best != 0 and _beats(fit, best, 0):
@@ -194,10 +307,8 @@ def _next_in_sequence(sample: dict[str, np.ndarray]) -> np.ndarray:
 # --- log-prob checks ----------------------------------------------------------------------------------
 
 
-def _logp_fit(
-    sample: dict[str, np.ndarray], x_name: str, strata: Callable[[np.ndarray], tuple]
-) -> ShiftFit | str:
-    """Median abs diff of X at pos i+s against prox_logp at pos i, over anchor tokens i."""
+def _logp_evidence(sample: dict[str, np.ndarray], x_name: str) -> LogpEvidence | str:
+    """|X at pos i+s - prox_logp at pos i| over anchor tokens i (prox differs from both neighbours)."""
     x, prox = sample[x_name], sample["prox_logp"]
     if np.isnan(prox).all():
         return f"{x_name} vs prox_logp inconclusive: no prox_logp on any sequence"
@@ -206,37 +317,39 @@ def _logp_fit(
     gaps = [np.abs(prox - _shifted(prox, nxt, s)) for s in (-1, 1)]
     anchor = np.minimum(*gaps) >= DISTINCT  # NaN (no neighbour, no prox) compares False
     anchor &= np.isfinite(np.stack(list(x_at.values()))).all(axis=0)
-    chosen, scope = strata(anchor)
-    error = {s: np.abs(x_at[s][chosen] - prox[chosen]) for s in SHIFTS}
+    error = np.stack([np.abs(x_at[s][anchor] - prox[anchor]) for s in SHIFTS])  # (3, n)
+    staleness = (sample["step"] - sample["behave_version"])[anchor]
+    return LogpEvidence(x_name, error, staleness, sample["minibatch"][anchor])
+
+
+def _logp_fit(evidence: LogpEvidence, strata: Callable[[LogpEvidence], tuple]) -> ShiftFit:
+    """Median abs diff of X at pos i+s against prox_logp at pos i, over the chosen anchors."""
+    chosen, scope = strata(evidence)
+    error = {s: evidence.error[k][chosen] for k, s in enumerate(SHIFTS)}
     stat = {s: float(np.median(e)) if len(e) else np.nan for s, e in error.items()}
     wins = {s: float(np.mean(e < error[0])) if len(e) else np.nan for s, e in error.items()}
     n = int(chosen.sum())
-    return ShiftFit(x_name, "prox_logp", stat, n, "median abs diff", LOGP_FLOOR, LOGP_RATIO, scope, wins)
+    return ShiftFit(evidence.x, "prox_logp", stat, n, "median abs diff", LOGP_FLOOR, LOGP_RATIO, scope, wins)
 
 
-def _behave_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
-    """behave_logp vs prox_logp on the freshest tokens: the lowest staleness cut with MIN_TOKENS anchors."""
-    staleness = sample["step"] - sample["behave_version"]
-
-    def strata(anchor: np.ndarray) -> tuple[np.ndarray, str]:
-        levels = np.unique(staleness[anchor & np.isfinite(staleness)])
-        for level in levels:
-            chosen = anchor & (staleness <= level)
-            if chosen.sum() >= MIN_TOKENS:
-                return chosen, f"staleness <= {level:g}"
-        return anchor, "all staleness"
-
-    return _logp_fit(sample, "behave_logp", strata)
+def _behave_strata(evidence: LogpEvidence) -> tuple[np.ndarray, str]:
+    """behave_logp on the freshest tokens: the lowest staleness cut with MIN_TOKENS anchors."""
+    staleness = evidence.staleness
+    for level in np.unique(staleness[np.isfinite(staleness)]):
+        chosen = staleness <= level
+        if chosen.sum() >= MIN_TOKENS:
+            return chosen, f"staleness <= {level:g}"
+    return np.ones(len(staleness), dtype=bool), "all staleness"
 
 
-def _theta_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
-    """theta_logp vs prox_logp, at minibatch 0 (where theta == prox) when it has MIN_TOKENS anchors."""
-
-    def strata(anchor: np.ndarray) -> tuple[np.ndarray, str]:
-        first = anchor & (sample["minibatch"] == 0)
-        return (first, "minibatch 0") if first.sum() >= MIN_TOKENS else (anchor, "all minibatches")
-
-    return _logp_fit(sample, "theta_logp", strata)
+def _theta_strata(evidence: LogpEvidence) -> tuple[np.ndarray, str]:
+    """theta_logp at minibatch 0 (where theta == prox) when it has MIN_TOKENS anchors."""
+    first = evidence.minibatch == 0
+    return (
+        (first, "minibatch 0")
+        if first.sum() >= MIN_TOKENS
+        else (np.ones(len(first), bool), "all minibatches")
+    )
 
 
 # --- version checks -----------------------------------------------------------------------------------
@@ -252,10 +365,10 @@ def _last_segment(sample: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray
     return bv == top, low < top
 
 
-def _mismatch_fit(
+def _mismatch_evidence(
     sample: dict[str, np.ndarray], x: np.ndarray, ref: np.ndarray, valid: np.ndarray, names: tuple[str, str]
-) -> ShiftFit:
-    """Mismatch rate of X at pos i+s against R at pos i, over tokens next to a change of X or R."""
+) -> MismatchEvidence:
+    """Whether X at pos i+s differs from R at pos i, over tokens next to a change of X or R."""
     nxt = _next_in_sequence(sample)
     x = np.where(valid, x, np.nan)
     ref = np.where(valid, ref, np.nan)
@@ -264,17 +377,27 @@ def _mismatch_fit(
         for s in (-1, 1):
             other = _shifted(series, nxt, s)
             near |= np.isfinite(other) & np.isfinite(series) & (other != series)
-    stat, counts = {}, []
+    rows = []
     for s in SHIFTS:
-        xs = _shifted(x, nxt, s)
-        compared = near & np.isfinite(xs) & np.isfinite(ref)
+        xs = _shifted(x, nxt, s)[near]
+        compared = np.isfinite(xs) & np.isfinite(ref[near])
+        rows.append(np.where(compared, (xs != ref[near]).astype(float), np.nan))
+    return MismatchEvidence(names, np.stack(rows))
+
+
+def _mismatch_fit(evidence: MismatchEvidence) -> ShiftFit:
+    """Mismatch rate of X at pos i+s against R at pos i per shift."""
+    stat, counts = {}, []
+    for row, s in zip(evidence.mismatch, SHIFTS, strict=True):
+        compared = ~np.isnan(row)
         counts.append(int(compared.sum()))
-        stat[s] = float(np.mean(xs[compared] != ref[compared])) if compared.any() else np.nan
+        stat[s] = float(np.mean(row[compared])) if compared.any() else np.nan
     scope = "tokens next to a segment boundary"
-    return ShiftFit(names[0], names[1], stat, min(counts), "mismatch rate", RATE_FLOOR, RATIO, scope)
+    x, ref = evidence.names
+    return ShiftFit(x, ref, stat, min(counts), "mismatch rate", RATE_FLOOR, RATIO, scope)
 
 
-def _version_equality_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
+def _version_equality_evidence(sample: dict[str, np.ndarray]) -> MismatchEvidence | str:
     """The last segment of behave_version vs where proximal_t_logp equals behave_logp exactly."""
     name = "behave_version (last segment) vs proximal_t_logp == behave_logp"
     last, multi = _last_segment(sample)
@@ -285,16 +408,11 @@ def _version_equality_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
     equal = pt == behave
     if equal[valid & last].mean() < 0.5 or equal[valid & ~last].mean() > 0.5:
         return f"{name} inconclusive: proximal_t_logp does not equal behave_logp in last segments only"
-    return _mismatch_fit(
-        sample,
-        last.astype(float),
-        equal.astype(float),
-        valid,
-        ("behave_version", "proximal_t_logp == behave_logp"),
-    )
+    names = ("behave_version", "proximal_t_logp == behave_logp")
+    return _mismatch_evidence(sample, last.astype(float), equal.astype(float), valid, names)
 
 
-def _version_proximal_t_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
+def _version_proximal_t_evidence(sample: dict[str, np.ndarray]) -> MismatchEvidence | str:
     """behave_version (+1 where a later segment follows) vs proximal_t_version."""
     last, multi = _last_segment(sample)
     bv, ptv = sample["behave_version"], sample["proximal_t_version"]
@@ -302,6 +420,5 @@ def _version_proximal_t_fit(sample: dict[str, np.ndarray]) -> ShiftFit | str:
     if not valid.any():
         return "behave_version vs proximal_t_version inconclusive: no proximal_t on multi-segment sequences"
     expected = bv + np.where(last, 0.0, 1.0)
-    return _mismatch_fit(
-        sample, expected, ptv, valid, ("behave_version (+1 before the last segment)", "proximal_t_version")
-    )
+    names = ("behave_version (+1 before the last segment)", "proximal_t_version")
+    return _mismatch_evidence(sample, expected, ptv, valid, names)

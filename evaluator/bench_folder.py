@@ -1,5 +1,5 @@
 """`python -m evaluator.bench_folder`: a folder of hook-sized token logs replayed in one process (file
-after file) and then on worker processes (one per core, `evaluator.summary_pool`), in one run.
+after file) and then on worker processes (one per core, `evaluator.workers`), in one run.
 
 Each replay runs in a child process into a fresh store (`evaluator.bench.timed_replay`: seconds and the
 peak RSS of the whole process tree, plus its CPU time: on a machine shared with other jobs the wall

@@ -42,6 +42,14 @@ _table_format = click.option(
 )
 
 
+_max_staleness = click.option(
+    "--max-staleness",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The trainer's maximum off-policyness (AReaL max_head_offpolicyness): staler tokens are an error.",
+)
+
+
 def _say(text: str, fmt: str = "table", err: bool = False) -> None:
     """Print a command's output: human formats with control characters from the data escaped (`json`
     escapes them itself; `csv` keeps the values as they are)."""
@@ -82,20 +90,26 @@ def cli() -> None:
 @click.option(
     "-v", "--verbose", is_flag=True, help="Table: also show notes (what the alignment audit compared)."
 )
+@_max_staleness
 @_library_errors
-def validate(paths, fmt, verbose) -> None:
+def validate(paths, fmt, verbose, max_staleness) -> None:
     """Check the token logs in PATHS (files, or folders searched for *.parquet) against schema v1:
     columns, types and schema version, log-prob and version values, duplicate rows and pos gaps,
-    proximal_t, and the alignment audit (columns shifted by one token).
+    proximal_t, the alignment audit (columns shifted by one token); then across the files of each run:
+    a token in two files, and the data-driven findings (errors fail the run's files, warnings inform).
 
-    Exit code 0 when every file is clean, 1 when some file broke a rule, 2 when a path does not exist
-    or no file could be read.
+    Exit code 0 when every file is clean (warnings allowed), 1 when some file broke a rule, 2 when a path
+    does not exist or no file could be read.
     """
     from evaluator.validate import require_readable, validate_paths
     from evaluator.validate_report import render_json, render_table
 
-    reports = validate_paths(paths)
-    _say(render_json(reports) if fmt == "json" else render_table(reports, verbose=verbose), fmt)
+    checked = validate_paths(paths, max_staleness)
+    reports, findings = checked.reports, checked.findings
+    text = (
+        render_json(reports, findings) if fmt == "json" else render_table(reports, findings, verbose=verbose)
+    )
+    _say(text, fmt)
     require_readable(reports)
     sys.exit(EXIT_OK if all(r.ok for r in reports) else EXIT_FINDINGS)
 
@@ -184,24 +198,32 @@ def _decision_params(params_file: str | None, **flags) -> object:
     type=click.Choice(["mask", "clamp"]),
     help="Above U the token is masked, or its weight clamped to U [default: mask].",
 )
+@_max_staleness
 @_library_errors
-def replay(paths, db, progress, params_file, eps_low, eps_high, bound, bound_action) -> None:
+def replay(paths, db, progress, params_file, eps_low, eps_high, bound, bound_action, max_staleness) -> None:
     """Validate the token logs in PATHS (files or folders), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
     one transaction. The decision metrics (clip and bound flips, gradient mass error) use the loss's
-    thresholds given here; a DB keeps one set of them.
+    thresholds given here; a DB keeps one set of them. The data-driven findings are judged on the files
+    of this call: an error skips the run's files, a warning is printed and stored with the run.
 
     Exit code 0 when every file was ingested or already there, 1 when a file broke a validation rule (it
     is skipped, the others are ingested), 2 for a usage error, a DB of other thresholds, or when no file
     could be read.
     """
     from evaluator.replay import replay as replay_paths
+    from evaluator.validate_report import findings_lines
 
     params = _decision_params(
         params_file, eps_low=eps_low, eps_high=eps_high, bound=bound, bound_action=bound_action
     )
     echo = lambda outcome: _say(outcome.line())  # noqa: E731
-    report = replay_paths(paths, db, on_file=echo, progress=progress, params=params)
+    report = replay_paths(
+        paths, db, on_file=echo, progress=progress, params=params, max_staleness=max_staleness
+    )
+    warnings = [f for f in report.findings if f.severity == "warning"]
+    if warnings:
+        _say("\n".join(findings_lines(warnings)))
     _say(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
     sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
 

@@ -73,8 +73,9 @@ def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = pr
             raise UsageError(f"no bundled fixtures in {FIXTURES}; run `proxaudit demo --train` instead")
         sources = [FIXTURES]
     _banner(echo, f"validate: {', '.join(map(str, sources))}")
-    reports = validate_paths(sources)
-    echo(render_validation(reports))
+    validation = validate_paths(sources)
+    reports = validation.reports
+    echo(render_validation(reports, validation.findings))
     _banner(echo, f"replay into {db}")
     replayed = replay(sources, db, on_file=lambda outcome: echo(outcome.line()), progress=None)
     _banner(echo, "summary: does the error change the update? (decision figures per method)")

@@ -73,10 +73,18 @@ def selection_stats(
     return {row[0]: dict(zip(STATS, row[1:], strict=True)) for row in rows}
 
 
+_WARNINGS_SQL = """
+    SELECT run_id, sum(n_tokens)::BIGINT AS n,
+           (SELECT count(*) FROM run_finding f WHERE f.run_id = t.run_id) AS warnings
+    FROM file_tokens t GROUP BY run_id"""
+
+
 def figure_stats(con: duckdb.DuckDBPyConnection, check: Check) -> dict[str, dict[str, float]]:
     """`{run_id: {"n": tokens, figure: value}}` of the check's derived figure over its staleness range
     (every token if None), from the exact sums. For safe_staleness: the tokens of the staleness levels
-    with at least `min_tokens` tokens (0 when none has enough)."""
+    with at least `min_tokens` tokens (0 when none has enough). For warnings: the run's tokens."""
+    if check.figure == "warnings":
+        return {run: {"n": n, "warnings": count} for run, n, count in con.execute(_WARNINGS_SQL).fetchall()}
     if check.figure == "safe_staleness":
         params = {
             "method": check.method,
@@ -235,7 +243,7 @@ def _missing(check: Check, run_id: str, runs: list[str], present: set[str]) -> V
     if run_id not in runs:
         why = f"run {run_id!r} is not in the database (runs: {', '.join(runs) or 'none'})"
         return Verdict(check, run_id, _failing(check), "missing_run", why)
-    subject = f"{check.method}/{check.figure or check.metric}"
+    subject = "/".join(filter(None, (check.method, check.figure or check.metric)))
     if run_id not in present:
         why = f"run {run_id!r} has no {subject} rows"
         return Verdict(check, run_id, _failing(check), "missing_metric", why)
@@ -263,7 +271,10 @@ def evaluate(
             )
             verdicts.append(Verdict(check, None, _failing(check), "missing_run", why))
             continue
-        if check.figure:
+        if check.figure == "warnings":
+            stats = figure_stats(con, check)
+            present = set(stats)
+        elif check.figure:
             present = _runs_with_metric(con, check.method, FIGURE_METRIC[check.figure])
             stats = figure_stats(con, check)
         else:

@@ -1,24 +1,29 @@
 """`proxaudit replay`: validate token logs, replay them through every estimator, store the summaries.
 
-Per file: digest (BLAKE2b of the bytes; a file already in the store is skipped), validate (the rules of
-`proxaudit validate`; a file that breaks one is reported and skipped), summarise it streaming over record
-batches, then ingest it in one transaction (`evaluator.store.StoreWriter.ingest`).
+In phases over the files of one call, in sorted order:
 
-Files are ingested one by one in sorted order, each in its own transaction, into the store's working
-copy, which is published as it goes (`evaluator.store.StoreWriter`): readers never wait for a replay.
-With several files, the next ones are validated and summarised in worker processes, one file per worker
-(`evaluator.summary_pool`), while this process digests and ingests; a file long enough to be cut into
-ranges (`evaluator.file_summary.default_workers`) uses the range workers instead. The stored numbers do
-not depend on which process summarised a file.
+1. digest (BLAKE2b of the bytes): a file already in the store, or a byte copy of an earlier file of the
+   call, is not read again;
+2. check each file on its own (the rules of `proxaudit validate`);
+3. judge the call (`evaluator.validate.judge_call`): the alignment audit pooled over a run's files and the
+   data-driven findings (`evaluator.findings`); an error skips the run's files, the warnings are stored
+   (`run_findings`);
+4. summarise each clean file streaming over record batches and ingest it in one transaction
+   (`evaluator.store.StoreWriter.ingest`, which refuses a token already stored), file by file in order.
+
+Steps 2 and 4 run on worker processes, one file per worker (`evaluator.workers`), while this process
+ingests; a file long enough to be cut into ranges (`evaluator.file_summary.default_workers`) is summarised
+by range workers instead. The stored numbers do not depend on which process summarised a file. The
+store's working copy is published as files go in (`evaluator.store.StoreWriter`): readers never wait.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -29,10 +34,11 @@ from tqdm import tqdm
 from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.errors import FileFailed, NothingReadableError
 from evaluator.file_summary import BATCH_ROWS, FileSummary, default_workers, summarise_file
+from evaluator.findings import Finding
 from evaluator.problems import Problem
 from evaluator.store import StoreWriter, file_digest
-from evaluator.summary_pool import SummaryPool, Worker
-from evaluator.validate import CheckedFile, check_file, find_parquet_files
+from evaluator.validate import CheckedFile, check_file, find_parquet_files, judge_call
+from evaluator.workers import LocalRunner, WorkerPool
 
 Status = Literal["ingested", "already ingested", "skipped", "unreadable", "failed"]
 
@@ -67,6 +73,8 @@ class FileOutcome:
 @dataclass
 class ReplayReport:
     outcomes: list[FileOutcome]
+    findings: list[Finding] = field(default_factory=list)
+    """The data-driven findings on the files of this call (`evaluator.findings`)."""
 
     @property
     def n_ingested(self) -> int:
@@ -92,7 +100,7 @@ def _progress(files: list[Path], enabled: bool | None) -> tqdm:
 
 @dataclass
 class Summarised:
-    """A file checked (`CheckedFile`) and, if it broke no rule, summarised: what a pool worker returns."""
+    """A file checked (`CheckedFile`) and, if it broke no rule, summarised."""
 
     checked: CheckedFile
     summary: FileSummary | None = None
@@ -106,7 +114,8 @@ def check_and_summarise(
     workers: int | None = None,
     on_batch=None,
 ) -> Summarised:
-    """Validate `path` and, if it breaks no rule, summarise it (`summarise_file`); what a pool worker does."""
+    """Validate `path` on its own and, if it breaks no rule, summarise it (`summarise_file`), in this
+    process: one file's replay without a store (tests and benchmarks compare summaries with it)."""
     checked = check_file(path)
     if checked.facts is None:
         return Summarised(checked)
@@ -115,18 +124,17 @@ def check_and_summarise(
     return Summarised(checked, summary)
 
 
-def _outcome(path: Path, digest: str, done: Summarised, store: StoreWriter, known: set[str]) -> FileOutcome:
-    """Ingest a summarised file, or report the rules it broke (the store's own: a repeated token)."""
-    report, summary = done.checked.report, done.summary
-    if summary is None:
-        status = "skipped" if report.readable else "unreadable"
-        return FileOutcome(path, status, problems=list(report.problems))
-    ingested = store.ingest(path, digest, summary, done.checked.facts.sequences)
+def _outcome(path: Path, digest: str, summary: FileSummary, facts, store: StoreWriter) -> FileOutcome:
+    """Ingest a summarised file (`facts`: its `FileFacts`), or report the store's own rule it broke (a
+    token already stored); an unexpected error in the ingest (rolled back) is this file's failure."""
+    try:
+        ingested = store.ingest(path, digest, summary, facts.sequences)
+    except (duckdb.Error, FileFailed) as error:
+        return _failed(path, error)
     if isinstance(ingested, Problem):
         return FileOutcome(path, "skipped", problems=[ingested])
     if not ingested:
         return FileOutcome(path, "already ingested")
-    known.add(digest)
     return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
 
 
@@ -136,138 +144,83 @@ def _failed(path: Path, error: Exception) -> FileOutcome:
     return FileOutcome(path, "failed", problems=[Problem("failed", None, 0, why)])
 
 
-def _digest(path: Path) -> str | FileOutcome:
-    """The file's digest, or the outcome of a file that cannot be read at all (permissions, a vanished
-    file): reported like any unreadable file."""
-    try:
-        return file_digest(path)
-    except OSError as error:
-        return FileOutcome(
-            path, "unreadable", problems=[Problem("unreadable", None, 0, f"cannot read it: {error}")]
-        )
-
-
-def _ingest(path: Path, digest: str, done: Summarised, store: StoreWriter, known: set[str]) -> FileOutcome:
-    """`_outcome`, with an unexpected error in the ingest (rolled back) reported as this file's failure."""
-    try:
-        return _outcome(path, digest, done, store, known)
-    except (duckdb.Error, FileFailed) as error:
-        return _failed(path, error)
-
-
-def replay_file(
-    path: Path,
-    store: StoreWriter,
-    known: set[str],
-    params: DecisionParams,
-    on_rows: Callable[[int], None],
-    digest: str | None = None,
-) -> FileOutcome:
-    """Replay one file into the store (see the module docstring), all of it in this process (and its
-    range workers); whatever goes wrong with this file is its outcome, never an exception."""
-    digest = digest or _digest(path)
-    if isinstance(digest, FileOutcome):
-        return digest
-    if digest in known:
-        return FileOutcome(path, "already ingested")
-    try:
-        done = check_and_summarise(path, params, on_batch=on_rows)
-    except Exception as error:  # one file's trouble never stops the others
-        return _failed(path, error)
-    return _ingest(path, digest, done, store, known)
-
-
-def _n_rows(path: Path) -> int:
-    """Rows in the file's footer (0 if unreadable: validation says why)."""
-    try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except Exception:
-        return 0
-
-
-@dataclass
-class _InFlight:
-    """A file handed to a pool worker, and once it has answered, its report and summary."""
+@dataclass(eq=False)
+class _Slot:
+    """One input file through the phases: its digest, its check, and at last its outcome."""
 
     path: Path
-    digest: str
-    worker: Worker | None
-    done: Summarised | FileFailed | None = None
+    digest: str | None = None
+    checked: CheckedFile | None = None
+    copy_of: _Slot | None = None
+    """An earlier file of this call with the same bytes: this one shares its fate."""
+    outcome: FileOutcome | None = None
+
+    def resolve(self) -> FileOutcome:
+        """The outcome of a file that is not summarised: known from its digest or its check."""
+        if self.copy_of is not None:
+            first = self.copy_of.outcome
+            if first.status in ("ingested", "already ingested"):
+                return FileOutcome(self.path, "already ingested")
+            return replace(first, path=self.path)
+        report = self.checked.report
+        status = "skipped" if report.readable else "unreadable"
+        return FileOutcome(self.path, status, problems=report.problems)
 
 
-class _Pipeline:
-    """Files in order, each an outcome or in flight; the oldest is reported as soon as it is known."""
-
-    def __init__(self, pool: SummaryPool, store: StoreWriter, known: set[str], on_rows, on_file) -> None:
-        self.pool, self.store, self.known = pool, store, known
-        self.on_rows, self.on_file = on_rows, on_file
-        self.queue: deque[FileOutcome | _InFlight] = deque()
-
-    def collect(self) -> None:
-        """Wait for the answer of the oldest file still in flight, which frees its worker."""
-        job = next(j for j in self.queue if isinstance(j, _InFlight) and j.done is None)
+def _digests(files: list[Path], known: set[str]) -> list[_Slot]:
+    """A slot per file: unreadable, already in the store, a byte copy of an earlier file, or to do."""
+    slots, first = [], {}
+    for path in files:
+        slot = _Slot(path)
         try:
-            job.done = self.pool.result(job.worker, job.path)
-        except FileFailed as error:
-            job.done = error
-            return
-        self.on_rows(job.done.summary.n_rows if job.done.summary is not None else 0)
-
-    def submit(self, path: Path, digest: str) -> None:
-        """Hand `path` to a worker, first waiting for one to be free."""
-        if self.pool.full():
-            self.collect()
-        try:
-            self.queue.append(_InFlight(path, digest, self.pool.submit(path)))
-        except FileFailed as error:
-            self.queue.append(_InFlight(path, digest, None, error))
-
-    def report_ready(self) -> None:
-        """Report (ingesting the summarised ones) the oldest files whose outcome is known, in order."""
-        while self.queue and (isinstance(self.queue[0], FileOutcome) or self.queue[0].done is not None):
-            head = self.queue.popleft()
-            if isinstance(head, _InFlight) and isinstance(head.done, FileFailed):
-                head = _failed(head.path, head.done)
-            elif isinstance(head, _InFlight):
-                head = _ingest(head.path, head.digest, head.done, self.store, self.known)
-            self.on_file(head)
-
-    def finish(self) -> None:
-        """Report every file in the queue, waiting for those in flight."""
-        while self.queue:
-            self.report_ready()
-            if self.queue:
-                self.collect()
-
-
-def _replay_parallel(
-    files: list[Path],
-    store: StoreWriter,
-    known: set[str],
-    params: DecisionParams,
-    workers: int,
-    on_rows,
-    on_file,
-) -> None:
-    """Replay `files` in order, validating and summarising the next files on `workers` processes while
-    this one ingests (a worker gets its next file before the parent ingests its last one). Each file is
-    still ingested alone and in order; a file long enough for range workers (`default_workers`) is
-    replayed with them once every earlier file is in."""
-    with SummaryPool(workers, params) as pool:
-        pipeline = _Pipeline(pool, store, known, on_rows, on_file)
-        for path in files:
-            digest = _digest(path)
-            if isinstance(digest, FileOutcome):
-                pipeline.queue.append(digest)
-            elif digest in known:
-                pipeline.queue.append(FileOutcome(path, "already ingested"))
-            elif default_workers(_n_rows(path)) > 1:
-                pipeline.finish()
-                on_file(replay_file(path, store, known, params, on_rows, digest))
+            slot.digest = file_digest(path)
+        except OSError as error:  # permissions, a vanished file: reported like any unreadable file
+            problem = Problem("unreadable", None, 0, f"cannot read it: {error}")
+            slot.outcome = FileOutcome(path, "unreadable", problems=[problem])
+        else:
+            if slot.digest in known:
+                slot.outcome = FileOutcome(path, "already ingested")
+            elif slot.digest in first:
+                slot.copy_of = first[slot.digest]
             else:
-                pipeline.submit(path, digest)
-            pipeline.report_ready()
-        pipeline.finish()
+                first[slot.digest] = slot
+        slots.append(slot)
+    return slots
+
+
+def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
+    """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
+    todo = [s for s in slots if s.outcome is None and s.copy_of is None]
+    results = runner.map(("check", (s.path,)) for s in todo)
+    for i, (slot, checked) in enumerate(zip(todo, results, strict=True), 1):
+        if isinstance(checked, FileFailed):
+            slot.outcome = _failed(slot.path, checked)
+        else:
+            slot.checked = checked
+            bar.update(checked.report.n_rows or 0)
+        bar.set_description(f"checked {i}/{len(todo)} files")
+
+
+def _summaries(
+    slots: list[_Slot], runner, params: DecisionParams, bar: tqdm
+) -> Iterator[FileSummary | FileFailed]:
+    """The summary of each slot, in order: runs of small files on the runner, a file long enough for
+    range workers (`default_workers`) in this process once the files before it are done."""
+    for is_long, group in itertools.groupby(
+        slots, key=lambda s: default_workers(s.checked.report.n_rows) > 1
+    ):
+        group = list(group)
+        if is_long:
+            for slot in group:
+                try:
+                    yield summarise_file(slot.path, slot.checked.facts.resumes, params, on_batch=bar.update)
+                except Exception as error:  # one file's trouble never stops the others
+                    yield FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
+            continue
+        tasks = (("summarise", (s.path, s.checked.facts.resumes, params)) for s in group)
+        for slot, summary in zip(group, runner.map(tasks), strict=True):
+            bar.update(slot.checked.report.n_rows)
+            yield summary
 
 
 def file_workers(n_files: int) -> int:
@@ -284,11 +237,12 @@ def replay(
     progress: bool | None = None,
     workers: int | None = None,
     params: DecisionParams = DEFAULT_PARAMS,
+    max_staleness: int | None = None,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
-    order, summarising files on `workers` processes (default `file_workers`; 1: all in this process), with
-    the loss's thresholds `params` for the decision metrics (recorded in the store; a store made with
-    other parameters is refused).
+    order (see the module docstring), on `workers` processes (default `file_workers`; 1: all in this
+    process), with the loss's thresholds `params` for the decision metrics (recorded in the store; a store
+    made with other parameters is refused) and the trainer's `max_staleness` for the findings.
 
     Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
     `StoreError` for a store of other parameters."""
@@ -297,6 +251,7 @@ def replay(
         raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
     workers = file_workers(len(files)) if workers is None else workers
     outcomes, pending = [], []  # pending: known, but the store does not show them yet
+    findings: list[Finding] = []
 
     def report() -> None:
         """Hand the outcomes to `on_file` once the store shows them ("ingested" means readers see it)."""
@@ -306,23 +261,33 @@ def replay(
             if on_file is not None:
                 on_file(outcome)
 
+    runner = WorkerPool(workers) if workers > 1 else LocalRunner()
     try:
-        with StoreWriter(db_path, params) as store, _progress(files, progress) as bar:
-            known = store.digests()
-
-            def done(outcome: FileOutcome) -> None:
-                pending.append(outcome)
-                bar.set_description(f"{len(outcomes) + len(pending)}/{len(files)} files")
+        with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
+            slots = _digests(files, store.digests())
+            _check(slots, runner, bar)
+            checked = [s.checked for s in slots if s.checked is not None]
+            findings = judge_call(checked, max_staleness, duplicates=False)
+            todo = [s for s in slots if s.checked is not None and s.checked.facts is not None]
+            summaries = _summaries(todo, runner, params, bar)
+            bar.reset()
+            for i, slot in enumerate(slots, 1):
+                if slot.outcome is None and slot in todo:
+                    summary = next(summaries)
+                    slot.outcome = (
+                        _failed(slot.path, summary)
+                        if isinstance(summary, FileFailed)
+                        else _outcome(slot.path, slot.digest, summary, slot.checked.facts, store)
+                    )
+                elif slot.outcome is None:
+                    slot.outcome = slot.resolve()
+                pending.append(slot.outcome)
+                bar.set_description(f"replayed {i}/{len(files)} files")
                 if not store.unpublished:
                     report()
-
-            if workers > 1:
-                _replay_parallel(files, store, known, params, workers, bar.update, done)
-            else:
-                for path in files:
-                    done(replay_file(path, store, known, params, bar.update))
+            store.record_findings([f for f in findings if f.severity == "warning"])
     finally:
         report()  # after the last publish, also after an error or Ctrl-C (the store keeps what it ingested)
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
-    return ReplayReport(outcomes)
+    return ReplayReport(outcomes, findings)

@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -36,6 +36,7 @@ from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.errors import StoreError
 from evaluator.file_facts import duplicate_message, overlaps_sql
 from evaluator.file_summary import FileSummary
+from evaluator.findings import Finding
 from evaluator.problems import Problem
 from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS_DDL
 
@@ -312,6 +313,30 @@ class StoreWriter:
         if self._publish_s < CHEAP_PUBLISH_S or since >= self._publish_s / PUBLISH_SHARE:
             self.publish()
         return True
+
+    def record_findings(self, findings: Sequence[Finding]) -> None:
+        """Store the warnings of one replay about runs the store holds (one row per run and rule: a
+        rule that fires again replaces its row; one that does not keeps the row of earlier files)."""
+        if not findings:
+            return
+        found = pa.table(
+            {
+                "run_id": [f.run_id for f in findings],
+                "rule": [f.rule for f in findings],
+                "column_name": pa.array([f.column for f in findings], pa.string()),
+                "n_rows": pa.array([f.rows for f in findings], pa.int64()),
+                "message": [f.message for f in findings],
+            }
+        )
+        self.con.register("found", found)
+        try:
+            self.con.execute(
+                "INSERT OR REPLACE INTO run_finding SELECT *, now() FROM found "
+                "WHERE run_id IN (SELECT run_id FROM file_tokens)"
+            )
+        finally:
+            self.con.unregister("found")
+        self._dirty = True
 
     def _insert(self, path: Path, digest: str, summary: FileSummary) -> None:
         con = self.con

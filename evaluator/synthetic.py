@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -47,6 +48,11 @@ class SyntheticSpec:
     """Record `prox_logp` on every k-th step only (0: never, as a run trained without recompute)."""
     with_proximal_t: bool = True
     """Write `proximal_t_logp` and `proximal_t_version`."""
+    proximal_t_bug: Literal["none", "not_updated", "overwritten"] = "none"
+    """A bug in proximal_t's values (its recorded version stays behave_version + 1): `not_updated` keeps
+    the log-prob of behave_version (recomputed, so not bit-equal to behave_logp); `overwritten` gives every
+    earlier segment the log-prob of the last segment's version (every resume overwrote every token,
+    seeds/001). The proximal_t findings catch both."""
     loss_mask_drop: float = 0.02
     """Fraction of tokens with `loss_mask` false."""
 
@@ -120,9 +126,12 @@ def synthetic_steps(spec: SyntheticSpec, first_step: int, n_steps: int) -> pa.Ta
     }
     if spec.with_proximal_t:
         followed = segment < last_segment
-        columns["proximal_t_logp"] = np.where(
-            followed, logp(behave_version + 1.0, spec.engine_mismatch), behave_logp
-        )
+        carried = {
+            "none": behave_version + 1.0,
+            "not_updated": behave_version.astype(float),
+            "overwritten": behave_version + (last_segment - segment).astype(float),
+        }[spec.proximal_t_bug]
+        columns["proximal_t_logp"] = np.where(followed, logp(carried, spec.engine_mismatch), behave_logp)
         columns["proximal_t_version"] = np.where(followed, behave_version + 1, behave_version)
     order = np.lexsort((pos, seq_of, mb, step))
     return token_table({name: values[order] for name, values in columns.items()})

@@ -8,24 +8,28 @@ streaming passes and never loaded into Python:
 3. one GROUP BY per abort-resume segment `(run_id, seq_id, minibatch, behave_version)`, rolled up per
    sequence: duplicate rows, `pos` gaps, segment order, proximal_t coverage and `proximal_t_version`;
 4. the alignment audit (`evaluator.audit`) on a deterministic sample of sequences;
-5. across the files of one call: a token `(run_id, seq_id, minibatch, pos)` in more than one file
-   (`evaluator.file_facts`).
+5. across the files of one call (`judge_call`): a token `(run_id, seq_id, minibatch, pos)` in more than
+   one file (`evaluator.file_facts`), the audit pooled over a run's files where one file cannot decide,
+   and the data-driven findings per run (`evaluator.findings`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from evaluator import audit
 from evaluator.errors import NothingReadableError, UsageError
+from evaluator.evidence import Evidence, gather, pooled
 from evaluator.file_facts import FileFacts, cross_file_duplicates
+from evaluator.findings import Finding, run_findings
 from evaluator.problems import FileReport, Problem, format_key
 from evaluator.validate_sequences import sequence_facts, sequence_problems
 from schemas.token_log import (
@@ -53,17 +57,89 @@ def find_parquet_files(paths: Sequence[str | Path]) -> list[Path]:
     return list(found)
 
 
-def validate_paths(paths: Sequence[str | Path]) -> list[FileReport]:
-    """Validate every Parquet file under `paths`, each on its own and then across files (a token repeated
-    in a later file); raises `NothingReadableError` when there is none."""
+@dataclass
+class Validation:
+    """The verdict on the files of one call: a report per file (errors of the call-level checks
+    included) and the run-level findings (errors and warnings) of `evaluator.findings`."""
+
+    reports: list[FileReport]
+    findings: list[Finding]
+    checked: list[CheckedFile]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+
+def validate_paths(paths: Sequence[str | Path], max_staleness: int | None = None) -> Validation:
+    """Validate every Parquet file under `paths`, each on its own and then across the files of each run
+    (`judge_call`); raises `NothingReadableError` when there is none."""
     files = find_parquet_files(paths)
     if not files:
         raise NothingReadableError(f"no *.parquet files found in {', '.join(map(str, paths))}")
     checked = [check_file(path) for path in files]
-    clean = [(i, (c.report.path, c.facts)) for i, c in enumerate(checked) if c.facts is not None]
-    for j, problem in cross_file_duplicates([pair for _, pair in clean]).items():
-        checked[clean[j][0]].report.problems.append(problem)
-    return [c.report for c in checked]
+    return Validation([c.report for c in checked], judge_call(checked, max_staleness), checked)
+
+
+def judge_call(
+    checked: list[CheckedFile], max_staleness: int | None = None, duplicates: bool = True
+) -> list[Finding]:
+    """The checks that need several files, on the files that broke no rule of their own: a token in two
+    files (`duplicates`: replay checks against the store instead), the alignment audit pooled over a
+    run's files where one file alone was inconclusive, and the data-driven findings per run. An error
+    becomes a problem of the run's files (they lose their facts: replay skips them); every finding is
+    returned."""
+    clean = [c for c in checked if c.facts is not None]
+    if duplicates:
+        pairs = [(c.report.path, c.facts) for c in clean]
+        for j, problem in cross_file_duplicates(pairs).items():
+            clean[j].report.problems.append(problem)
+    by_run: dict[str, list[CheckedFile]] = {}
+    for c in checked:
+        if len(c.run_ids) == 1:
+            by_run.setdefault(c.run_ids[0], []).append(c)
+    for run_id, files in by_run.items():
+        _pooled_audit(run_id, files)
+    clean = [c for c in clean if c.report.ok]
+    found = run_findings(pooled([c.evidence for c in clean]), max_staleness) if clean else []
+    for finding in (f for f in found if f.severity == "error"):
+        for c in clean:
+            if finding.run_id in c.runs() and _shows(c, finding, max_staleness):
+                c.report.problems.append(finding.problem())
+    for c in checked:
+        if not c.report.ok:
+            c.facts = None
+    return found
+
+
+def _pooled_audit(run_id: str, files: list[CheckedFile]) -> None:
+    """Settle the audit checks a file alone left inconclusive on the evidence of every file of its run
+    (the decided ones too: a run's files come from one trainer). A misalignment found so is reported on
+    the inconclusive files whose own evidence leans the same way."""
+    undecided = [(c, audit.inconclusive(c.audit)) for c in files]
+    for check in sorted({check for _, u in undecided for check in u}):
+        holders = [c for c, u in undecided if check in u]
+        sources = [c for c in files if not isinstance(c.audit.get(check, "none"), str)]
+        if len(sources) < 2:
+            continue
+        pooled_evidence = audit.pool([c.audit[check] for c in sources])
+        problems, notes = audit.judge_evidence({check: pooled_evidence})
+        shift = audit.best_shift(audit.fit_of(check, pooled_evidence))
+        where = f"pooled over {len(sources)} files of run {run_id}"
+        for c in holders:
+            if problems and audit.best_shift(audit.fit_of(check, c.audit[check])) == shift:
+                c.report.problems += [
+                    Problem(p.rule, p.column, p.rows, f"{where}: {p.message}") for p in problems
+                ]
+            c.report.notes += [f"{n} ({where})" for n in notes]
+
+
+def _shows(c: CheckedFile, finding: Finding, max_staleness: int | None) -> bool:
+    """A run-level error belongs to every file of the run, but tokens beyond the maximum staleness to the
+    files that hold them."""
+    if finding.rule != "staleness_beyond_max":
+        return True
+    return bool(pc.any(pc.greater(c.evidence.cells["staleness"], max_staleness)).as_py())
 
 
 def require_readable(reports: Sequence[FileReport]) -> None:
@@ -79,6 +155,16 @@ class CheckedFile:
 
     report: FileReport
     facts: FileFacts | None = None
+    audit: dict = field(default_factory=dict)
+    """The alignment audit's evidence (`evaluator.audit`), for pooling over a run's files."""
+    evidence: Evidence | None = None
+    """The aggregates of the data-driven findings (`evaluator.evidence`), when the file broke no rule."""
+    run_ids: list[str] = field(default_factory=list)
+    """The runs of a file whose rows and sequences broke no rule (the alignment audit aside)."""
+
+    def runs(self) -> list[str]:
+        """The runs of a file that broke no rule."""
+        return sorted(set(self.facts.sequences["run_id"].to_pylist())) if self.facts is not None else []
 
 
 def validate_file(path: Path) -> FileReport:
@@ -117,11 +203,14 @@ def check_file(path: Path) -> CheckedFile:
         _open_source(con, path)
         problems += _row_problems(con, usable)
         problems += sequence_problems(con, usable)
-        audit_problems, notes = audit.audit_alignment(con, usable, n_rows)
+        if not problems:
+            checked.run_ids = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM src").fetchall()]
+        audit_problems, notes, checked.audit = audit.audit_alignment(con, usable, n_rows)
         problems += audit_problems
         checked.report.notes += notes
         if not problems:
             checked.facts = sequence_facts(con)
+            checked.evidence = gather(con, usable)
     except duckdb.Error as error:
         problems.append(
             Problem("unreadable", None, 0, f"cannot read the data (truncated or corrupt?): {error}")

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from evaluator.findings import Finding
 from evaluator.problems import FileReport
 from evaluator.text_table import aligned_lines
 
 _HEADER = ("rule", "column", "rows", "message")
 
 
-def report_dict(reports: Sequence[FileReport]) -> dict:
-    """`{"files": [{path, n_rows, ok, readable, problems: [...], notes: [...]}], "summary": {...}}`."""
+def report_dict(reports: Sequence[FileReport], findings: Sequence[Finding] = ()) -> dict:
+    """`{"files": [{path, n_rows, ok, readable, problems: [...], notes: [...]}], "runs": [{run_id,
+    findings: [{rule, severity, column, rows, message}]}], "summary": {...}}`."""
     files = [
         {
             "path": str(r.path),
@@ -26,35 +28,65 @@ def report_dict(reports: Sequence[FileReport]) -> dict:
         }
         for r in reports
     ]
-    return {"files": files, "summary": _counts(reports)}
+    runs: dict[str, list] = {}
+    for f in findings:
+        runs.setdefault(f.run_id, []).append(
+            {"rule": f.rule, "severity": f.severity, "column": f.column, "rows": f.rows, "message": f.message}
+        )
+    runs_list = [{"run_id": run, "findings": found} for run, found in runs.items()]
+    return {"files": files, "runs": runs_list, "summary": _counts(reports, findings)}
 
 
-def render_json(reports: Sequence[FileReport]) -> str:
-    return json.dumps(report_dict(reports), indent=2)
+def render_json(reports: Sequence[FileReport], findings: Sequence[Finding] = ()) -> str:
+    return json.dumps(report_dict(reports, findings), indent=2)
 
 
-def render_table(reports: Sequence[FileReport], *, verbose: bool = False) -> str:
+def render_table(
+    reports: Sequence[FileReport], findings: Sequence[Finding] = (), *, verbose: bool = False
+) -> str:
     """One block per file (problems as rule, column, rows, message; rows `-` where the rule is not
-    row-based), then a line of counts.
+    row-based), one per run with data-driven findings, then a line of counts.
     `verbose` adds the notes: what the alignment audit compared, sampling, inconclusive checks."""
     blocks = [_file_block(r, verbose) for r in reports]
-    return "\n\n".join([*blocks, summary_line(reports)])
+    runs = sorted({f.run_id for f in findings})
+    blocks += [_run_block(run, [f for f in findings if f.run_id == run]) for run in runs]
+    return "\n\n".join([*blocks, summary_line(reports, findings)])
 
 
-def summary_line(reports: Sequence[FileReport]) -> str:
-    c = _counts(reports)
+def _run_block(run_id: str, findings: Sequence[Finding]) -> str:
+    warnings = sum(f.severity == "warning" for f in findings)
+    errors = len(findings) - warnings
+    lines = [f"run {run_id}  {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"]
+    lines += [f"  {line}" for line in findings_lines(findings, with_run=False)]
+    return "\n".join(lines)
+
+
+def findings_lines(findings: Sequence[Finding], with_run: bool = True) -> list[str]:
+    """The findings as an aligned table: severity, (run), rule, column, rows, message."""
+    header = ("severity", *(("run",) if with_run else ()), "rule", "column", "rows", "message")
+    table = [header] + [
+        (f.severity, *((f.run_id,) if with_run else ()), f.rule, f.column or "-", f"{f.rows:,}", f.message)
+        for f in findings
+    ]
+    return aligned_lines(table, right={len(header) - 2})
+
+
+def summary_line(reports: Sequence[FileReport], findings: Sequence[Finding] = ()) -> str:
+    c = _counts(reports, findings)
+    warnings = f"; {c['warnings']} warning{'s' * (c['warnings'] != 1)}" if c["warnings"] else ""
     return (
         f"{c['files']} file{'s' if c['files'] != 1 else ''}: {c['clean']} clean, "
-        f"{c['with_problems']} with problems, {c['unreadable']} unreadable"
+        f"{c['with_problems']} with problems, {c['unreadable']} unreadable{warnings}"
     )
 
 
-def _counts(reports: Sequence[FileReport]) -> dict[str, int]:
+def _counts(reports: Sequence[FileReport], findings: Sequence[Finding] = ()) -> dict[str, int]:
     return {
         "files": len(reports),
         "clean": sum(r.ok for r in reports),
         "with_problems": sum(r.readable and not r.ok for r in reports),
         "unreadable": sum(not r.readable for r in reports),
+        "warnings": sum(f.severity == "warning" for f in findings),
     }
 
 

@@ -61,8 +61,11 @@ FIGURES: dict[str, str] = {
     "kl_k3": "mean exp(r) - 1 - r",
     "safe_staleness": "the largest staleness s such that every staleness <= s with enough tokens meets the "
     "tolerance",
+    "warnings": "the number of data-driven warnings stored with the run (`run_findings`); no method",
 }
 ESTIMATOR_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate", "safe_staleness")
+RUN_FIGURES = ("warnings",)
+"""Figures of a whole run, judged without a method."""
 
 # Summary statistics every view carries for each (method, metric).
 STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
@@ -84,6 +87,7 @@ OTHER_PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
         "shipped_over_own",
     ),
     "mismatch_summary": ("run_id", "staleness", "n", "drift", "prob_drift", "exp_abs_drift", "floor_share"),
+    "run_findings": ("run_id", "rule", "column_name", "n_rows", "message", "found_at"),
 }
 
 QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}

@@ -75,3 +75,16 @@ CREATE TABLE IF NOT EXISTS sketch_by_staleness (
     bucket    INTEGER NOT NULL,
     count     BIGINT NOT NULL
 );
+
+-- The data-driven warnings about each run (evaluator/findings.py; an error skips the run's files instead),
+-- judged on the files of the replay that ingested them: one row per run and rule, the latest replay's
+-- evidence. A run the gate judges has a warning count (0 when it has no row here).
+CREATE TABLE IF NOT EXISTS run_finding (
+    run_id      VARCHAR NOT NULL,
+    rule        VARCHAR NOT NULL,
+    column_name VARCHAR,
+    n_rows      BIGINT NOT NULL,           -- the tokens the evidence is about
+    message     VARCHAR NOT NULL,          -- what was seen and what to check in the trainer
+    found_at    TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, rule)
+);

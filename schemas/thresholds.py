@@ -23,6 +23,7 @@ from schemas.store import (
     FIGURES,
     METHODS,
     METRICS,
+    RUN_FIGURES,
     STATS,
     TRUTH_ONLY_METRICS,
     Tolerance,
@@ -37,7 +38,7 @@ BETTER = ("lower", "higher")
 # Keys a [[check]] may hold, with their meaning (the README's table follows this).
 CHECK_KEYS: dict[str, str] = {
     "name": "test-case name; default derived from the other keys",
-    "method": "estimator: " + ", ".join(METHODS),
+    "method": "estimator: " + ", ".join(METHODS) + " (none for figure = 'warnings')",
     "metric": "metric: " + ", ".join(METRICS),
     "stat": "statistic: " + ", ".join(STATS),
     "figure": "instead of metric and stat, a derived figure: " + ", ".join(FIGURES),
@@ -70,7 +71,7 @@ class Check:
 
     index: int
     name: str
-    method: str
+    method: str | None = None
     metric: str | None = None
     stat: str | None = None
     figure: str | None = None
@@ -152,7 +153,10 @@ def _parse_check(raw: dict, index: int, defaults: dict[str, Any], source: str) -
     name = raw.get("name")
     where = f"{source}: check {index}" + (f" ({name!r})" if isinstance(name, str) else "")
     _reject_unknown(raw, tuple(CHECK_KEYS), where)
-    needed = ("method", "figure") if "figure" in raw else ("method", "metric", "stat")
+    if raw.get("figure") in RUN_FIGURES:
+        needed = ("figure",)
+    else:
+        needed = ("method", "figure") if "figure" in raw else ("method", "metric", "stat")
     for key in needed:
         if key not in raw:
             raise ThresholdsFormatError(f"{where}: missing required key {key!r} ({CHECK_KEYS[key]})")
@@ -200,6 +204,12 @@ def _check_rules(values: dict[str, Any], where: str) -> None:
             f"{where}: key 'figure': {values['figure']!r} compares an estimate with the ground truth; "
             "method 'ground_truth' has none"
         )
+    if values.get("figure") in RUN_FIGURES:
+        for key in ("method", "staleness"):
+            if key in values:
+                raise ThresholdsFormatError(
+                    f"{where}: key {key!r}: figure {values['figure']!r} counts over the whole run"
+                )
     if values.get("figure") == "safe_staleness" and "staleness" in values:
         raise ThresholdsFormatError(f"{where}: key 'staleness': safe_staleness looks at every staleness")
     for key in SAFE_STALENESS_KEYS:
@@ -280,9 +290,10 @@ def _number(x: float) -> str:
 
 
 def default_name(values: dict[str, Any]) -> str:
-    """e.g. 'loglinear abs_error p99 <= 0.05 [staleness 1-4]', 'loglinear gradient_mass_error <= 0.01'."""
+    """e.g. 'loglinear abs_error p99 <= 0.05 [staleness 1-4]', 'loglinear gradient_mass_error <= 0.01',
+    'warnings <= 0'."""
     parts = [
-        values["method"],
+        *([values["method"]] if "method" in values else []),
         *([values["figure"]] if "figure" in values else [values["metric"], values["stat"]]),
     ]
     if "min" in values:

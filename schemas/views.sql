@@ -56,3 +56,7 @@ WITH by_staleness AS (
 SELECT s.run_id, s.staleness, s.n, s.drift, s.prob_drift, s.exp_abs_drift,
        least(f.drift / nullif(s.drift, 0), 1.0) AS floor_share
 FROM by_staleness s LEFT JOIN by_staleness f ON f.run_id = s.run_id AND f.staleness = 0;
+
+-- The data-driven warnings stored with each run (evaluator/findings.py), newest first.
+CREATE OR REPLACE VIEW run_findings AS
+SELECT run_id, rule, column_name, n_rows, message, found_at FROM run_finding ORDER BY run_id, found_at DESC, rule;

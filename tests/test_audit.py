@@ -15,7 +15,7 @@ from evaluator import audit
 from evaluator.audit import ShiftFit, judge
 from evaluator.logio import write_log_atomic
 from evaluator.synthetic import synthetic_steps
-from evaluator.validate import validate_file
+from evaluator.validate import validate_file, validate_paths
 from tests.builders import (
     FIRST_STEP,
     N_STEPS,
@@ -93,10 +93,12 @@ class TestShiftedLogsAreCaught:
         packed = set_column(table, "behave_logp", np.roll(table["behave_logp"].to_numpy(), 1))
         assert [p.column for p in findings(packed, tmp_path)] == ["behave_logp"]
 
-    def test_rolled_prox_logp_shows_on_both_and_says_so(self, table, tmp_path):
-        rolled = roll_within_sequences(table, "prox_logp", 1)
-        assert sorted(p.column for p in findings(rolled, tmp_path)) == ["behave_logp", "theta_logp"]
-        assert any("prox_logp may be the shifted one" in n for n in notes(rolled, tmp_path))
+    @pytest.mark.parametrize("shift", [1, -1])
+    def test_rolled_prox_logp_is_named_as_such(self, table, tmp_path, shift):
+        """behave_logp and theta_logp both fit prox_logp at the opposite shift: one finding, on prox_logp."""
+        (problem,) = findings(roll_within_sequences(table, "prox_logp", shift), tmp_path)
+        assert (problem.rule, problem.column) == ("misaligned_logp", "prox_logp")
+        assert f"prox_logp fits behave_logp and theta_logp better shifted by {shift:+d}" in problem.message
 
     def test_large_files_are_sampled_and_say_so(self, table, tmp_path, monkeypatch):
         monkeypatch.setattr(audit, "MAX_AUDIT_TOKENS", table.num_rows // 2)
@@ -168,3 +170,14 @@ class TestRealFixtures:
         for path in FIXTURE_FILES:
             rolled = roll_within_sequences(pq.read_table(path).sort_by(SEQUENCE_ORDER), "theta_logp", -1)
             assert [p.column for p in findings(rolled, tmp_path)] == ["theta_logp"], path.name
+
+    @pytest.mark.parametrize("column", ["behave_logp", "theta_logp"])
+    def test_shifted_column_is_caught_on_every_file_of_a_run(self, tmp_path, column):
+        """Every file rolled, validated in one call: files that alone are inconclusive are settled on the
+        run's pooled evidence, so each file of the run reports the shift."""
+        for path in FIXTURE_FILES:
+            rolled = roll_within_sequences(pq.read_table(path).sort_by(SEQUENCE_ORDER), column, 1)
+            write_log_atomic(rolled, tmp_path / path.name)
+        reports = validate_paths([tmp_path]).reports
+        missed = [r.path.name for r in reports if not any(p.column == column for p in r.problems)]
+        assert missed == [] and len(reports) == len(FIXTURE_FILES)

@@ -355,3 +355,25 @@ def test_pages_while_replay_writes(tmp_path, monkeypatch):
     assert at.sidebar.selectbox(key="run").options == ["loglinear", "recompute"]
     assert renders > 3, renders
     print(f"{renders} page renders while replay wrote")
+
+
+def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
+    """A run whose loss mask was rolled: replay stores the warning, the Overview leads with it."""
+    import numpy as np
+
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay import replay
+    from tests.builders import clean_table, sequence_index, where
+
+    table = clean_table()
+    _, starts, lengths = sequence_index(table)
+    last = np.zeros(table.num_rows, bool)
+    last[starts + lengths - 1] = True
+    write_log_atomic(where(table, "loss_mask", last, False), tmp_path / "logs" / "a.parquet")
+    replay([tmp_path / "logs"], tmp_path / "m.duckdb", progress=False)
+    at = run_app(tmp_path / "m.duckdb", monkeypatch, page="overview")
+    no_exception(at)
+    assert "1 data-driven warning about builder" in at.warning[0].value
+    assert frame_with(at, "rule")["rule"].tolist() == ["loss_mask_edge"]
+    clean = run_app(tmp_path / "m.duckdb", monkeypatch, page="drift")
+    assert not clean.warning  # the Overview only

@@ -20,7 +20,7 @@ from evaluator.gate import run_gate, selection_stats
 from evaluator.logio import write_log_atomic
 from evaluator.replay import replay
 from schemas.store import STATS
-from schemas.thresholds import DEFAULT_THRESHOLDS
+from schemas.thresholds import DEFAULT_THRESHOLDS, load_thresholds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 METHOD, METRIC = "loglinear", "abs_error"
@@ -236,7 +236,9 @@ def test_missing_metric_on_a_run_logged_without_the_recompute_pass(tmp_path):
         ("fail", "threshold"),
     ]
     code, report = gate(db, tmp_path, DEFAULT_THRESHOLDS.read_text())
-    assert code == 1 and {v["outcome"] for v in report["verdicts"]} == {"missing_metric"}
+    by_figure = {v["figure"] == "warnings": v["outcome"] for v in report["verdicts"]}
+    assert code == 1 and {v["outcome"] for v in report["verdicts"]} == {"missing_metric", "ok"}
+    assert by_figure == {True: "ok", False: "missing_metric"}  # the run's warnings need no truth
 
 
 def test_every_run_by_default_and_reports(db, views, tmp_path):
@@ -282,7 +284,8 @@ def test_missing_database_exits_2(tmp_path):
 
 def test_default_thresholds_run_on_the_fixtures(db, views, capsys):
     result = run_gate(db, DEFAULT_THRESHOLDS)
-    assert len(result.verdicts) == 9 * len(views["summary"])
+    assert len(result.verdicts) == len(load_thresholds(DEFAULT_THRESHOLDS).checks) * len(views["summary"])
+    assert {v.verdict for v in result.verdicts if v.check.figure == "warnings"} == {"pass"}  # clean logs
     assert {v.outcome for v in result.verdicts} <= {"ok", "threshold"}  # every metric measured, enough tokens
     with capsys.disabled():
         counts = ", ".join(f"{result.count(v)} {v}" for v in ("pass", "warn", "fail"))

@@ -1,4 +1,4 @@
-"""A folder replayed on worker processes (`evaluator.summary_pool`) against the same folder replayed in
+"""A folder replayed on worker processes (`evaluator.workers`) against the same folder replayed in
 one process: the same stored numbers bit for bit, the same outcomes in the same order, and no worker
 process left behind after an error or a Ctrl-C."""
 
@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from evaluator import replay as replay_module
-from evaluator import summary_pool
+from evaluator import workers as worker_pool
 from evaluator.logio import token_table, write_log_atomic
 from evaluator.replay import replay
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
@@ -110,7 +110,7 @@ def test_a_failing_worker_fails_its_file_only_and_leaves_no_process(folder, tmp_
     """Every worker dies at start (a broken install): each file is reported as failed, with the worker's
     stderr, and the replay ends without a traceback or a process left."""
     before = workers_now()
-    monkeypatch.setattr(summary_pool, "WORKER_MODULE", "evaluator.no_such_worker")
+    monkeypatch.setattr(worker_pool, "WORKER_MODULE", "evaluator.no_such_worker")
     report = replay([folder], tmp_path / "m.duckdb", progress=False, workers=2)
     assert {o.status for o in report.outcomes} == {"failed"} and not report.clean
     assert all("worker process exited" in o.line() and "no_such_worker" in o.line() for o in report.outcomes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.store import FIGURES, METHODS, METRICS, STATS, TRUTH_ONLY_METRICS
+from schemas.store import FIGURES, METHODS, METRICS, RUN_FIGURES, STATS, TRUTH_ONLY_METRICS
 from schemas.thresholds import (
     CHECK_KEYS,
     Check,
@@ -104,9 +104,17 @@ class TestParse:
         for metric in METRICS:
             method = "ground_truth" if metric in TRUTH_ONLY_METRICS else "loglinear"
             assert one(MINIMAL.replace("abs_error", metric).replace("loglinear", method)).metric == metric
-        for figure in FIGURES:
+        for figure in set(FIGURES) - set(RUN_FIGURES):
             check = one(FIGURE.replace("gradient_mass_error", figure))
             assert (check.figure, check.measure, check.metric, check.stat) == (figure, figure, None, None)
+
+    def test_a_run_figure_takes_no_method(self):
+        check = one('[[check]]\nfigure = "warnings"\nmax = 0\n')
+        assert (check.method, check.figure, check.name) == (None, "warnings", "warnings <= 0")
+        with pytest.raises(ThresholdsFormatError, match="method"):
+            one('[[check]]\nmethod = "loglinear"\nfigure = "warnings"\nmax = 0\n')
+        with pytest.raises(ThresholdsFormatError, match="staleness"):
+            one('[[check]]\nfigure = "warnings"\nmax = 0\nstaleness = [1, 2]\n')
 
     def test_a_figure_check(self):
         check = one(FIGURE + "staleness = [1, 5]\n")
@@ -237,7 +245,7 @@ def test_missing_file_is_an_error(tmp_path):
 def test_default_thresholds_file_parses(repo_root):
     thresholds = load_thresholds(repo_root / "schemas" / "default_thresholds.toml")
     assert thresholds.checks
-    assert all(check.min_tokens >= 1000 for check in thresholds.checks)
+    assert all(check.min_tokens >= 1000 for check in thresholds.checks if check.figure not in RUN_FIGURES)
     # blocking: the decision figures at DOMAIN.md 3b's 1% tolerance; the nats of AReaL's "typical good
     # values" (0.001-0.01 absolute, 0.1%-1% relative) only warn
     blocking = {c.figure: c.max for c in thresholds.checks if not c.warn_only}

@@ -116,7 +116,7 @@ def test_two_ranks_writing_the_same_sequences(tmp_path):
 
 def test_validate_reports_the_same_cross_file_duplicates(tmp_path, fixture_copy):
     original, copy = fixture_copy
-    a, b = validate_paths([original.parent])
+    a, b = validate_paths([original.parent]).reports
     assert a.ok and [p.rule for p in b.problems] == ["duplicate_across_files"]
     assert str(original) in b.problems[0].message
     result = CliRunner().invoke(cli, ["validate", str(original.parent)])
@@ -125,7 +125,7 @@ def test_validate_reports_the_same_cross_file_duplicates(tmp_path, fixture_copy)
 
 def test_validate_two_ranks(tmp_path):
     rank0, rank1, shared = two_ranks(tmp_path / "logs")
-    reports = validate_paths([tmp_path / "logs"])
+    reports = validate_paths([tmp_path / "logs"]).reports
     assert reports[0].ok and reports[1].problems[0].rows == shared
 
 
@@ -146,6 +146,6 @@ def test_files_of_other_steps_runs_and_minibatches_are_not_duplicates(tmp_path):
         pc.multiply(first["n_minibatches"], pa.scalar(2, pa.int32())),
     )
     write_log_atomic(other_minibatch, tmp_path / "logs" / "z-0.parquet")
-    assert all(r.ok for r in validate_paths([tmp_path / "logs"]))
+    assert all(r.ok for r in validate_paths([tmp_path / "logs"]).reports)
     result = CliRunner().invoke(cli, ["replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb")])
     assert result.exit_code == EXIT_OK, result.output

@@ -38,7 +38,7 @@ class TestShortRun:
         ]
         for path in out.glob("*.parquet"):
             assert pq.read_schema(path).equals(arrow_schema(), check_metadata=True)
-        reports = validate_paths([out])
+        reports = validate_paths([out]).reports
         assert [(r.path.name, r.problems) for r in reports if r.problems] == []
         assert sum(r.n_rows for r in reports) > 0
 
@@ -84,7 +84,7 @@ def test_loglinear_trains_without_prox_except_audited_steps(tmp_path):
     rows = pq.read_table(tmp_path).to_pandas()
     has_prox = rows.groupby("step")["prox_logp"].apply(lambda s: s.notna().all())
     assert has_prox.to_dict() == {0: True, 1: False, 2: True, 3: False}
-    assert not [r for r in validate_paths([tmp_path]) if r.problems]
+    assert not [r for r in validate_paths([tmp_path]).reports if r.problems]
 
 
 def test_cli_options_mirror_args(tmp_path):
@@ -122,7 +122,7 @@ def test_smollm2_run_validates_clean(tmp_path):
     train(args)
     rows = pq.read_table(tmp_path).to_pandas()
     assert len(rows) > 0 and rows["token_id"].max() > 1000  # SmolLM2's vocabulary, not the tiny one
-    assert not [r for r in validate_paths([tmp_path]) if r.problems]
+    assert not [r for r in validate_paths([tmp_path]).reports if r.problems]
 
 
 def test_a_second_training_into_the_same_folder_is_refused(short_run, tmp_path):

@@ -131,18 +131,20 @@ class TestPaths:
             validate_paths([tmp_path])
 
     def test_require_readable(self, tmp_path, table):
-        broken = validate_paths([build("not_parquet", tmp_path, table).path])
+        broken = validate_paths([build("not_parquet", tmp_path, table).path]).reports
         with pytest.raises(NothingReadableError, match="not_parquet"):
             require_readable(broken)
         require_readable(
-            validate_paths([write_log_atomic(table, tmp_path / "ok.parquet"), *[r.path for r in broken]])
+            validate_paths(
+                [write_log_atomic(table, tmp_path / "ok.parquet"), *[r.path for r in broken]]
+            ).reports
         )
 
 
 class TestReports:
     def test_json_has_every_file_problem_and_counts(self, tmp_path, table, clean_file):
         broken = build("positive_logp", tmp_path, table)
-        data = report_dict(validate_paths([clean_file, broken.path]))
+        data = report_dict(validate_paths([clean_file, broken.path]).reports)
         assert [f["ok"] for f in data["files"]] == [True, False]
         assert data["files"][1]["problems"][0] == {
             "rule": "positive_logp",
@@ -150,10 +152,11 @@ class TestReports:
             "rows": broken.rows,
             "message": data["files"][1]["problems"][0]["message"],
         }
-        assert data["summary"] == {"files": 2, "clean": 1, "with_problems": 1, "unreadable": 0}
+        assert data["summary"] == {"files": 2, "clean": 1, "with_problems": 1, "unreadable": 0, "warnings": 0}
+        assert data["runs"] == []
 
     def test_table_has_one_block_per_file_and_a_count_line(self, tmp_path, table, clean_file):
-        reports = validate_paths([clean_file, build("pos_gap", tmp_path, table).path])
+        reports = validate_paths([clean_file, build("pos_gap", tmp_path, table).path]).reports
         text = render_table(reports)
         assert "clean.parquet" in text and "pos_gap.parquet" in text and "pos_gap  pos" in text
         assert text.splitlines()[-1] == "2 files: 1 clean, 1 with problems, 0 unreadable"

@@ -1,5 +1,6 @@
-"""Overview: the decision first (may I ship this estimator?), then the engine mismatch floor, what is in
-the store, the gate's verdict and the headline error of each method on the selected run."""
+"""Overview: the run's data-driven warnings if any, the decision (may I ship this estimator?), then the
+engine mismatch floor, what is in the store, the gate's verdict and the headline error of each method on
+the selected run."""
 
 from __future__ import annotations
 
@@ -54,6 +55,20 @@ def _gate(ctx: Context) -> None:
     st.dataframe(verdicts, hide_index=True, width="stretch")
 
 
+def _findings(ctx: Context) -> None:
+    """The run's data-driven warnings (stored by replay): what to check in the trainer before trusting
+    any number below."""
+    rows = load(ctx.db, "findings", ctx.run_id)
+    if rows.empty:
+        return
+    st.warning(
+        f"{len(rows)} data-driven warning{'s' * (len(rows) != 1)} about {plain(ctx.run_id)}: the logs look "
+        "wrong in a way a trainer bug leaves (docs/validate.md, 'Findings'). Check before trusting the "
+        "numbers."
+    )
+    st.dataframe(rows, hide_index=True, width="stretch")
+
+
 def _pairing(ctx: Context) -> None:
     """How much AReaL's shipped version pairing adds to the error on this run, and what to compare."""
     rows = load(ctx.db, "pairing", ctx.run_id).dropna(subset=["shipped_over_own"])
@@ -96,6 +111,7 @@ def _mismatch(ctx: Context) -> None:
 
 
 def render(ctx: Context) -> None:
+    _findings(ctx)
     decision.render(ctx)
     _mismatch(ctx)
     st.subheader("What is in the store")
