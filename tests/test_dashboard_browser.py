@@ -23,7 +23,7 @@ ARTIFACTS = Path(__file__).resolve().parent / "_artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 N_STEPS, TOKENS_PER_STEP = 1000, 512
-CHARTS = {"overview": 2, "drift": 3, "weights": 2, "training": 3, "compare": 2, "tokens": 1}
+CHARTS = {"overview": 2, "drift": 3, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
 
 pytestmark = [
     pytest.mark.slow,
@@ -101,7 +101,11 @@ def _wait_rendered(page, slug: str, start: float) -> tuple[float, float]:
     """Seconds from `start` until the page's script finished, and until its charts were drawn."""
     page.wait_for_function(SCRIPT_DONE, arg=PAGES[slug][0], timeout=30_000, polling=10)
     script = time.perf_counter() - start
-    page.wait_for_function(CHARTS_DRAWN, arg=CHARTS[slug], timeout=30_000, polling=10)
+    try:
+        page.wait_for_function(CHARTS_DRAWN, arg=CHARTS[slug], timeout=30_000, polling=10)
+    except Exception as error:  # playwright's TimeoutError: say which page and what it drew
+        drawn = page.locator('[data-testid="stPlotlyChart"]').count()
+        pytest.fail(f"page {slug}: {drawn} charts after 30 s, expected {CHARTS[slug]} ({error})")
     return script, time.perf_counter() - start
 
 
