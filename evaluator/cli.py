@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from evaluator import __version__
+from evaluator.cli_exchange import export_cmd, import_cmd
 from evaluator.dataclass_options import DataclassCommand
 from evaluator.errors import ProxauditError, UsageError
 from evaluator.text_table import printable
@@ -384,6 +385,10 @@ def demo(out, train, serve, host, port) -> None:
         from evaluator.gate import DEFAULT_THRESHOLDS
 
         sys.exit(serve_dashboard(result.db, host, port, DEFAULT_THRESHOLDS))
+
+
+cli.add_command(import_cmd)
+cli.add_command(export_cmd)
 
 
 def main() -> None:

@@ -33,12 +33,14 @@ from evaluator.findings import Finding, run_findings
 from evaluator.problems import FileReport, Problem, format_key
 from evaluator.validate_sequences import sequence_facts, sequence_problems
 from schemas.token_log import (
+    ASSUMED_ON_POLICY,
     COLUMNS,
     COLUMNS_BY_NAME,
     LOGP_COLUMNS,
     SCHEMA_VERSION_KEY,
     SUPPORTED_SCHEMA_VERSIONS,
     VERSION_COLUMNS,
+    VERSIONS_KEY,
     type_name,
 )
 
@@ -194,6 +196,12 @@ def check_file(path: Path) -> CheckedFile:
     problems = _schema_problems(schema, metadata)
     usable = _usable_columns(schema)
     checked = CheckedFile(FileReport(path, n_rows, problems))
+    if metadata.get(VERSIONS_KEY) == ASSUMED_ON_POLICY:
+        checked.report.notes.append(
+            "behave_version assumed = step (imported from a dump without versions): every token at "
+            "staleness 0, so the drift is the whole behave -> prox gap, engine mismatch and staleness "
+            "together"
+        )
     if n_rows == 0:
         checked.report.notes.append("empty file: no rows to check")
         return checked

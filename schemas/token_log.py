@@ -43,6 +43,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("reward", pa.float32(), False, "sequence reward, repeated on each of its tokens"),
 )
 
+VERSIONS_KEY = b"proxaudit.versions"
+"""Optional key-value metadata (schema v1, minor addition): how `behave_version` was obtained. Absent or
+`recorded`: the trainer recorded it. `assumed_on_policy`: an importer's dump had no versions and wrote
+`behave_version = step` (every token at staleness 0); the drift it shows is the whole behave -> prox gap."""
+ASSUMED_ON_POLICY = b"assumed_on_policy"
+SOURCE_KEY = b"proxaudit.source"
+"""Optional key-value metadata: where an imported file came from (`format:file`)."""
+
 COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.required)
 LOGP_COLUMNS: tuple[str, ...] = ("behave_logp", "prox_logp", "theta_logp", "proximal_t_logp")

@@ -1,0 +1,88 @@
+"""`proxaudit import` and `proxaudit export`: other trainers' dumps in, the store's series out to
+TensorBoard and W&B. Registered on the main group by `evaluator.cli`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_USAGE = 2  # as evaluator.cli: a usage or input error
+
+
+@click.command("import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["nemo-rl", "prime-rl"]))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for the Parquet logs.")
+@click.option("--run-id", default=None, help="run_id of the rows [default: the name of the first PATH].")
+def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None) -> None:
+    """Convert a trainer's per-token dump to schema v1 Parquet (one file per dump file, streamed), then
+    `validate` and `replay` it as any log. FORMAT: nemo-rl (train_data_step{N}.jsonl), prime-rl
+    (token_exports/step_{N}/rank_{R}.jsonl). docs/importers.md says what each dump lacks."""
+    from evaluator.importers import FORMATS
+    from evaluator.importers.rows import ImportFormatError
+
+    module = FORMATS[fmt]
+    run_id = run_id or Path(paths[0]).resolve().name
+    try:
+        files = module.find(paths)
+    except ImportFormatError as error:
+        click.echo(f"proxaudit: error: {error}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not files:
+        click.echo(f"proxaudit: error: no {fmt} dump files in {', '.join(paths)}", err=True)
+        sys.exit(EXIT_USAGE)
+    failed = 0
+    for path in files:
+        try:
+            result = module.convert(path, Path(out), run_id)
+        except (ImportFormatError, OSError) as error:
+            failed += 1
+            click.echo(f"{path}: failed: {error}")
+            continue
+        where = result.out or "nothing written (no token in the loss)"
+        skipped = f", {result.skipped} without a loss token skipped" if result.skipped else ""
+        click.echo(f"{path}: {result.sequences:,} sequences, {result.rows:,} rows{skipped} -> {where}")
+    click.echo(
+        f"{len(files) - failed} of {len(files)} files imported into {out}; next: proxaudit validate {out}"
+    )
+    sys.exit(1 if failed else 0)
+
+
+@click.command("export")
+@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.option(
+    "--to", "target", required=True, type=(click.Choice(["tensorboard", "wandb"]), click.Path()),
+    metavar="tensorboard DIR | wandb DIR",
+    help="TensorBoard event files under DIR/RUN_ID, or W&B runs in DIR (offline: `wandb sync` uploads them).",
+)  # fmt: skip
+@click.option("--project", default="proxaudit", show_default=True, help="W&B project.")
+@click.option("--online", is_flag=True, help="W&B: log to the server now instead of offline.")
+@click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+def export_cmd(db: str, target: tuple[str, str], project: str, online: bool, run_id: str | None) -> None:
+    """Every method x metric per step (`{method}/{metric}/avg|min|max`, AReaL's key style) and the
+    decision figures per step (`{method}/decision/...`) as scalar series, one TensorBoard or W&B run per
+    proxaudit run, so they line up with the trainer's own charts."""
+    from evaluator.errors import ProxauditError
+    from evaluator.export import run_series, to_tensorboard, to_wandb
+
+    kind, directory = target
+    try:
+        runs = run_series(db, run_id)
+    except ProxauditError as error:
+        click.echo(f"proxaudit: error: {error}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not runs:
+        click.echo(
+            f"proxaudit: error: {db} has no {'run ' + run_id if run_id else 'runs'} to export", err=True
+        )
+        sys.exit(EXIT_USAGE)
+    if kind == "tensorboard":
+        for folder in to_tensorboard(runs, directory):
+            click.echo(f"wrote {folder} (tensorboard --logdir {directory})")
+    else:
+        ids = to_wandb(runs, project, directory, mode="online" if online else "offline")
+        click.echo(f"wrote W&B runs {', '.join(ids)} under {directory}" + ("" if online else " (wandb sync)"))
+    scalars = sum(len(xs) for r in runs for xs, _ in r.series.values())
+    click.echo(f"{len(runs)} runs, {scalars:,} scalars")

@@ -1,0 +1,108 @@
+"""The store's per-step series as scalars for the trainer's own dashboards: TensorBoard event files and
+W&B runs (offline by default), one per run, named like AReaL's stats keys so the charts line up:
+`{method}/{metric}/avg|min|max` for every method x metric of `step_summary`, and
+`{method}/decision/{figure}` for the decision figures of DOMAIN.md 3b per step (where the ground truth
+exists). The x-axis is the trainer step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from evaluator.store import open_store
+from schemas.store import decision_sql
+
+STAT_SUFFIX = {"mean": "avg", "min": "min", "max": "max"}
+DECISION_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate")
+
+
+@dataclass(frozen=True)
+class RunSeries:
+    """One run's scalars: tag -> (steps, values), each sorted by step."""
+
+    run_id: str
+    series: dict[str, tuple[list[int], list[float]]]
+
+    def by_step(self) -> Iterator[tuple[int, dict[str, float]]]:
+        """{tag: value} per step, in step order (what `wandb.log` takes)."""
+        steps: dict[int, dict[str, float]] = {}
+        for tag, (xs, ys) in self.series.items():
+            for x, y in zip(xs, ys, strict=True):
+                steps.setdefault(x, {})[tag] = y
+        yield from sorted(steps.items())
+
+
+def _long(con, sql: str, params: list, stats: dict[str, str], prefix) -> pa.Table:
+    """Rows (run_id, tag, step, value) of a wide query, one per stat column that is not null."""
+    wide = con.sql(sql, params=params).to_arrow_table()
+    parts = []
+    for column, suffix in stats.items():
+        kept = wide.filter(pc.is_valid(wide[column]))
+        tags = pc.binary_join_element_wise(*prefix(kept), pa.scalar(suffix), "/")
+        parts.append(pa.table({"run_id": kept["run_id"], "tag": tags, "step": kept["step"],
+                               "value": pc.cast(kept[column], pa.float64())}))  # fmt: skip
+    return pa.concat_tables(parts)
+
+
+def run_series(db: str | Path, run_id: str | None = None) -> list[RunSeries]:
+    """Every run's (or one run's) scalars from the store."""
+    where, params = ("TRUE", []) if run_id is None else ("run_id = ?", [run_id])
+    with open_store(db) as con:
+        metrics = _long(
+            con,
+            f"SELECT run_id, step, method, metric, mean, min, max FROM step_summary WHERE {where}",
+            params,
+            STAT_SUFFIX,
+            lambda t: (t["method"], t["metric"]),
+        )
+        decisions = _long(
+            con,
+            f"SELECT * FROM ({decision_sql(('run_id', 'step'))}) WHERE {where}",
+            params,
+            dict(zip(DECISION_FIGURES, DECISION_FIGURES, strict=True)),
+            lambda t: (t["method"], pa.array(["decision"] * t.num_rows, pa.string())),
+        )
+    rows = pa.concat_tables([metrics, decisions]).sort_by([("run_id", "ascending"), ("tag", "ascending"),
+                                                           ("step", "ascending")])  # fmt: skip
+    out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+    for run, tag, step, value in zip(*(rows[c].to_pylist() for c in rows.column_names), strict=True):
+        xs, ys = out.setdefault(run, {}).setdefault(tag, ([], []))
+        xs.append(step)
+        ys.append(value)
+    return [RunSeries(run, series) for run, series in out.items()]
+
+
+def to_tensorboard(runs: list[RunSeries], log_dir: str | Path) -> list[Path]:
+    """One event-file folder per run under `log_dir` (`log_dir/{run_id}`), through TensorBoard's own
+    writer (`tensorboard.summary.Writer`)."""
+    from tensorboard.summary import Writer
+
+    written = []
+    for run in runs:
+        folder = Path(log_dir) / run.run_id
+        writer = Writer(str(folder))
+        for tag, (xs, ys) in run.series.items():
+            for x, y in zip(xs, ys, strict=True):
+                writer.add_scalar(tag, y, x)
+        writer.close()
+        written.append(folder)
+    return written
+
+
+def to_wandb(runs: list[RunSeries], project: str, directory: str | Path, mode: str = "offline") -> list[str]:
+    """One W&B run per proxaudit run (offline by default: a local run folder under `directory` that
+    `wandb sync` uploads), the scalars logged per step with the step as W&B's step."""
+    import wandb
+
+    ids = []
+    for run in runs:
+        with wandb.init(project=project, name=run.run_id, dir=str(directory), mode=mode,
+                        config={"proxaudit_run_id": run.run_id}, reinit="create_new") as wb:  # fmt: skip
+            for step, values in run.by_step():
+                wb.log(values, step=step)
+            ids.append(wb.id)
+    return ids

@@ -1,0 +1,17 @@
+"""Importers: other trainers' per-token dumps converted to schema v1 Parquet (`proxaudit import`).
+
+Each format module reads its trainer's files as that trainer writes them (docs/importers.md names the
+repository, file and commit followed), one record at a time, and hands whole responses to
+`evaluator.importers.rows`, which aligns them and writes the Parquet. Nothing here imports the
+validator, replay or the store: an imported log is validated and replayed like any other.
+"""
+
+from __future__ import annotations
+
+from evaluator.importers import nemo_rl, prime_rl
+from evaluator.importers.rows import ImportResult
+
+FORMATS = {"nemo-rl": nemo_rl, "prime-rl": prime_rl}
+"""Format name (the CLI's FORMAT) -> module with `find(paths)` and `convert(path, out_dir, run_id)`."""
+
+__all__ = ["FORMATS", "ImportResult"]

@@ -1,0 +1,97 @@
+"""NeMo-RL's `train_data_step{N}.jsonl` (GRPO, `nemo_rl/algorithms/grpo.py`, written by
+`Logger.log_batched_dict_as_jsonl`): one JSON line per sample of the step's training batch.
+
+Per line: `token_ids`, `token_loss_mask`, `generation_logprobs`, `prev_logprobs` and `advantages` over
+the padded sequence (prompt and response), the log-prob of the token at each position (NeMo-RL prepends
+0 for position 0); `sample_loss_mask`, `rewards`, `input_lengths` and `idx` per sample.
+
+Mapping: behave = `generation_logprobs` (the inference engine), prox = `prev_logprobs` (the trainer's
+log-prob before the step's update: the recompute), theta = prox (one update per step: minibatch 0 starts
+from prox). `step = N - 1` (the file of step N trains from the weights of N - 1 updates),
+`seq_id = N * 10^6 + idx`. The dump has no versions: `behave_version = step` is assumed
+(docs/importers.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, response_rows
+
+NAME = re.compile(r"^train_data_step(\d+)\.jsonl$")
+KEYS = ("token_ids", "token_loss_mask", "generation_logprobs", "prev_logprobs", "advantages")
+SEQ_STRIDE = 10**6
+
+
+def find(paths: Sequence[str | Path]) -> list[Path]:
+    """`train_data_step*.jsonl` files, sorted by step; a folder is searched recursively."""
+    found = []
+    for p in map(Path, paths):
+        found += sorted(p.rglob("train_data_step*.jsonl")) if p.is_dir() else [p]
+    return sorted(found, key=lambda f: (_step_number(f), str(f)))
+
+
+def _step_number(path: Path) -> int:
+    match = NAME.match(path.name)
+    if match is None:
+        raise ImportFormatError(f"{path}: not a NeMo-RL train_data_step{{N}}.jsonl file name")
+    return int(match.group(1))
+
+
+def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
+    """One step's file to `{run_id}-train_data_step{N}.parquet` under `out_dir`."""
+    n = _step_number(path)
+    result = ImportResult(path, None)
+    writer = LogWriter(out_dir / f"{run_id}-{path.stem}.parquet", source=f"nemo-rl:{path.name}")
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for line_no, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                sample = _sample(path, line_no, line)
+                length = int(sample.get("input_lengths", len(sample["token_ids"])))
+                arrays = {k: np.asarray(sample[k], dtype=float)[:length] for k in KEYS}
+                keep = float(sample.get("sample_loss_mask", 1.0)) > 0
+                response = response_rows(
+                    token_ids=arrays["token_ids"].astype(np.int64),
+                    token_mask=arrays["token_loss_mask"] > 0,
+                    loss_mask=(arrays["token_loss_mask"] > 0) & keep,
+                    behave_logp=arrays["generation_logprobs"],
+                    prox_logp=arrays["prev_logprobs"],
+                    advantage=arrays["advantages"],
+                )
+                if response is None:
+                    result.skipped += 1
+                    continue
+                idx = int(sample.get("idx", line_no - 1))
+                writer.add(
+                    response, run_id=run_id, step=n - 1, minibatch=0, n_minibatches=1,
+                    seq_id=n * SEQ_STRIDE + idx, behave_version=n - 1,
+                    reward=float(sample.get("rewards", np.nan)),
+                )  # fmt: skip
+                result.sequences += 1
+                result.rows += len(response["pos"])
+    except BaseException:
+        writer.abort()
+        raise
+    result.out = writer.close()
+    return result
+
+
+def _sample(path: Path, line_no: int, line: str) -> dict:
+    try:
+        sample = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ImportFormatError(f"{path}: line {line_no}: not JSON ({error})") from None
+    missing = [k for k in KEYS if k not in sample]
+    if missing:
+        raise ImportFormatError(f"{path}: line {line_no}: missing {', '.join(missing)} (NeMo-RL writes them)")
+    lengths = {k: len(sample[k]) for k in KEYS}
+    if len(set(lengths.values())) != 1:
+        raise ImportFormatError(f"{path}: line {line_no}: per-token arrays differ in length: {lengths}")
+    return sample

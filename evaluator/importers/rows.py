@@ -1,0 +1,132 @@
+"""From a trainer's per-sequence arrays to schema v1 rows, streamed into Parquet.
+
+A dump holds, per sequence, arrays over its positions (prompt and response) with the log-prob of the
+token *at* each position (position 0 has none). `response_rows` keeps the response: from the first
+position in the loss to the last, `pos` counted from there; masked positions inside it stay as rows with
+`loss_mask` false. `LogWriter` buffers such rows and writes them a record batch at a time, so a dump of
+millions of tokens is never held whole.
+
+Without versions in the dump the importer writes `behave_version = step` and records the assumption in
+the file's key-value metadata (`proxaudit.versions = assumed_on_policy`, docs/importers.md): the log then
+answers the engine mismatch question (staleness 0), and `validate` says so on every such file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from schemas.token_log import ASSUMED_ON_POLICY, SOURCE_KEY, VERSIONS_KEY, arrow_schema
+
+COLUMNS = (
+    "run_id", "step", "minibatch", "n_minibatches", "seq_id", "pos", "token_id", "loss_mask",
+    "behave_logp", "behave_version", "prox_logp", "theta_logp", "advantage", "reward",
+)  # fmt: skip
+BATCH_ROWS = 1 << 18
+
+
+class ImportFormatError(ValueError):
+    """A dump that is not what its trainer writes: names the file, the record and what is wrong."""
+
+
+@dataclass
+class ImportResult:
+    source: Path
+    out: Path | None
+    sequences: int = 0
+    rows: int = 0
+    skipped: int = 0
+    """Records without a single token in the loss (nothing to audit)."""
+
+
+def response_rows(
+    *,
+    token_ids: np.ndarray,
+    token_mask: np.ndarray,
+    loss_mask: np.ndarray,
+    behave_logp: np.ndarray,
+    prox_logp: np.ndarray,
+    advantage: np.ndarray,
+) -> dict[str, np.ndarray] | None:
+    """The response of one sequence (first to last position of `token_mask`, the generated tokens) as
+    column arrays, or None when it has none; `loss_mask` may be narrower (a sample left out of the
+    loss). The log-prob arrays hold the token at each position (not the next one)."""
+    in_loss = np.flatnonzero(token_mask)
+    if in_loss.size == 0:
+        return None
+    first, last = int(in_loss[0]), int(in_loss[-1]) + 1
+    span = slice(first, last)
+    return {
+        "pos": np.arange(last - first, dtype=np.int32),
+        "token_id": token_ids[span],
+        "loss_mask": loss_mask[span].astype(bool),
+        "behave_logp": behave_logp[span],
+        "prox_logp": prox_logp[span],
+        "theta_logp": prox_logp[span],
+        "advantage": advantage[span],
+    }
+
+
+@dataclass
+class LogWriter:
+    """Schema v1 rows into one Parquet file, a record batch at a time; the file appears whole at
+    `close` (temporary name, then rename) with the import's metadata."""
+
+    path: Path
+    source: str
+    versions: bytes = ASSUMED_ON_POLICY
+    _parts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    _rows: int = 0
+    _writer: pq.ParquetWriter | None = None
+    _tmp: Path | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        schema = arrow_schema(list(COLUMNS))
+        return schema.with_metadata(
+            {**schema.metadata, VERSIONS_KEY: self.versions, SOURCE_KEY: self.source.encode()}
+        )
+
+    def add(self, response: dict[str, np.ndarray], **scalars: object) -> None:
+        """One sequence: its arrays and the values repeated on each of its rows (run_id, step, ...)."""
+        n = len(response["pos"])
+        self._parts.append(response | {k: np.full(n, v) for k, v in scalars.items()})
+        self._rows += n
+        if self._rows >= BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._parts:
+            return
+        schema = self.schema
+        columns = {c: np.concatenate([p[c] for p in self._parts]) for c in COLUMNS}
+        arrays = [pa.array(columns[f.name], type=f.type, from_pandas=True) for f in schema]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            os.close(fd)
+            self._tmp = Path(tmp)
+            self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
+        self._writer.write_batch(batch)
+        self._parts, self._rows = [], 0
+
+    def close(self) -> Path | None:
+        """Write what is left and publish the file; None (and no file) when nothing was added."""
+        self._flush()
+        if self._writer is None:
+            return None
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._tmp.unlink(missing_ok=True)

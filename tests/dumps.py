@@ -1,0 +1,98 @@
+"""Per-token dumps built exactly as other trainers write them (test data for the importers), from a
+schema v1 table: each response gets a prompt in front, the log-prob of the token at each position
+(position 0 of the prompt has none: 0), and the batch's padding. `shift` rolls the behaviour log-probs by
+one position inside each sequence: the adapter bug the alignment audit must catch after import."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+PROMPT = 5
+
+
+def _sequences(table: pa.Table):
+    """(step, seq_id, columns of the response sorted by pos) per sequence."""
+    frame = table.to_pandas().sort_values(["step", "seq_id", "pos"])
+    for (step, seq_id), rows in frame.groupby(["step", "seq_id"], sort=True):
+        yield int(step), int(seq_id), rows
+
+
+def _full(rows, column: str, fill: float, shift: int = 0) -> list[float]:
+    """Prompt positions then the response's values; `shift` rolls the whole sequence's values."""
+    values = np.r_[np.full(PROMPT, fill), rows[column].to_numpy(dtype=float)]
+    return np.roll(values, shift).tolist() if shift else values.tolist()
+
+
+def nemo_rl_dump(table: pa.Table, folder: Path, shift: int = 0) -> list[Path]:
+    """`train_data_step{N}.jsonl` per step (N = step + 1), one line per sample, arrays padded to the
+    batch's longest sequence, as NeMo-RL's GRPO loop logs its training batch."""
+    by_step: dict[int, list[dict]] = {}
+    for step, _, rows in _sequences(table):
+        n = len(rows)
+        by_step.setdefault(step, []).append(
+            {
+                "content": [[{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]],
+                "rewards": float(rows["reward"].iloc[0]),
+                "input_lengths": PROMPT + n,
+                "token_ids": [1] * PROMPT + rows["token_id"].astype(int).tolist(),
+                "token_loss_mask": [0] * PROMPT + rows["loss_mask"].astype(int).tolist(),
+                "sample_loss_mask": 1.0,
+                "advantages": _full(rows, "advantage", 0.0),
+                "generation_logprobs": _full(rows, "behave_logp", 0.0, shift),
+                "prev_logprobs": _full(rows, "prox_logp", 0.0),
+            }
+        )
+    written = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for step, samples in by_step.items():
+        width = max(s["input_lengths"] for s in samples)
+        path = folder / f"train_data_step{step + 1}.jsonl"
+        with path.open("w") as f:
+            for idx, s in enumerate(samples):
+                for key in (
+                    "token_ids",
+                    "token_loss_mask",
+                    "advantages",
+                    "generation_logprobs",
+                    "prev_logprobs",
+                ):
+                    s[key] = s[key] + [0] * (width - len(s[key]))
+                f.write(json.dumps({**s, "idx": idx}) + "\n")
+        written.append(path)
+    return written
+
+
+def prime_rl_dump(table: pa.Table, folder: Path, ranks: int = 2, shift: int = 0) -> list[Path]:
+    """`token_exports/step_{N}/rank_{R}.jsonl`: each sequence on one rank, prompt and response, padding
+    trimmed, prime-rl's schema_version 1 record fields."""
+    files: dict[tuple[int, int], list[dict]] = {}
+    for i, (step, _, rows) in enumerate(_sequences(table)):
+        rank = i % ranks
+        records = files.setdefault((step, rank), [])
+        n = PROMPT + len(rows)
+        records.append(
+            {
+                "schema_version": 1, "step": step, "rank": rank, "micro_step": 0,
+                "micro_sequence_idx": len(records), "export_sequence_idx": len(records), "env_name": "math",
+                "training_mode": "rl",
+                "token_ids": [1] * PROMPT + rows["token_id"].astype(int).tolist(),
+                "position_ids": list(range(n)),
+                "loss_mask": [False] * PROMPT + rows["loss_mask"].astype(bool).tolist(),
+                "advantages": _full(rows, "advantage", 0.0),
+                "rewards": [float(rows["reward"].iloc[0])] * n,
+                "inference_logprobs": _full(rows, "behave_logp", 0.0, shift),
+                "trainer_logprobs": _full(rows, "prox_logp", 0.0),
+                "entropy": [0.5] * n,
+            }
+        )  # fmt: skip
+    written = []
+    for (step, rank), records in sorted(files.items()):
+        path = folder / "token_exports" / f"step_{step}" / f"rank_{rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+        written.append(path)
+    return written

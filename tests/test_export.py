@@ -1,0 +1,106 @@
+"""`proxaudit export`: the store's per-step series written to TensorBoard event files and W&B offline
+runs, read back with each tool's own reader (TensorBoard's event accumulator; the W&B transaction log),
+equal to the store."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import cli
+
+BLOCK = 32768  # the W&B transaction log: LevelDB's log format, 32 KiB blocks, 7-byte record headers
+
+
+def store_values(db: Path, run: str) -> dict[tuple[str, int], float]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "SELECT method, metric, step, mean, max FROM step_summary WHERE run_id = ?", [run]
+        ).fetchall()
+        decision = con.execute(
+            "SELECT method, gradient_mass_error FROM decision_summary WHERE run_id = ?", [run]
+        ).fetchall()
+    values = {(f"{m}/{k}/avg", s): avg for m, k, s, avg, _ in rows}
+    values |= {(f"{m}/{k}/max", s): mx for m, k, s, _, mx in rows}
+    return values | {("decision_summary", m): g for m, g in decision}
+
+
+def test_tensorboard_event_files_hold_the_store(fixture_store, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    result = CliRunner().invoke(
+        cli, ["export", "--db", str(fixture_store), "--to", "tensorboard", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loglinear", "recompute"]
+    events = EventAccumulator(str(tmp_path / "recompute"), size_guidance={"tensors": 0}).Reload()
+    expected = store_values(fixture_store, "recompute")
+    tags = events.Tags()["tensors"]  # TensorBoard's v2 scalars
+    assert "loglinear/abs_error/avg" in tags and "loglinear/decision/gradient_mass_error" in tags
+    checked = 0
+    for tag in ("loglinear/abs_error/avg", "loglinear_shipped/abs_error/max", "ground_truth/drift/avg"):
+        for event in events.Tensors(tag):
+            value = float(make_ndarray(event.tensor_proto))
+            assert value == pytest.approx(expected[(tag, event.step)], rel=1e-6, abs=1e-7)
+            checked += 1
+    assert checked == 3 * 30  # 30 steps each
+    gme = [
+        float(make_ndarray(e.tensor_proto)) for e in events.Tensors("loglinear/decision/gradient_mass_error")
+    ]
+    assert len(gme) == 30 and all(v >= 0 for v in gme)
+
+
+def _wandb_records(path: Path):
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, chunks = 7, []
+    while pos + 7 <= len(data):
+        room = BLOCK - pos % BLOCK
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7]) if room >= 7 else (0, 0, 0)
+        if kind == 0:  # the rest of a block is padding
+            pos += room
+            continue
+        chunks.append(data[pos + 7 : pos + 7 + length])
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(b"".join(chunks))
+            chunks = []
+            yield record
+
+
+def test_wandb_offline_run_holds_the_store(fixture_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    args = ["export", "--db", str(fixture_store), "--to", "wandb", str(tmp_path), "--run", "loglinear"]
+    result = CliRunner().invoke(cli, [*args, "--project", "audit"])
+    assert result.exit_code == 0, result.output
+    (log,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    expected = store_values(fixture_store, "loglinear")
+    steps, checked = set(), 0
+    for record in _wandb_records(log):
+        if record.WhichOneof("record_type") == "run":
+            assert (record.run.display_name, record.run.project) == ("loglinear", "audit")
+        if record.WhichOneof("record_type") != "history":
+            continue
+        items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+        steps.add(items["_step"])
+        for tag in ("loglinear/abs_error/avg", "linear_exact/behave_imp_weight/max"):
+            if tag in items:
+                assert items[tag] == pytest.approx(expected[(tag, items["_step"])], rel=1e-9)
+                checked += 1
+    assert len(steps) == 30 and checked == 15 + 30  # abs_error on the even steps (prox recomputed there)
+
+
+def test_nothing_to_export_is_a_usage_error(fixture_store, tmp_path):
+    args = ["export", "--db", str(fixture_store), "--to", "tensorboard", str(tmp_path), "--run", "nope"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and "no run nope" in result.output
