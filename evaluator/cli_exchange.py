@@ -12,14 +12,15 @@ EXIT_USAGE = 2  # as evaluator.cli: a usage or input error
 
 
 @click.command("import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["nemo-rl", "prime-rl"]))
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["nemo-rl", "prime-rl", "slime"]))
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for the Parquet logs.")
 @click.option("--run-id", default=None, help="run_id of the rows [default: the name of the first PATH].")
 def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None) -> None:
     """Convert a trainer's per-token dump to schema v1 Parquet (one file per dump file, streamed), then
     `validate` and `replay` it as any log. FORMAT: nemo-rl (train_data_step{N}.jsonl), prime-rl
-    (token_exports/step_{N}/rank_{R}.jsonl). docs/importers.md says what each dump lacks."""
+    (token_exports/step_{N}/rank_{R}.jsonl), slime (the --dump-details folder: train_data/{id}.pt with
+    rollout_data/{id}.pt, loaded with weights_only). docs/importers.md says what each dump lacks."""
     from evaluator.importers import FORMATS
     from evaluator.importers.rows import ImportFormatError
 
@@ -37,12 +38,12 @@ def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None) -
     for path in files:
         try:
             result = module.convert(path, Path(out), run_id)
-        except (ImportFormatError, OSError) as error:
+        except (ImportFormatError, OSError) as error:  # one file's trouble stops nothing
             failed += 1
             click.echo(f"{path}: failed: {error}")
             continue
         where = result.out or "nothing written (no token in the loss)"
-        skipped = f", {result.skipped} without a loss token skipped" if result.skipped else ""
+        skipped = "".join(f", {n:,} {why} skipped" for why, n in result.skipped.items())
         click.echo(f"{path}: {result.sequences:,} sequences, {result.rows:,} rows{skipped} -> {where}")
     click.echo(
         f"{len(files) - failed} of {len(files)} files imported into {out}; next: proxaudit validate {out}"

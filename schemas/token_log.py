@@ -48,6 +48,7 @@ VERSIONS_KEY = b"proxaudit.versions"
 `recorded`: the trainer recorded it. `assumed_on_policy`: an importer's dump had no versions and wrote
 `behave_version = step` (every token at staleness 0); the drift it shows is the whole behave -> prox gap."""
 ASSUMED_ON_POLICY = b"assumed_on_policy"
+RECORDED = b"recorded"
 SOURCE_KEY = b"proxaudit.source"
 """Optional key-value metadata: where an imported file came from (`format:file`)."""
 

@@ -96,3 +96,56 @@ def prime_rl_dump(table: pa.Table, folder: Path, ranks: int = 2, shift: int = 0)
         path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
         written.append(path)
     return written
+
+
+def slime_dump(table: pa.Table, folder: Path, shift: int = 0, resumed: int = 0) -> list[Path]:
+    """`--dump-details` as slime writes it: `rollout_data/{id}.pt` (`{"rollout_id", "samples":
+    [Sample.to_dict()]}`, response-only log-probs and masks, one weight version per generate call) and
+    `train_data/{id}.pt` (`format_version` 2, one dict per sample with tensors over the response). The
+    first `resumed` samples of each rollout list two versions (generated across a weight update)."""
+    import torch
+
+    written = []
+    by_step: dict[int, list] = {}
+    for step, _, rows in _sequences(table):
+        by_step.setdefault(step, []).append(rows)
+    for step, samples in by_step.items():
+        rollout, train = [], []
+        for i, rows in enumerate(samples):
+            n = len(rows)
+            tokens = [1] * PROMPT + rows["token_id"].astype(int).tolist()
+            behave = (
+                np.roll(rows["behave_logp"].to_numpy(float), shift)
+                if shift
+                else rows["behave_logp"].to_numpy(float)
+            )
+            versions = sorted({str(v) for v in rows["behave_version"]})
+            if i < resumed:
+                versions = [str(int(versions[0]) - 1), versions[0]]
+            rollout.append({
+                "group_index": i // 4, "index": i, "rollout_id": None, "prompt": "...", "tokens": tokens,
+                "response": "...", "response_length": n, "label": None,
+                "reward": float(rows["reward"].iloc[0]),
+                "loss_mask": rows["loss_mask"].astype(int).tolist(), "weight_versions": versions,
+                "rollout_log_probs": behave.tolist(), "status": "completed", "metadata": {},
+                "spec_info": {"spec_accept_token_num": 0}, "prefix_cache_info": {"cached_tokens": 0},
+            })  # fmt: skip
+            train.append({
+                "data_parallel_rank": 0, "sample_index": i, "rollout_position": i,
+                "tokens": torch.tensor(tokens), "response_lengths": n, "total_lengths": PROMPT + n,
+                "rollout_log_probs": torch.tensor(behave, dtype=torch.float32),
+                "log_probs": torch.tensor(rows["prox_logp"].to_numpy(float), dtype=torch.float32),
+                "loss_masks": torch.tensor(rows["loss_mask"].astype(int).to_numpy()),
+                "advantages": torch.tensor(rows["advantage"].to_numpy(float), dtype=torch.float32),
+                "rewards": float(rows["reward"].iloc[0]),
+            })  # fmt: skip
+        for kind, payload in (
+            ("rollout_data", {"rollout_id": step, "samples": rollout}),
+            ("train_data", {"format_version": 2, "rollout_id": step, "rank": 0, "samples": train,
+                            "dp_shards": [{"rank": 0, "data_parallel_rank": 0}], "raw_reward": []}),
+        ):  # fmt: skip
+            path = folder / kind / f"{step}.pt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(payload, path)
+            written.append(path)
+    return written

@@ -13,13 +13,13 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.validate import validate_paths
-from schemas.token_log import ASSUMED_ON_POLICY, VERSIONS_KEY
-from tests.dumps import nemo_rl_dump, prime_rl_dump
+from schemas.token_log import ASSUMED_ON_POLICY, RECORDED, VERSIONS_KEY
+from tests.dumps import nemo_rl_dump, prime_rl_dump, slime_dump
 
 # On-policy (staleness 0), one minibatch, no proximal_t: what these dumps can hold.
 SPEC = SyntheticSpec(run_id="dump", tokens_per_step=2048, mean_length=24, max_staleness=0, n_minibatches=1,
                      with_proximal_t=False)  # fmt: skip
-DUMPS = {"nemo-rl": nemo_rl_dump, "prime-rl": prime_rl_dump}
+DUMPS = {"nemo-rl": nemo_rl_dump, "prime-rl": prime_rl_dump, "slime": slime_dump}
 COMPARED = ["step", "pos", "token_id", "loss_mask", "behave_logp", "behave_version", "prox_logp", "advantage"]
 
 
@@ -45,22 +45,22 @@ def test_import_gives_back_the_rows_and_validates_clean(fmt, table, tmp_path):
     result = _import(fmt, tmp_path / "dump", tmp_path / "logs")
     assert result.exit_code == 0, result.output
     imported = pq.read_table(tmp_path / "logs")
-    assert (
-        pq.read_schema(next((tmp_path / "logs").glob("*.parquet"))).metadata[VERSIONS_KEY]
-        == ASSUMED_ON_POLICY
-    )
+    metadata = pq.read_schema(next((tmp_path / "logs").glob("*.parquet"))).metadata
+    assert metadata[VERSIONS_KEY] == (RECORDED if fmt == "slime" else ASSUMED_ON_POLICY)
     got = _sorted(imported)
-    assert got.num_rows == _response_rows(table)
+    # slime's arrays cover the whole response; the others mark generated tokens by the loss mask
+    expected = _sorted(table if fmt == "slime" else _trimmed(table))
+    assert got.num_rows == expected.num_rows
     for column in COMPARED:
         assert np.allclose(
-            _sorted(_trimmed(table))[column].to_numpy(zero_copy_only=False).astype(float),
+            expected[column].to_numpy(zero_copy_only=False).astype(float),
             got[column].to_numpy(zero_copy_only=False).astype(float),
             atol=1e-6,
         ), column
     validation = validate_paths([tmp_path / "logs"])
     assert all(r.ok for r in validation.reports), [r.problems for r in validation.reports]
     assert validation.findings == []
-    assert any("assumed" in n for n in validation.reports[0].notes)
+    assert any("assumed" in n for n in validation.reports[0].notes) == (fmt != "slime")
 
 
 def _trimmed(table: pa.Table) -> pa.Table:
@@ -72,10 +72,6 @@ def _trimmed(table: pa.Table) -> pa.Table:
     kept = frame[(frame["pos"] >= frame["min"]) & (frame["pos"] <= frame["max"])].copy()
     kept["pos"] = kept["pos"] - kept["min"]
     return pa.Table.from_pandas(kept.drop(columns=["min", "max"]), preserve_index=False)
-
-
-def _response_rows(table: pa.Table) -> int:
-    return _trimmed(table).num_rows
 
 
 @pytest.mark.parametrize("fmt", sorted(DUMPS))
@@ -113,4 +109,37 @@ def test_large_dumps_stream(table, tmp_path, monkeypatch):
     assert _import("prime-rl", tmp_path / "dump", tmp_path / "logs").exit_code == 0
     path = next((tmp_path / "logs").glob("*.parquet"))
     assert pq.ParquetFile(path).metadata.num_row_groups > 1
-    assert pq.read_table(tmp_path / "logs").num_rows == _response_rows(table)
+    assert pq.read_table(tmp_path / "logs").num_rows == _trimmed(table).num_rows
+
+
+STALE = SyntheticSpec(run_id="dump", tokens_per_step=2048, mean_length=24, max_staleness=3, n_minibatches=1,
+                      resume_fraction=0.0, with_proximal_t=False)  # fmt: skip
+
+
+def test_slime_keeps_versions_and_skips_what_it_cannot_place(tmp_path):
+    """Versions from the rollout dump give real staleness; a response generated across two versions is
+    skipped and counted; without the rollout dump, versions are assumed and said so."""
+    table = synthetic_steps(STALE, 3, 3)
+    slime_dump(table, tmp_path / "dump", resumed=2)
+    result = _import("slime", tmp_path / "dump", tmp_path / "logs")
+    assert result.exit_code == 0
+    assert result.output.count(", 2 generated across several weight versions skipped") == 3
+    got = pq.read_table(tmp_path / "logs")
+    staleness = np.asarray(got["step"]) - np.asarray(got["behave_version"])
+    assert staleness.max() > 0 and validate_paths([tmp_path / "logs"]).findings == []
+    for path in (tmp_path / "dump" / "rollout_data").glob("*.pt"):
+        path.unlink()
+    assert _import("slime", tmp_path / "dump", tmp_path / "assumed").exit_code == 0
+    metadata = pq.read_schema(next((tmp_path / "assumed").glob("*.parquet"))).metadata
+    assert metadata[VERSIONS_KEY] == ASSUMED_ON_POLICY
+
+
+def test_slime_refuses_a_file_that_needs_unpickling(tmp_path):
+    import pickle
+
+    path = tmp_path / "dump" / "train_data" / "3.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(pickle.dumps({"samples": [SyntheticSpec()]}))  # a class: code to run on load
+    result = _import("slime", tmp_path / "dump", tmp_path / "logs")
+    assert result.exit_code == 1 and "refused" in result.output and "never unpickles" in result.output
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())

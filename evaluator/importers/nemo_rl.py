@@ -66,7 +66,7 @@ def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
                     advantage=arrays["advantages"],
                 )
                 if response is None:
-                    result.skipped += 1
+                    result.skip("without a generated token")
                     continue
                 idx = int(sample.get("idx", line_no - 1))
                 writer.add(

@@ -41,8 +41,11 @@ class ImportResult:
     out: Path | None
     sequences: int = 0
     rows: int = 0
-    skipped: int = 0
-    """Records without a single token in the loss (nothing to audit)."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Records left out, by why (e.g. "without a generated token": nothing to audit)."""
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
 def response_rows(
