@@ -4,6 +4,7 @@ TensorBoard and W&B. Registered on the main group by `evaluator.cli`."""
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -12,19 +13,35 @@ EXIT_USAGE = 2  # as evaluator.cli: a usage or input error
 
 
 @click.command("import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["nemo-rl", "prime-rl", "slime"]))
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["nemo-rl", "prime-rl", "slime", "skyrl"]))
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for the Parquet logs.")
 @click.option("--run-id", default=None, help="run_id of the rows [default: the name of the first PATH].")
-def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None) -> None:
+@click.option(
+    "--trust-pickle",
+    is_flag=True,
+    help="skyrl: read its .pkl files (unpickling runs code named in the file).",
+)
+def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None, trust_pickle: bool) -> None:
     """Convert a trainer's per-token dump to schema v1 Parquet (one file per dump file, streamed), then
     `validate` and `replay` it as any log. FORMAT: nemo-rl (train_data_step{N}.jsonl), prime-rl
     (token_exports/step_{N}/rank_{R}.jsonl), slime (the --dump-details folder: train_data/{id}.pt with
-    rollout_data/{id}.pt, loaded with weights_only). docs/importers.md says what each dump lacks."""
+    rollout_data/{id}.pt, loaded with weights_only), skyrl (dumped_data/global_step_{N}_training_input.pkl,
+    only with --trust-pickle). docs/importers.md says what each dump lacks."""
     from evaluator.importers import FORMATS
     from evaluator.importers.rows import ImportFormatError
 
     module = FORMATS[fmt]
+    convert = module.convert
+    if fmt == "skyrl":
+        if not trust_pickle:
+            click.echo(
+                f"proxaudit: error: skyrl dumps are pickles: give --trust-pickle ({module.PICKLE_WARNING})",
+                err=True,
+            )
+            sys.exit(EXIT_USAGE)
+        click.echo(f"warning: {module.PICKLE_WARNING}", err=True)
+        convert = partial(module.convert, trust_pickle=True)
     run_id = run_id or Path(paths[0]).resolve().name
     try:
         files = module.find(paths)
@@ -37,7 +54,7 @@ def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None) -
     failed = 0
     for path in files:
         try:
-            result = module.convert(path, Path(out), run_id)
+            result = convert(path, Path(out), run_id)
         except (ImportFormatError, OSError) as error:  # one file's trouble stops nothing
             failed += 1
             click.echo(f"{path}: failed: {error}")

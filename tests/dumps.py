@@ -149,3 +149,84 @@ def slime_dump(table: pa.Table, folder: Path, shift: int = 0, resumed: int = 0) 
             torch.save(payload, path)
             written.append(path)
     return written
+
+
+SKYRL_MODULE = "skyrl.backends.skyrl_train.training_batch"
+
+
+def _skyrl_classes():
+    """SkyRL's batch classes as its `training_batch` module defines them for pickling: a dict subclass
+    whose `__reduce__` calls the module-level `_rebuild_tensor_batch` with `__getstate__`'s numpy bytes."""
+    import sys
+    import types
+
+    import torch
+
+    def _rebuild_tensor_batch(cls, state):
+        raise AssertionError("proxaudit must not call SkyRL's code")
+
+    class TensorBatch(dict):
+        def __reduce__(self):
+            batch_dict = {
+                k: None if v is None else
+                {"format": "numpy", "data": v.tobytes(), "shape": v.shape, "dtype": str(v.dtype)}
+                for k, v in self.items()
+            }  # fmt: skip
+            state = {"batch_dict": batch_dict, "batch_size": len(self["sequences"]),
+                     "device": torch.device("cpu"), "metadata": {"global_step": self.step}}  # fmt: skip
+            return (_rebuild_tensor_batch, (type(self), state))
+
+    class TrainingInputBatch(TensorBatch):
+        pass
+
+    parts = SKYRL_MODULE.split(".")
+    modules = {
+        ".".join(parts[: i + 1]): types.ModuleType(".".join(parts[: i + 1])) for i in range(len(parts))
+    }
+    leaf = modules[SKYRL_MODULE]
+    for obj in (_rebuild_tensor_batch, TensorBatch, TrainingInputBatch):
+        obj.__module__, obj.__qualname__ = SKYRL_MODULE, obj.__name__
+        setattr(leaf, obj.__name__, obj)
+    return modules, TrainingInputBatch, sys.modules
+
+
+def skyrl_dump(table: pa.Table, folder: Path, shift: int = 0) -> list[Path]:
+    """`dumped_data/global_step_{N}_training_input.pkl` (N = step + 1), `pickle.dump(TrainingInputBatch)`
+    as SkyRL's `dump_data` writes it: tensors padded on the left, response-only ones over the longest
+    response."""
+    import pickle
+
+    modules, batch_class, sys_modules = _skyrl_classes()
+    by_step: dict[int, list] = {}
+    for step, _, rows in _sequences(table):
+        by_step.setdefault(step, []).append(rows)
+    written = []
+    sys_modules.update(modules)
+    try:
+        for step, samples in by_step.items():
+            width = max(len(r) for r in samples)
+            B = len(samples)
+            keys = ("loss_mask", "rollout_logprobs", "action_log_probs", "advantages", "rewards")
+            arrays = {k: np.zeros((B, width), np.float32) for k in keys}
+            response_mask = np.zeros((B, width), np.int64)
+            sequences = np.zeros((B, PROMPT + width), np.int64)
+            for b, rows in enumerate(samples):
+                n = len(rows)
+                behave = rows["behave_logp"].to_numpy(float)
+                arrays["rollout_logprobs"][b, -n:] = np.roll(behave, shift) if shift else behave
+                arrays["action_log_probs"][b, -n:] = rows["prox_logp"].to_numpy(float)
+                arrays["advantages"][b, -n:] = rows["advantage"].to_numpy(float)
+                arrays["loss_mask"][b, -n:] = rows["loss_mask"].to_numpy(float)
+                arrays["rewards"][b, -1] = float(rows["reward"].iloc[0])
+                response_mask[b, -n:] = 1
+                sequences[b, -(n + PROMPT) :] = [1] * PROMPT + rows["token_id"].astype(int).tolist()
+            batch = batch_class(sequences=sequences, response_mask=response_mask, values=None, **arrays)
+            batch.step = step + 1
+            path = folder / "dumped_data" / f"global_step_{step + 1}_training_input.pkl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(pickle.dumps(batch))
+            written.append(path)
+    finally:
+        for name in modules:
+            sys_modules.pop(name, None)
+    return written

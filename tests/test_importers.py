@@ -14,12 +14,12 @@ from evaluator.cli import cli
 from evaluator.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.validate import validate_paths
 from schemas.token_log import ASSUMED_ON_POLICY, RECORDED, VERSIONS_KEY
-from tests.dumps import nemo_rl_dump, prime_rl_dump, slime_dump
+from tests.dumps import nemo_rl_dump, prime_rl_dump, skyrl_dump, slime_dump
 
 # On-policy (staleness 0), one minibatch, no proximal_t: what these dumps can hold.
 SPEC = SyntheticSpec(run_id="dump", tokens_per_step=2048, mean_length=24, max_staleness=0, n_minibatches=1,
                      with_proximal_t=False)  # fmt: skip
-DUMPS = {"nemo-rl": nemo_rl_dump, "prime-rl": prime_rl_dump, "slime": slime_dump}
+DUMPS = {"nemo-rl": nemo_rl_dump, "prime-rl": prime_rl_dump, "slime": slime_dump, "skyrl": skyrl_dump}
 COMPARED = ["step", "pos", "token_id", "loss_mask", "behave_logp", "behave_version", "prox_logp", "advantage"]
 
 
@@ -29,6 +29,7 @@ def table() -> pa.Table:
 
 
 def _import(fmt: str, source, out, *extra: str):
+    extra = (*extra, "--trust-pickle") if fmt == "skyrl" else extra
     return CliRunner().invoke(
         cli, ["import", fmt, str(source), "--out", str(out), "--run-id", "dump", *extra]
     )
@@ -48,8 +49,8 @@ def test_import_gives_back_the_rows_and_validates_clean(fmt, table, tmp_path):
     metadata = pq.read_schema(next((tmp_path / "logs").glob("*.parquet"))).metadata
     assert metadata[VERSIONS_KEY] == (RECORDED if fmt == "slime" else ASSUMED_ON_POLICY)
     got = _sorted(imported)
-    # slime's arrays cover the whole response; the others mark generated tokens by the loss mask
-    expected = _sorted(table if fmt == "slime" else _trimmed(table))
+    # slime's and SkyRL's arrays mark the whole response; the others' dumps mark it by the loss mask
+    expected = _sorted(table if fmt in ("slime", "skyrl") else _trimmed(table))
     assert got.num_rows == expected.num_rows
     for column in COMPARED:
         assert np.allclose(
@@ -143,3 +144,27 @@ def test_slime_refuses_a_file_that_needs_unpickling(tmp_path):
     result = _import("slime", tmp_path / "dump", tmp_path / "logs")
     assert result.exit_code == 1 and "refused" in result.output and "never unpickles" in result.output
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())
+
+
+def test_skyrl_needs_trust_and_resolves_nothing_else(table, tmp_path):
+    """Without --trust-pickle a SkyRL dump is refused; with it, a pickle that names any other function
+    (here os.system) is refused before anything runs."""
+    import os
+    import pickle
+
+    skyrl_dump(table, tmp_path / "dump")
+    refused = CliRunner().invoke(
+        cli, ["import", "skyrl", str(tmp_path / "dump"), "--out", str(tmp_path / "o")]
+    )
+    assert refused.exit_code == 2 and "--trust-pickle" in refused.output and "runs code" in refused.output
+    evil = tmp_path / "evil" / "dumped_data" / "global_step_1_training_input.pkl"
+    evil.parent.mkdir(parents=True)
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    evil.write_bytes(pickle.dumps(Payload()))
+    result = _import("skyrl", tmp_path / "evil", tmp_path / "logs")
+    assert result.exit_code == 1 and "refused: the file names posix.system" in result.output
+    assert not (tmp_path / "pwned").exists()

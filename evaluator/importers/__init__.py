@@ -8,10 +8,10 @@ validator, replay or the store: an imported log is validated and replayed like a
 
 from __future__ import annotations
 
-from evaluator.importers import nemo_rl, prime_rl, slime
+from evaluator.importers import nemo_rl, prime_rl, skyrl, slime
 from evaluator.importers.rows import ImportResult
 
-FORMATS = {"nemo-rl": nemo_rl, "prime-rl": prime_rl, "slime": slime}
+FORMATS = {"nemo-rl": nemo_rl, "prime-rl": prime_rl, "slime": slime, "skyrl": skyrl}
 """Format name (the CLI's FORMAT) -> module with `find(paths)` and `convert(path, out_dir, run_id)`."""
 
 __all__ = ["FORMATS", "ImportResult"]
