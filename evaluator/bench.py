@@ -99,12 +99,22 @@ def _tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def timed_replay(path: Path, db: Path, workers: int | None = None) -> tuple[float, int]:
+def timed_replay(
+    path: Path, db: Path, workers: int | None = None, ray_cpus: int | None = None
+) -> tuple[float, int]:
     """Seconds and peak RSS of the process tree (bytes) of `proxaudit replay path --db db` in a child
-    (`workers` as in `evaluator.replay.replay`)."""
+    (`workers` as in `evaluator.replay.replay`; `ray_cpus`: on a local Ray of that many CPUs instead,
+    its start included)."""
+    ray = "local" if ray_cpus else None
+    start_ray = (
+        f"import ray; ray.init(num_cpus={ray_cpus}, include_dashboard=False, log_to_driver=False, "
+        "configure_logging=False); "
+        if ray_cpus
+        else ""
+    )
     code = (
-        "from evaluator.replay import replay; import sys; "
-        f"replay([sys.argv[1]], sys.argv[2], progress=False, workers={workers!r})"
+        f"{start_ray}from evaluator.replay import replay; import sys; "
+        f"replay([sys.argv[1]], sys.argv[2], progress=False, workers={workers!r}, ray={ray!r})"
     )
     with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a full pipe would stall the child
         start = time.perf_counter()

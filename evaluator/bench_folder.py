@@ -42,29 +42,47 @@ def write_folder(folder: Path, n_files: int, n_tokens: int, tokens_per_step: int
     return total
 
 
-def timed(logs: Path, db: Path, workers: int | None, total: int) -> str:
+def timed(logs: Path, db: Path, workers: int | None, total: int, ray_cpus: int | None = None) -> str:
     """One replay of `logs` into a fresh `db`: seconds, tokens/s, CPU seconds (user + system, the whole
-    process tree) and peak RSS."""
+    process tree; not Ray's, whose processes are not ours to wait for) and peak RSS."""
     db.unlink(missing_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    seconds, peak = timed_replay(logs, db, workers)
+    seconds, peak = timed_replay(logs, db, workers, ray_cpus)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # includes the workers, waited for by the replay
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    name = "sequential (one process)  " if workers == 1 else "parallel (default workers)"
+    name = {1: "sequential (one process)  ", None: "parallel (default workers)"}.get(workers)
+    name = f"local Ray, {ray_cpus} CPU{'s' * (ray_cpus != 1)}".ljust(26) if ray_cpus else name
     rate, mib = total / seconds / 1e6, peak / 2**20
     return f"{name}: {seconds:6.2f} s, {rate:.2f} M tokens/s, CPU {cpu:.1f} s, peak RSS {mib:,.0f} MiB"
 
 
-def run(n_files: int, n_tokens: int, tokens_per_step: int, out: Path, rounds: int) -> str:
-    """Write the folder, then replay it `rounds` times each way, alternating (same machine state)."""
+def ingest_rate(logs: Path, db: Path, total: int) -> str:
+    """The single writer's rate: tokens per second of ingest time alone (a replay in this process)."""
+    from evaluator.replay import replay
+
+    db.unlink(missing_ok=True)
+    report = replay([logs], db, progress=False, workers=1)
+    return (
+        f"ingest alone (the writer): {report.ingest_s:6.2f} s, {total / report.ingest_s / 1e6:.2f} M tokens/s"
+    )
+
+
+def run(n_files: int, n_tokens: int, tokens_per_step: int, out: Path, rounds: int, ray: bool = False) -> str:
+    """Write the folder, then replay it `rounds` times each way, alternating (same machine state); with
+    `ray`, also on a local Ray of 1 and 2 CPUs, and the writer's ingest rate."""
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     total = write_folder(logs, n_files, n_tokens, tokens_per_step)
     lines = [f"folder: {n_files} files, {total:,} tokens, {tokens_per_step:,} per step"]
     for _ in range(rounds):
         lines += [timed(logs, out / "seq.duckdb", 1, total), timed(logs, out / "par.duckdb", None, total)]
-    same = store_hash(out / "seq.duckdb") == store_hash(out / "par.duckdb")
+        if ray:
+            lines += [timed(logs, out / f"ray{k}.duckdb", 1, total, ray_cpus=k) for k in (1, 2)]
+    stores = ["par.duckdb", *(["ray1.duckdb", "ray2.duckdb"] if ray else [])]
+    same = all(store_hash(out / "seq.duckdb") == store_hash(out / s) for s in stores)
     lines.append(f"stores identical (hash of every table): {same}")
+    if ray:
+        lines.append(ingest_rate(logs, out / "ingest.duckdb", total))
     return "\n".join(lines)
 
 
@@ -75,9 +93,11 @@ def main() -> None:
     parser.add_argument("--tokens-per-step", type=int, default=1 << 20, help="tokens per training step")
     parser.add_argument("--rounds", type=int, default=2, help="replays each way, alternating")
     parser.add_argument("--out", type=Path, default=None, help="folder to keep the logs and stores in")
+    parser.add_argument("--ray", action="store_true", help="also on a local Ray of 1 and 2 CPUs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="proxaudit-bench-folder-") as scratch:
-        print(run(args.files, args.tokens, args.tokens_per_step, args.out or Path(scratch), args.rounds))
+        out = args.out or Path(scratch)
+        print(run(args.files, args.tokens, args.tokens_per_step, out, args.rounds, args.ray))
 
 
 if __name__ == "__main__":

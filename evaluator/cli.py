@@ -200,8 +200,20 @@ def _decision_params(params_file: str | None, **flags) -> object:
     help="Above U the token is masked, or its weight clamped to U [default: mask].",
 )
 @_max_staleness
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="local",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Check and summarise files as Ray tasks: alone, a local Ray on this machine's cores; with an "
+    "address, that cluster (needs proxaudit[ray]; workers must reach the files by the same paths).",
+)
 @_library_errors
-def replay(paths, db, progress, params_file, eps_low, eps_high, bound, bound_action, max_staleness) -> None:
+def replay(
+    paths, db, progress, params_file, eps_low, eps_high, bound, bound_action, max_staleness, ray_address
+) -> None:
     """Validate the token logs in PATHS (files or folders), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
     one transaction. The decision metrics (clip and bound flips, gradient mass error) use the loss's
@@ -220,7 +232,13 @@ def replay(paths, db, progress, params_file, eps_low, eps_high, bound, bound_act
     )
     echo = lambda outcome: _say(outcome.line())  # noqa: E731
     report = replay_paths(
-        paths, db, on_file=echo, progress=progress, params=params, max_staleness=max_staleness
+        paths,
+        db,
+        on_file=echo,
+        progress=progress,
+        params=params,
+        max_staleness=max_staleness,
+        ray=ray_address,
     )
     warnings = [f for f in report.findings if f.severity == "warning"]
     if warnings:

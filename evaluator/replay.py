@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -75,6 +76,9 @@ class ReplayReport:
     outcomes: list[FileOutcome]
     findings: list[Finding] = field(default_factory=list)
     """The data-driven findings on the files of this call (`evaluator.findings`)."""
+    ingest_s: float = 0.0
+    """Seconds this process spent ingesting summaries (the single writer's share: what bounds any number
+    of workers)."""
 
     @property
     def n_ingested(self) -> int:
@@ -206,8 +210,9 @@ def _summaries(
 ) -> Iterator[FileSummary | FileFailed]:
     """The summary of each slot, in order: runs of small files on the runner, a file long enough for
     range workers (`default_workers`) in this process once the files before it are done."""
+    remote = getattr(runner, "remote", False)  # a cluster takes long files too
     for is_long, group in itertools.groupby(
-        slots, key=lambda s: default_workers(s.checked.report.n_rows) > 1
+        slots, key=lambda s: not remote and default_workers(s.checked.report.n_rows) > 1
     ):
         group = list(group)
         if is_long:
@@ -238,11 +243,14 @@ def replay(
     workers: int | None = None,
     params: DecisionParams = DEFAULT_PARAMS,
     max_staleness: int | None = None,
+    ray: str | None = None,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
     order (see the module docstring), on `workers` processes (default `file_workers`; 1: all in this
     process), with the loss's thresholds `params` for the decision metrics (recorded in the store; a store
-    made with other parameters is refused) and the trainer's `max_staleness` for the findings.
+    made with other parameters is refused) and the trainer's `max_staleness` for the findings. `ray`:
+    check and summarise on Ray instead (`"local"` starts one, else a cluster address;
+    `evaluator.ray_runner`), ingesting here in the same order.
 
     Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
     `StoreError` for a store of other parameters."""
@@ -251,6 +259,7 @@ def replay(
         raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
     workers = file_workers(len(files)) if workers is None else workers
     outcomes, pending = [], []  # pending: known, but the store does not show them yet
+    ingest_s = 0.0
     findings: list[Finding] = []
 
     def report() -> None:
@@ -261,7 +270,12 @@ def replay(
             if on_file is not None:
                 on_file(outcome)
 
-    runner = WorkerPool(workers) if workers > 1 else LocalRunner()
+    if ray is not None:
+        from evaluator.ray_runner import RayRunner
+
+        runner = RayRunner(ray)
+    else:
+        runner = WorkerPool(workers) if workers > 1 else LocalRunner()
     try:
         with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
             slots = _digests(files, store.digests())
@@ -274,11 +288,13 @@ def replay(
             for i, slot in enumerate(slots, 1):
                 if slot.outcome is None and slot in todo:
                     summary = next(summaries)
+                    start = time.perf_counter()
                     slot.outcome = (
                         _failed(slot.path, summary)
                         if isinstance(summary, FileFailed)
                         else _outcome(slot.path, slot.digest, summary, slot.checked.facts, store)
                     )
+                    ingest_s += time.perf_counter() - start
                 elif slot.outcome is None:
                     slot.outcome = slot.resolve()
                 pending.append(slot.outcome)
@@ -290,4 +306,4 @@ def replay(
         report()  # after the last publish, also after an error or Ctrl-C (the store keeps what it ingested)
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
-    return ReplayReport(outcomes, findings)
+    return ReplayReport(outcomes, findings, ingest_s)

@@ -1,0 +1,48 @@
+"""`replay --ray`: files checked and summarised as Ray tasks on a local Ray (2 CPUs, one per test
+session), ingested here in order: the store is bit for bit that of a local replay, and a task that fails
+fails its file only."""
+
+from __future__ import annotations
+
+import pytest
+
+from evaluator.errors import FileFailed
+from evaluator.ray_runner import RayRunner
+from evaluator.replay import DEFAULT_PARAMS
+from tests.test_replay_parallel import assert_same_store, folder, lines, sequential, stored  # noqa: F401
+
+ray = pytest.importorskip("ray", reason="needs proxaudit[ray] (make install has it)")
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray for the session (its start costs seconds); RayRunner joins it and leaves it up."""
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_store_is_bit_identical_to_local(folder, sequential, tmp_path, local_ray):  # noqa: F811
+    expected_lines, expected = sequential
+    got = lines(folder, tmp_path / "ray.duckdb", ray="local")
+    assert got == expected_lines  # same outcomes, same order (the range-sized file went to Ray too)
+    assert_same_store(stored(tmp_path / "ray.duckdb"), expected)
+    assert ray.is_initialized()  # a Ray it did not start is left running
+
+
+def test_a_failing_task_fails_its_file_only(folder, local_ray):  # noqa: F811
+    good = next(folder.glob("a-000.parquet"))
+    tasks = [
+        ("check", (good,)),
+        ("summarise", (folder / "gone.parquet", {}, DEFAULT_PARAMS)),
+        ("check", (good,)),
+    ]
+    with RayRunner() as runner:
+        results = list(runner.map(tasks))
+    assert results[0].report.ok and results[2].report.ok
+    assert (
+        isinstance(results[1], FileFailed)
+        and "gone.parquet" in str(results[1])
+        and "on Ray" in str(results[1])
+    )
