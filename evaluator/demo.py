@@ -71,7 +71,7 @@ def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = pr
     else:
         if not any(FIXTURES.glob("*.parquet")):
             raise UsageError(f"no bundled fixtures in {FIXTURES}; run `proxaudit demo --train` instead")
-        sources = [FIXTURES]
+        sources = sorted(FIXTURES.glob("*.parquet"))  # the SmolLM2 runs (fixtures/toy: the tiny model)
     _banner(echo, f"validate: {', '.join(map(str, sources))}")
     validation = validate_paths(sources)
     reports = validation.reports

@@ -31,6 +31,14 @@ def token_table(columns: Mapping[str, np.ndarray | pa.Array | list]) -> pa.Table
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def readable_mode(path: str | os.PathLike) -> None:
+    """Give a temporary file (mkstemp makes it 0600) the mode a plain `open` would: 0666 less the umask,
+    so the published log is readable by whoever may read the folder (the dashboard, another user)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def write_log_atomic(table: pa.Table, path: str | os.PathLike, *, row_group_size: int = 1 << 20) -> Path:
     """Write `table` to `path` so that readers see the whole file or nothing: a temporary name in the
     same folder, fsync, then rename. The schema version travels in the file's key-value metadata."""
@@ -42,6 +50,7 @@ def write_log_atomic(table: pa.Table, path: str | os.PathLike, *, row_group_size
             pq.write_table(table, sink, row_group_size=row_group_size, compression="zstd")
             sink.flush()
             os.fsync(sink.fileno())
+        readable_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -27,7 +27,7 @@ from tests.builders import (
 )
 from tests.conftest import FIXTURES
 
-FIXTURE_FILES = sorted(FIXTURES.glob("*.parquet"))
+FIXTURE_FILES = sorted(FIXTURES.rglob("*.parquet"))  # SmolLM2 runs, and the tiny model's in toy/
 needs_fixtures = pytest.mark.skipif(not FIXTURE_FILES, reason="fixtures/ has no parquet yet")
 SEQUENCE_ORDER = [("seq_id", "ascending"), ("minibatch", "ascending"), ("pos", "ascending")]
 

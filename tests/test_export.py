@@ -53,7 +53,9 @@ def test_tensorboard_event_files_hold_the_store(fixture_store, tmp_path):
     gme = [
         float(make_ndarray(e.tensor_proto)) for e in events.Tensors("loglinear/decision/gradient_mass_error")
     ]
-    assert len(gme) == 30 and all(v >= 0 for v in gme)
+    assert 25 <= len(gme) <= 30 and all(
+        v >= 0 for v in gme
+    )  # a step whose gradient weight sums to 0 has none
 
 
 def _wandb_records(path: Path):

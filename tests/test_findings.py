@@ -56,7 +56,9 @@ def _followed(table: pa.Table) -> np.ndarray:
 
 
 def _fixture_run(name: str) -> pa.Table:
-    return pa.concat_tables(pq.read_table(p) for p in sorted(FIXTURES.glob(f"{name}-*.parquet")))
+    """A bundled run: `recompute` (SmolLM2-135M, lr 1e-5) or `toy/toy-recompute` (tiny model, lr 3e-3)."""
+    folder, run = (FIXTURES / name).parent, Path(name).name
+    return pa.concat_tables(pq.read_table(p) for p in sorted(folder.glob(f"{run}-*.parquet")))
 
 
 # --- quiet on clean logs --------------------------------------------------------------------------
@@ -209,10 +211,20 @@ FIXTURE_BUGS = {
 }
 
 
-@pytest.mark.parametrize("rule", sorted(FIXTURE_BUGS))
-def test_bugs_in_the_reference_trainers_logs_are_found(tmp_path, rule):
+@pytest.mark.parametrize(
+    "rule, run",
+    [
+        (rule, run)
+        for rule in sorted(FIXTURE_BUGS)
+        for run in ("recompute", "toy/toy-recompute")
+        if not (rule.startswith("theta") and run == "recompute")
+    ],  # fmt: skip
+)
+def test_bugs_in_the_reference_trainers_logs_are_found(tmp_path, rule, run):
+    """On SmolLM2's logs and the tiny model's; theta mislabelled only on the tiny model's: at lr 1e-5
+    theta moves less within a step than bf16 noise (THETA_NOISE), so no check can see it."""
     edit, column = FIXTURE_BUGS[rule]
-    validation = found(edit(_fixture_run("recompute")), tmp_path, files=4)
+    validation = found(edit(_fixture_run(run)), tmp_path, files=4)
     assert {(f.rule, f.column) for f in validation.findings} == {(rule, column)}
     if findings.SEVERITY[rule] == "error":
         assert not any(r.ok for r in validation.reports)  # every file of the run
@@ -240,7 +252,8 @@ def test_every_finding_is_documented(repo_root):
         "THETA_NOISE",
         "EXACT_SHARE",
         "PROXIMAL_T_WORSE",
-        "WRONG_VERSION_AT",
+        "AS_OLD_AS_BEHAVE",
+        "TELLABLE",
         "EARLIER_CLOSER",
         "EDGE_MASKED",
         "FRESH_LIKE",

@@ -168,3 +168,21 @@ def test_skyrl_needs_trust_and_resolves_nothing_else(table, tmp_path):
     result = _import("skyrl", tmp_path / "evil", tmp_path / "logs")
     assert result.exit_code == 1 and "refused: the file names posix.system" in result.output
     assert not (tmp_path / "pwned").exists()
+
+
+def test_written_logs_are_readable_as_plain_files(table, tmp_path):
+    """Logs appear with the mode a plain open() gives (0666 less the umask), not mkstemp's 0600."""
+    import os
+    import stat
+
+    from evaluator.logio import write_log_atomic
+
+    umask = os.umask(0o022)
+    try:
+        hooked = write_log_atomic(table, tmp_path / "hook.parquet")
+        prime_rl_dump(table, tmp_path / "dump", ranks=1)
+        assert _import("prime-rl", tmp_path / "dump", tmp_path / "logs").exit_code == 0
+        imported = next((tmp_path / "logs").glob("*.parquet"))
+    finally:
+        os.umask(umask)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (hooked, imported)} == {0o644}

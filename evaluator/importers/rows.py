@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from evaluator.logio import readable_mode
 from schemas.token_log import ASSUMED_ON_POLICY, SOURCE_KEY, VERSIONS_KEY, arrow_schema
 
 COLUMNS = (
@@ -126,6 +127,7 @@ class LogWriter:
         if self._writer is None:
             return None
         self._writer.close()
+        readable_mode(self._tmp)
         os.replace(self._tmp, self.path)
         return self.path
 
