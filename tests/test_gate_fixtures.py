@@ -290,3 +290,28 @@ def test_default_thresholds_run_on_the_fixtures(db, views, capsys):
     with capsys.disabled():
         counts = ", ".join(f"{result.count(v)} {v}" for v in ("pass", "warn", "fail"))
         print(f"\ndefault thresholds on the fixtures: {counts}")
+
+
+def test_the_fixtures_readme_states_what_the_store_holds(db):
+    """fixtures/README.md's table is these logs' numbers (rounded as written there)."""
+    text = (FIXTURES / "README.md").read_text()
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        errors = con.execute(
+            "SELECT run_id, method, mean FROM run_summary WHERE metric = 'abs_error' AND method IN "
+            "('loglinear_shipped', 'loglinear', 'loglinear_exact', 'rollout')"
+        ).fetchall()
+        pairing = con.execute(
+            "SELECT run_id, shipped_over_own FROM pairing_summary WHERE interpolation = 'loglinear'"
+        ).fetchall()
+        gme = con.execute(
+            "SELECT run_id, gradient_mass_error FROM decision_summary WHERE method = 'loglinear_shipped'"
+        ).fetchall()
+    finally:
+        con.close()
+    for _, _, mean in errors:
+        assert f"{mean:.4f}".rstrip("0") in text or f"{mean:.3g}" in text, mean
+    for _, ratio in pairing:
+        assert f"{ratio:.2f}x" in text, ratio
+    for _, g in gme:
+        assert f"{100 * g:.1f}%" in text, g
