@@ -84,7 +84,7 @@ def timed_replay(logs: Path, db: Path, with_readers: bool) -> dict:
     out = {"seconds": seconds, "files": len(reported)}
     if poller is not None:
         stop.touch()
-        polled = json.loads(poller.communicate()[0])
+        polled = json.loads(poller.communicate()[0].strip().splitlines()[-1])  # libraries may print first
         lags = [sum(t <= at for t in reported) - value for at, value in polled["seen"]]
         out |= {"stats": polled["stats"], "max_behind": max(lags, default=0)}
     return out

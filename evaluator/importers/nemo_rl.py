@@ -14,14 +14,13 @@ from prox). `step = N - 1` (the file of step N trains from the weights of N - 1 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, response_rows
+from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, jsonl, response_rows
 
 NAME = re.compile(r"^train_data_step(\d+)\.jsonl$")
 KEYS = ("token_ids", "token_loss_mask", "generation_logprobs", "prev_logprobs", "advantages")
@@ -47,51 +46,28 @@ def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
     """One step's file to `{run_id}-train_data_step{N}.parquet` under `out_dir`."""
     n = _step_number(path)
     result = ImportResult(path, None)
-    writer = LogWriter(out_dir / f"{run_id}-{path.stem}.parquet", source=f"nemo-rl:{path.name}")
-    try:
-        with path.open(encoding="utf-8") as lines:
-            for line_no, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                sample = _sample(path, line_no, line)
-                length = int(sample.get("input_lengths", len(sample["token_ids"])))
-                arrays = {k: np.asarray(sample[k], dtype=float)[:length] for k in KEYS}
-                keep = float(sample.get("sample_loss_mask", 1.0)) > 0
-                response = response_rows(
-                    token_ids=arrays["token_ids"].astype(np.int64),
-                    token_mask=arrays["token_loss_mask"] > 0,
-                    loss_mask=(arrays["token_loss_mask"] > 0) & keep,
-                    behave_logp=arrays["generation_logprobs"],
-                    prox_logp=arrays["prev_logprobs"],
-                    advantage=arrays["advantages"],
-                )
-                if response is None:
-                    result.skip("without a generated token")
-                    continue
-                idx = int(sample.get("idx", line_no - 1))
-                writer.add(
-                    response, run_id=run_id, step=n - 1, minibatch=0, n_minibatches=1,
-                    seq_id=n * SEQ_STRIDE + idx, behave_version=n - 1,
-                    reward=float(sample.get("rewards", np.nan)),
-                )  # fmt: skip
-                result.sequences += 1
-                result.rows += len(response["pos"])
-    except BaseException:
-        writer.abort()
-        raise
-    result.out = writer.close()
+    with LogWriter(out_dir / f"{run_id}-{path.stem}.parquet", source=f"nemo-rl:{path.name}") as writer:
+        for line_no, sample in jsonl(path, KEYS, "NeMo-RL"):
+            length = int(sample.get("input_lengths", len(sample["token_ids"])))
+            arrays = {k: np.asarray(sample[k], dtype=float)[:length] for k in KEYS}
+            keep = float(sample.get("sample_loss_mask", 1.0)) > 0
+            response = response_rows(
+                token_ids=arrays["token_ids"].astype(np.int64),
+                token_mask=arrays["token_loss_mask"] > 0,
+                loss_mask=(arrays["token_loss_mask"] > 0) & keep,
+                behave_logp=arrays["generation_logprobs"],
+                prox_logp=arrays["prev_logprobs"],
+                advantage=arrays["advantages"],
+            )
+            if response is None:
+                result.skip("without a generated token")
+                continue
+            idx = int(sample.get("idx", line_no - 1))
+            writer.add(
+                response, run_id=run_id, step=n - 1, minibatch=0, n_minibatches=1,
+                seq_id=n * SEQ_STRIDE + idx, behave_version=n - 1,
+                reward=float(sample.get("rewards", np.nan)),
+            )  # fmt: skip
+            result.count(response)
+        result.out = writer.close()
     return result
-
-
-def _sample(path: Path, line_no: int, line: str) -> dict:
-    try:
-        sample = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ImportFormatError(f"{path}: line {line_no}: not JSON ({error})") from None
-    missing = [k for k in KEYS if k not in sample]
-    if missing:
-        raise ImportFormatError(f"{path}: line {line_no}: missing {', '.join(missing)} (NeMo-RL writes them)")
-    lengths = {k: len(sample[k]) for k in KEYS}
-    if len(set(lengths.values())) != 1:
-        raise ImportFormatError(f"{path}: line {line_no}: per-token arrays differ in length: {lengths}")
-    return sample

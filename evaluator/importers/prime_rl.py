@@ -13,14 +13,13 @@ no versions: `behave_version = step` is assumed (docs/importers.md).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, response_rows
+from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, jsonl, response_rows
 
 NAME = re.compile(r"^rank_(\d+)\.jsonl$")
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -48,54 +47,29 @@ def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
     step, rank = _step_rank(path)
     result = ImportResult(path, None)
     name = f"{run_id}-step_{step}-rank_{rank}.parquet"
-    writer = LogWriter(out_dir / name, source=f"prime-rl:{path.parent.name}/{path.name}")
-    try:
-        with path.open(encoding="utf-8") as lines:
-            for line_no, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                record = _record(path, line_no, line)
-                arrays = {k: np.asarray(record[k], dtype=float) for k in KEYS}  # null -> nan
-                mask = np.nan_to_num(arrays["loss_mask"]) > 0
-                response = response_rows(
-                    token_ids=arrays["token_ids"].astype(np.int64),
-                    token_mask=mask,
-                    loss_mask=mask,
-                    behave_logp=arrays["inference_logprobs"],
-                    prox_logp=arrays["trainer_logprobs"],
-                    advantage=arrays["advantages"],
-                )
-                if response is None:
-                    result.skip("without a generated token")
-                    continue
-                rewards = np.asarray(record.get("rewards") or [np.nan], dtype=float)
-                seq = int(record.get("export_sequence_idx", line_no - 1))
-                writer.add(
-                    response, run_id=record.get("run_id") or run_id, step=int(record.get("step", step)),
-                    minibatch=0, n_minibatches=1, seq_id=step * STEP_STRIDE + rank * RANK_STRIDE + seq,
-                    behave_version=int(record.get("step", step)),
-                    reward=float(np.nanmax(rewards)) if np.isfinite(rewards).any() else np.nan,
-                )  # fmt: skip
-                result.sequences += 1
-                result.rows += len(response["pos"])
-    except BaseException:
-        writer.abort()
-        raise
-    result.out = writer.close()
+    with LogWriter(out_dir / name, source=f"prime-rl:{path.parent.name}/{path.name}") as writer:
+        for line_no, record in jsonl(path, KEYS, "prime-rl"):
+            arrays = {k: np.asarray(record[k], dtype=float) for k in KEYS}  # null -> nan
+            mask = np.nan_to_num(arrays["loss_mask"]) > 0
+            response = response_rows(
+                token_ids=arrays["token_ids"].astype(np.int64),
+                token_mask=mask,
+                loss_mask=mask,
+                behave_logp=arrays["inference_logprobs"],
+                prox_logp=arrays["trainer_logprobs"],
+                advantage=arrays["advantages"],
+            )
+            if response is None:
+                result.skip("without a generated token")
+                continue
+            rewards = np.asarray(record.get("rewards") or [np.nan], dtype=float)
+            seq = int(record.get("export_sequence_idx", line_no - 1))
+            writer.add(
+                response, run_id=record.get("run_id") or run_id, step=int(record.get("step", step)),
+                minibatch=0, n_minibatches=1, seq_id=step * STEP_STRIDE + rank * RANK_STRIDE + seq,
+                behave_version=int(record.get("step", step)),
+                reward=float(np.nanmax(rewards)) if np.isfinite(rewards).any() else np.nan,
+            )  # fmt: skip
+            result.count(response)
+        result.out = writer.close()
     return result
-
-
-def _record(path: Path, line_no: int, line: str) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ImportFormatError(f"{path}: line {line_no}: not JSON ({error})") from None
-    missing = [k for k in KEYS if k not in record]
-    if missing:
-        raise ImportFormatError(
-            f"{path}: line {line_no}: missing {', '.join(missing)} (prime-rl writes them)"
-        )
-    lengths = {k: len(record[k]) for k in KEYS}
-    if len(set(lengths.values())) != 1:
-        raise ImportFormatError(f"{path}: line {line_no}: per-token arrays differ in length: {lengths}")
-    return record

@@ -13,8 +13,10 @@ answers the engine mismatch question (staleness 0), and `validate` says so on ev
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +49,34 @@ class ImportResult:
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
+
+    def count(self, response: dict[str, np.ndarray]) -> None:
+        self.sequences += 1
+        self.rows += len(response["pos"])
+
+
+def jsonl(path: Path, keys: tuple[str, ...], trainer: str) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of each non-blank line, read one at a time; a line that is not JSON, lacks
+    one of `keys` or has per-token arrays of different lengths is an `ImportFormatError`."""
+    with path.open(encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ImportFormatError(f"{path}: line {line_no}: not JSON ({error})") from None
+            missing = [k for k in keys if k not in record]
+            if missing:
+                raise ImportFormatError(
+                    f"{path}: line {line_no}: missing {', '.join(missing)} ({trainer} writes them)"
+                )
+            lengths = {k: len(record[k]) for k in keys}
+            if len(set(lengths.values())) != 1:
+                raise ImportFormatError(
+                    f"{path}: line {line_no}: per-token arrays differ in length: {lengths}"
+                )
+            yield line_no, record
 
 
 def response_rows(
@@ -96,6 +126,13 @@ class LogWriter:
         return schema.with_metadata(
             {**schema.metadata, VERSIONS_KEY: self.versions, SOURCE_KEY: self.source.encode()}
         )
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, kind, value, trace) -> None:
+        if kind is not None:  # nothing half-written stays behind
+            self.abort()
 
     def add(self, response: dict[str, np.ndarray], **scalars: object) -> None:
         """One sequence: its arrays and the values repeated on each of its rows (run_id, step, ...)."""

@@ -115,8 +115,7 @@ def convert(path: Path, out_dir: Path, run_id: str, trust_pickle: bool = False) 
     tokens = batch["sequences"][:, -width:]
     rewards = batch.get("rewards")
     result = ImportResult(path, None)
-    writer = LogWriter(out_dir / f"{run_id}-global_step_{n}.parquet", source=f"skyrl:{path.name}")
-    try:
+    with LogWriter(out_dir / f"{run_id}-global_step_{n}.parquet", source=f"skyrl:{path.name}") as writer:
         for row in range(len(response)):
             generated = response[row] > 0
             rows = response_rows(
@@ -135,10 +134,6 @@ def convert(path: Path, out_dir: Path, run_id: str, trust_pickle: bool = False) 
                 rows, run_id=run_id, step=n - 1, minibatch=0, n_minibatches=1, seq_id=n * SEQ_STRIDE + row,
                 behave_version=n - 1, reward=reward,
             )  # fmt: skip
-            result.sequences += 1
-            result.rows += len(rows["pos"])
-    except BaseException:
-        writer.abort()
-        raise
-    result.out = writer.close()
+            result.count(rows)
+        result.out = writer.close()
     return result

@@ -86,12 +86,11 @@ def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
     rollout_id = _rollout_id(path)
     data, versions = _load(path), _versions(path, rollout_id)
     result = ImportResult(path, None)
-    writer = LogWriter(
+    with LogWriter(
         out_dir / f"{run_id}-rollout{rollout_id:06d}.parquet",
         source=f"slime:train_data/{path.name}",
         versions=ASSUMED_ON_POLICY if versions is None else RECORDED,
-    )
-    try:
+    ) as writer:
         for i, sample in enumerate(data["samples"]):
             missing = [k for k in KEYS if k not in sample]
             if missing:
@@ -126,10 +125,6 @@ def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
                 seq_id=rollout_id * SEQ_STRIDE + position, behave_version=version,
                 reward=float(sample.get("rewards", np.nan)),
             )  # fmt: skip
-            result.sequences += 1
-            result.rows += n
-    except BaseException:
-        writer.abort()
-        raise
-    result.out = writer.close()
+            result.count(response)
+        result.out = writer.close()
     return result
