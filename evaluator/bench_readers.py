@@ -28,7 +28,7 @@ from dashboard import queries
 from evaluator.gate import run_gate
 from evaluator.summary import summary_table
 from schemas.thresholds import DEFAULT_THRESHOLDS
-db, stop = Path(sys.argv[1]), Path(sys.argv[2])
+db, stop, pause = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 def raw(db):
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
@@ -50,6 +50,7 @@ while not stop.exists():
             continue
         if name == "raw duckdb":
             seen.append((time.time(), value))
+    time.sleep(pause)
 print(json.dumps({"stats": stats, "seen": seen}))
 """
 
@@ -67,14 +68,16 @@ def write_small_logs(folder: Path, n_files: int, tokens_per_step: int = 512) -> 
     return rows
 
 
-def timed_replay(logs: Path, db: Path, with_readers: bool) -> dict:
-    """Replay `logs` into a fresh `db` in a child process, with readers in another one or not."""
+def timed_replay(logs: Path, db: Path, with_readers: bool, pause: float = 0.0) -> dict:
+    """Replay `logs` into a fresh `db` in a child process, with readers in another one (each round of the
+    four readers `pause` seconds apart) or not."""
     db.unlink(missing_ok=True)
     stop = db.with_suffix(".stop")
     stop.unlink(missing_ok=True)
     poller = None
     if with_readers:
-        poller = subprocess.Popen([sys.executable, "-c", POLL, str(db), str(stop)], stdout=subprocess.PIPE)
+        command = [sys.executable, "-c", POLL, str(db), str(stop), str(pause)]
+        poller = subprocess.Popen(command, stdout=subprocess.PIPE)
     command = [sys.executable, "-m", "evaluator.cli", "replay", str(logs), "--db", str(db), "--no-progress"]
     started = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
@@ -90,14 +93,14 @@ def timed_replay(logs: Path, db: Path, with_readers: bool) -> dict:
     return out
 
 
-def run(n_files: int, out: Path, rounds: int) -> str:
+def run(n_files: int, out: Path, rounds: int, pause: float = 0.0) -> str:
     logs = out / "logs"
     rows = write_small_logs(logs, n_files)
-    lines = [f"folder: {n_files} files, {rows:,} rows"]
+    lines = [f"folder: {n_files} files, {rows:,} rows; readers {pause:g} s apart"]
     alone, with_readers = [], []
     for _ in range(rounds):  # alternating: the same machine state for both
         alone.append(timed_replay(logs, out / "alone.duckdb", False))
-        with_readers.append(timed_replay(logs, out / "read.duckdb", True))
+        with_readers.append(timed_replay(logs, out / "read.duckdb", True, pause))
     for a, r in zip(alone, with_readers, strict=True):
         lines.append(
             f"replay alone {a['seconds']:.2f} s, with readers {r['seconds']:.2f} s "
@@ -115,9 +118,15 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=200, help="number of small log files")
     parser.add_argument("--rounds", type=int, default=2, help="replays each way, alternating")
     parser.add_argument("--out", type=Path, default=None, help="folder to keep the logs and stores in")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        help="seconds between rounds of the readers (0: as fast as they can)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="proxaudit-bench-readers-") as scratch:
-        print(run(args.files, args.out or Path(scratch), args.rounds))
+        print(run(args.files, args.out or Path(scratch), args.rounds, args.pause))
 
 
 if __name__ == "__main__":
