@@ -23,7 +23,7 @@ ARTIFACTS = Path(__file__).resolve().parent / "_artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 N_STEPS, TOKENS_PER_STEP = 1000, 512
-CHARTS = {"overview": 2, "drift": 3, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
+CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
 
 pytestmark = [
     pytest.mark.slow,
@@ -39,7 +39,9 @@ SCRIPT_DONE = """(title) => {
 }"""
 # ... and its `n` Plotly charts are drawn.
 CHARTS_DRAWN = """(n) => {
-    const charts = document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot');
+    // charts of this run only: Streamlit keeps the previous page's elements, marked stale, until it is done
+    const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')]
+        .filter(c => !c.closest('[data-stale="true"]'));
     return charts.length === n && [...charts].every(c => c.querySelector('.main-svg'));
 }"""
 
@@ -104,7 +106,9 @@ def _wait_rendered(page, slug: str, start: float) -> tuple[float, float]:
     try:
         page.wait_for_function(CHARTS_DRAWN, arg=CHARTS[slug], timeout=30_000, polling=10)
     except Exception as error:  # playwright's TimeoutError: say which page and what it drew
-        drawn = page.locator('[data-testid="stPlotlyChart"]').count()
+        drawn = page.locator(
+            '[data-testid="stElementContainer"]:not([data-stale="true"]) [data-testid="stPlotlyChart"]'
+        ).count()
         pytest.fail(f"page {slug}: {drawn} charts after 30 s, expected {CHARTS[slug]} ({error})")
     return script, time.perf_counter() - start
 
