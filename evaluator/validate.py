@@ -166,7 +166,7 @@ class CheckedFile:
 
     def runs(self) -> list[str]:
         """The runs of a file that broke no rule."""
-        return sorted(set(self.facts.sequences["run_id"].to_pylist())) if self.facts is not None else []
+        return self.run_ids if self.facts is not None else []
 
 
 def validate_file(path: Path) -> FileReport:
@@ -211,13 +211,15 @@ def check_file(path: Path) -> CheckedFile:
         _open_source(con, path)
         problems += _row_problems(con, usable)
         problems += sequence_problems(con, usable)
-        if not problems:
-            checked.run_ids = [r[0] for r in con.execute("SELECT DISTINCT run_id FROM src").fetchall()]
+        rows_ok = not problems
         audit_problems, notes, checked.audit = audit.audit_alignment(con, usable, n_rows)
         problems += audit_problems
         checked.report.notes += notes
+        if rows_ok:  # the runs too for a file only the audit fails: its run's evidence pools with it
+            facts = sequence_facts(con)
+            checked.run_ids = sorted(set(facts.sequences["run_id"].to_pylist()))
         if not problems:
-            checked.facts = sequence_facts(con)
+            checked.facts = facts
             checked.evidence = gather(con, usable)
     except duckdb.Error as error:
         problems.append(
