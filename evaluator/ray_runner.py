@@ -12,11 +12,10 @@ are in flight, so finished results wait in the object store, not here.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator
 
 from evaluator.errors import FileFailed, UsageError
-from evaluator.workers import Task, run_task
+from evaluator.workers import Task, ordered_map, run_task
 
 MAX_RETRIES = 3
 LOCAL = "local"
@@ -59,17 +58,11 @@ class RayRunner:
 
     def map(self, tasks: Iterable[Task]) -> Iterator[object | FileFailed]:
         """Each task's result (or `FileFailed`), in task order; the next tasks run meanwhile."""
-        queue: deque[tuple[Task, object]] = deque()
-        pending = iter(tasks)
-        while True:
-            while len(queue) < self._window and (task := next(pending, None)) is not None:
-                queue.append((task, self._task.remote(task)))
-            if not queue:
-                return
-            task, ref = queue.popleft()
-            try:
-                result = self._ray.get(ref)
-            except Exception as error:  # RayTaskError, WorkerCrashedError after the retries
-                first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-                result = FileFailed(f"{task[0]} {task[1][0]} failed on Ray: {type(error).__name__}: {first}")
-            yield result
+        return ordered_map(tasks, self._window, self._task.remote, self._get)
+
+    def _get(self, task: Task, ref) -> object | FileFailed:
+        try:
+            return self._ray.get(ref)
+        except Exception as error:  # RayTaskError, WorkerCrashedError after the retries
+            first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            return FileFailed(f"{task[0]} {task[1][0]} failed on Ray: {type(error).__name__}: {first}")

@@ -159,6 +159,11 @@ class _Slot:
     """An earlier file of this call with the same bytes: this one shares its fate."""
     outcome: FileOutcome | None = None
 
+    @property
+    def to_summarise(self) -> bool:
+        """Checked, and it broke no rule (on its own or in the call)."""
+        return self.checked is not None and self.checked.facts is not None
+
     def resolve(self) -> FileOutcome:
         """The outcome of a file that is not summarised: known from its digest or its check."""
         if self.copy_of is not None:
@@ -282,11 +287,10 @@ def replay(
             _check(slots, runner, bar)
             checked = [s.checked for s in slots if s.checked is not None]
             findings = judge_call(checked, max_staleness, duplicates=False)
-            todo = [s for s in slots if s.checked is not None and s.checked.facts is not None]
-            summaries = _summaries(todo, runner, params, bar)
+            summaries = _summaries([s for s in slots if s.to_summarise], runner, params, bar)
             bar.reset()
             for i, slot in enumerate(slots, 1):
-                if slot.outcome is None and slot in todo:
+                if slot.outcome is None and slot.to_summarise:
                     summary = next(summaries)
                     start = time.perf_counter()
                     slot.outcome = (

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import traceback
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +51,30 @@ def run_task(task: Task):
         path, resumes, params = args
         return summarise_file(path, resumes, params, workers=1)  # a worker per core already
     raise ValueError(f"unknown task {kind!r}")
+
+
+def ordered_map(
+    tasks: Iterable[Task],
+    size: int,
+    submit: Callable[[Task], object],
+    collect: Callable[[Task, object], object | FileFailed],
+) -> Iterator[object | FileFailed]:
+    """The results of `tasks` in task order with at most `size` in flight: `submit(task)` starts one and
+    returns its handle, `collect(task, handle)` waits for its result. The next tasks are submitted before
+    a result is handed on, so the workers stay busy while the caller consumes it."""
+    queue: deque[tuple[Task, object]] = deque()
+    pending = iter(tasks)
+
+    def fill() -> None:
+        while len(queue) < size and (task := next(pending, None)) is not None:
+            queue.append((task, submit(task)))
+
+    fill()
+    while queue:
+        task, handle = queue.popleft()
+        result = collect(task, handle)
+        fill()
+        yield result
 
 
 class LocalRunner:
@@ -99,18 +123,10 @@ class WorkerPool:
 
     def map(self, tasks: Iterable[Task]) -> Iterator[object | FileFailed]:
         """Each task's result (or `FileFailed`), in task order; the next tasks run meanwhile."""
-        queue: deque[tuple[Task, Worker | FileFailed]] = deque()
-        pending = iter(tasks)
-        while True:
-            while len(queue) < self.size and (task := next(pending, None)) is not None:
-                queue.append((task, self._submit(task)))
-            if not queue:
-                return
-            task, worker = queue.popleft()
-            result = worker if isinstance(worker, FileFailed) else self._result(worker, task)
-            while len(queue) < self.size and (task := next(pending, None)) is not None:
-                queue.append((task, self._submit(task)))  # keep the workers busy while the caller works
-            yield result
+        return ordered_map(tasks, self.size, self._submit, self._collect)
+
+    def _collect(self, task: Task, worker: Worker | FileFailed) -> object | FileFailed:
+        return worker if isinstance(worker, FileFailed) else self._result(worker, task)
 
     def _start(self) -> Worker:
         err = Path(self._scratch.name) / f"{self._started}.err"
