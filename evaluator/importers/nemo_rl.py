@@ -20,7 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, jsonl, response_rows
+from evaluator.importers.rows import (
+    ImportFormatError,
+    ImportResult,
+    LogWriter,
+    dump_files,
+    jsonl,
+    response_rows,
+)
 
 NAME = re.compile(r"^train_data_step(\d+)\.jsonl$")
 KEYS = ("token_ids", "token_loss_mask", "generation_logprobs", "prev_logprobs", "advantages")
@@ -29,10 +36,7 @@ SEQ_STRIDE = 10**6
 
 def find(paths: Sequence[str | Path]) -> list[Path]:
     """`train_data_step*.jsonl` files, sorted by step; a folder is searched recursively."""
-    found = []
-    for p in map(Path, paths):
-        found += sorted(p.rglob("train_data_step*.jsonl")) if p.is_dir() else [p]
-    return sorted(found, key=lambda f: (_step_number(f), str(f)))
+    return dump_files(paths, lambda folder: folder.rglob("train_data_step*.jsonl"), _step_number)
 
 
 def _step_number(path: Path) -> int:

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, jsonl, response_rows
+from evaluator.importers.rows import (
+    ImportFormatError,
+    ImportResult,
+    LogWriter,
+    dump_files,
+    jsonl,
+    response_rows,
+)
 
 NAME = re.compile(r"^rank_(\d+)\.jsonl$")
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -29,10 +36,7 @@ STEP_STRIDE, RANK_STRIDE = 10**9, 10**6
 
 def find(paths: Sequence[str | Path]) -> list[Path]:
     """`step_*/rank_*.jsonl` files, sorted by step and rank; a folder is searched recursively."""
-    found = []
-    for p in map(Path, paths):
-        found += sorted(p.rglob("rank_*.jsonl")) if p.is_dir() else [p]
-    return sorted(found, key=lambda f: (*_step_rank(f), str(f)))
+    return dump_files(paths, lambda folder: folder.rglob("rank_*.jsonl"), _step_rank)
 
 
 def _step_rank(path: Path) -> tuple[int, int]:

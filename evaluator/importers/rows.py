@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +53,17 @@ class ImportResult:
     def count(self, response: dict[str, np.ndarray]) -> None:
         self.sequences += 1
         self.rows += len(response["pos"])
+
+
+def dump_files(
+    paths: Sequence[str | Path], in_folder: Callable[[Path], Iterable[Path]], order: Callable[[Path], object]
+) -> list[Path]:
+    """A format's dump files: each path that is a file, and `in_folder(p)` of each folder, sorted by
+    `order` (which raises `ImportFormatError` on a name its trainer does not write), then by path."""
+    found = []
+    for p in map(Path, paths):
+        found += list(in_folder(p)) if p.is_dir() else [p]
+    return sorted(found, key=lambda f: (order(f), str(f)))
 
 
 def jsonl(path: Path, keys: tuple[str, ...], trainer: str) -> Iterator[tuple[int, dict]]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, response_rows
+from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, dump_files, response_rows
 
 NAME = re.compile(r"^global_step_(\d+)_training_input\.pkl$")
 KEYS = ("sequences", "response_mask", "loss_mask", "rollout_logprobs", "action_log_probs", "advantages")
@@ -39,10 +39,7 @@ PICKLE_WARNING = (
 
 def find(paths: Sequence[str | Path]) -> list[Path]:
     """`global_step_*_training_input.pkl` files, sorted by step; a folder is searched recursively."""
-    found = []
-    for p in map(Path, paths):
-        found += sorted(p.rglob("global_step_*_training_input.pkl")) if p.is_dir() else [p]
-    return sorted(found, key=lambda f: (_step_number(f), str(f)))
+    return dump_files(paths, lambda folder: folder.rglob("global_step_*_training_input.pkl"), _step_number)
 
 
 def _step_number(path: Path) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, response_rows
+from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, dump_files, response_rows
 from schemas.token_log import ASSUMED_ON_POLICY, RECORDED
 
 KEYS = ("tokens", "response_lengths", "rollout_log_probs", "log_probs", "loss_masks", "advantages")
@@ -33,10 +33,7 @@ SEQ_STRIDE = 10**6
 
 def find(paths: Sequence[str | Path]) -> list[Path]:
     """`train_data/{rollout_id}.pt` files, sorted by rollout id; a folder is the `--dump-details` DIR."""
-    found = []
-    for p in map(Path, paths):
-        found += sorted((p / "train_data").glob("*.pt")) if p.is_dir() else [p]
-    return sorted(found, key=lambda f: (_rollout_id(f), str(f)))
+    return dump_files(paths, lambda folder: (folder / "train_data").glob("*.pt"), _rollout_id)
 
 
 def _rollout_id(path: Path) -> int:
