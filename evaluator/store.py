@@ -186,9 +186,18 @@ _INSERTS = {
     "min(min), max(max) FROM part GROUP BY ALL ORDER BY run_id, method, metric, step, staleness",
     "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, sum(count) FROM part "
     "GROUP BY ALL ORDER BY run_id, method, metric, step, bucket",
-    "sketch_by_staleness": "SELECT {fid}, run_id, staleness, method, metric, bucket, sum(count) FROM part "
+    "sketch_by_staleness": "SELECT run_id, staleness, method, metric, bucket, sum(count) FROM part "
     "GROUP BY ALL ORDER BY run_id, method, metric, staleness, bucket",
 }
+# The staleness sketches of every file merged into one row per bucket (counts add exactly), so that the
+# table, which run-level quantiles and the gate read, stays as small as one run's sketch.
+_MERGE_STALENESS_SKETCHES = """
+    CREATE TEMP TABLE merged AS
+        SELECT run_id, staleness, method, metric, bucket, sum(count)::BIGINT AS count FROM sketch_by_staleness
+        GROUP BY ALL ORDER BY run_id, method, metric, staleness, bucket;
+    DELETE FROM sketch_by_staleness;
+    INSERT INTO sketch_by_staleness SELECT * FROM merged;
+    DROP TABLE merged"""
 
 
 class StoreWriter:
@@ -284,8 +293,11 @@ class StoreWriter:
         """Digests of every file already in the store."""
         return {row[0] for row in self.con.execute("SELECT digest FROM ingested_file").fetchall()}
 
-    def ingest(self, path: Path, digest: str, summary: FileSummary, sequences: pa.Table) -> bool | Problem:
-        """Insert one file's summaries and token identity (`FileFacts.sequences`) in a single transaction.
+    def ingest(
+        self, path: Path | str, digest: str, summary: FileSummary, sequences: pa.Table
+    ) -> bool | Problem:
+        """Insert one file's summaries and token identity (`FileFacts.sequences`) in a single transaction,
+        recorded under `path` (made absolute; a str is an object-storage URI, recorded as it is).
         False (and no change) if its digest is already in the store; a `duplicate_across_files` problem
         (and no change) if it repeats a token of a stored file. Published when it is cheap enough."""
         con = self.con
@@ -299,8 +311,9 @@ class StoreWriter:
             if duplicate is not None:
                 con.execute("ROLLBACK")
                 return duplicate
-            self._insert(path, digest, summary)
-            if os.environ.get(CRASH_ENV) == path.name:
+            location = path if isinstance(path, str) else str(path.resolve())
+            self._insert(location, digest, summary)
+            if os.environ.get(CRASH_ENV) == location.rsplit("/", 1)[-1]:
                 os._exit(70)
             con.execute("COMMIT")
         except BaseException:
@@ -338,12 +351,12 @@ class StoreWriter:
             self.con.unregister("found")
         self._dirty = True
 
-    def _insert(self, path: Path, digest: str, summary: FileSummary) -> None:
+    def _insert(self, location: str, digest: str, summary: FileSummary) -> None:
         con = self.con
         file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM ingested_file").fetchone()[0]
         con.execute(
             "INSERT INTO ingested_file VALUES (?, ?, ?, ?, ?, now())",
-            [file_id, digest, str(path.resolve()), summary.n_rows, summary.n_tokens],
+            [file_id, digest, location, summary.n_rows, summary.n_tokens],
         )
         con.execute(
             f"INSERT INTO file_sequences SELECT {int(file_id)}, run_id, seq_id, minibatch, pos_min, pos_max "
@@ -361,8 +374,10 @@ class StoreWriter:
             con.unregister("part")
 
     def publish(self) -> None:
-        """Make the working copy the store: checkpoint, copy beside the store, fsync, rename over it."""
+        """Make the working copy the store: merge the staleness sketches, checkpoint, copy beside the store,
+        fsync, rename over it."""
         started = time.monotonic()
+        self.con.execute(f"BEGIN TRANSACTION; {_MERGE_STALENESS_SKETCHES}; COMMIT")
         self.con.execute("CHECKPOINT")
         staged = sibling(self.db, f"publish-{os.getpid()}")
         try:

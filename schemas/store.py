@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 
-STORE_SCHEMA_VERSION = "2"
+STORE_SCHEMA_VERSION = "3"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (

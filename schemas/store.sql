@@ -1,7 +1,7 @@
--- proxaudit metrics store (DuckDB), store schema version 2: the tables. Idempotent: run on every open for
+-- proxaudit metrics store (DuckDB), store schema version 3: the tables. Idempotent: run on every open for
 -- writing. Tables are internal; the views of views.sql (and schemas/store.py) are the public interface.
--- Every row carries the file_id of the Parquet file it came from, so a file is ingested in one
--- transaction and all its summaries merge with those of other files by plain sums.
+-- A file is ingested in one transaction; its rows carry its file_id (but the staleness sketches, merged
+-- at publish) and its summaries merge with those of other files by plain sums.
 
 CREATE TABLE IF NOT EXISTS store_meta (
     key   VARCHAR PRIMARY KEY,
@@ -11,7 +11,7 @@ CREATE TABLE IF NOT EXISTS store_meta (
 CREATE TABLE IF NOT EXISTS ingested_file (
     file_id     INTEGER PRIMARY KEY,
     digest      VARCHAR NOT NULL UNIQUE,   -- BLAKE2b of the file bytes: the same bytes never count twice
-    path        VARCHAR NOT NULL,          -- absolute path when ingested (the token inspector reads it)
+    path        VARCHAR NOT NULL,          -- absolute path or object-storage URI (the token inspector reads it)
     n_rows      BIGINT NOT NULL,
     n_tokens    BIGINT NOT NULL,           -- rows with loss_mask true
     ingested_at TIMESTAMP NOT NULL
@@ -55,7 +55,9 @@ CREATE TABLE IF NOT EXISTS metric_moments (
 );
 
 -- Mergeable quantile sketches: log-bucket histograms (see evaluator/sketch.py for the bucket code)
--- by step and by staleness. Run-level quantiles merge the staleness sketches.
+-- by step and by staleness. Run-level quantiles merge the staleness sketches. The staleness sketches of
+-- all files are merged into one row per (run, staleness, method, metric, bucket) when the store is
+-- published (their size then no longer grows with the number of files), so they carry no file_id.
 CREATE TABLE IF NOT EXISTS sketch_by_step (
     file_id INTEGER NOT NULL,
     run_id  VARCHAR NOT NULL,
@@ -67,7 +69,6 @@ CREATE TABLE IF NOT EXISTS sketch_by_step (
 );
 
 CREATE TABLE IF NOT EXISTS sketch_by_staleness (
-    file_id   INTEGER NOT NULL,
     run_id    VARCHAR NOT NULL,
     staleness INTEGER NOT NULL,
     method    VARCHAR NOT NULL,

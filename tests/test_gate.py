@@ -39,7 +39,7 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
             moments.append((file_id, run, step, staleness, method, metric, len(part), *_moments(part)))
             buckets, counts = np.unique(bucket_code(part), return_counts=True)
             sketches += [
-                (file_id, run, staleness, method, metric, int(b), int(c))
+                (run, staleness, method, metric, int(b), int(c))  # unmerged: as before a publish
                 for b, c in zip(buckets, counts, strict=True)
             ]
             key = (file_id, run, step, staleness)
