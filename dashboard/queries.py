@@ -15,7 +15,9 @@ staleness range on a by-step chart), the exact moments (n, mean, min, max) are r
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -26,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluator.errors import StoreError
+from evaluator.sources import is_uri, verified_copy
 from evaluator.store import file_digest, open_store
 from schemas.store import DEFAULT_TOLERANCE, METHODS, Tolerance, decision_sql
 from schemas.token_log import COLUMNS
@@ -259,19 +262,29 @@ def pairing(db: Path, run_id: str) -> pd.DataFrame:
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
-def _unchanged(path: str, digest: str) -> bool:
-    """The file at `path` is a regular file with the bytes recorded at replay (its BLAKE2b digest; kept
-    per path, size and mtime so that a page does not hash the same file twice)."""
+@functools.cache
+def _copies() -> Path:
+    """This process's own folder of verified local copies of the object-storage logs the inspector reads."""
+    return Path(tempfile.mkdtemp(prefix="proxaudit-inspector-"))
+
+
+def _readable_copy(path: str, digest: str) -> str | None:
+    """Where to read the file recorded as `path` at replay, only while it holds the bytes recorded then
+    (its BLAKE2b digest): the path itself (hashed once per path, size and mtime), or for an object-storage
+    URI a verified local copy (`evaluator.sources.verified_copy`); None when it is gone or changed."""
+    if is_uri(path):
+        copy = verified_copy(path, digest, _copies())
+        return None if copy is None else str(copy)
     try:
         stat = Path(path).stat()
         if not Path(path).is_file():
-            return False
+            return None
         key = (path, stat.st_size, stat.st_mtime_ns)
         if key not in _DIGESTS:
             _DIGESTS[key] = file_digest(path)
-        return _DIGESTS[key] == digest
+        return path if _DIGESTS[key] == digest else None
     except OSError:
-        return False
+        return None
 
 
 def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
@@ -285,13 +298,14 @@ def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
            WHERE t.run_id = ? AND t.step = ? ORDER BY f.file_id""",
         [run_id, step],
     )
-    frame["reachable"] = [_unchanged(p, d) for p, d in frame[["path", "digest"]].itertuples(index=False)]
+    frame["readable"] = [_readable_copy(p, d) for p, d in frame[["path", "digest"]].itertuples(index=False)]
+    frame["reachable"] = frame["readable"].notna()
     return frame.drop(columns="digest")
 
 
 def _reachable_logs(db: Path, run_id: str, step: int) -> tuple[list[str], set[str]]:
-    """Paths of the reachable raw logs holding `run_id` at `step`, and the union of their columns."""
-    paths = [p for p, ok in log_files(db, run_id, step)[["path", "reachable"]].itertuples(index=False) if ok]
+    """Local paths of the reachable raw logs holding `run_id` at `step`, and the union of their columns."""
+    paths = [p for p in log_files(db, run_id, step)["readable"] if p is not None]
     try:
         return paths, set().union(*(pq.read_schema(p).names for p in paths))
     except (OSError, pa.ArrowException) as error:

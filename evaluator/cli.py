@@ -94,7 +94,8 @@ def cli() -> None:
 @_max_staleness
 @_library_errors
 def validate(paths, fmt, verbose, max_staleness) -> None:
-    """Check the token logs in PATHS (files, or folders searched for *.parquet) against schema v1:
+    """Check the token logs in PATHS (files, folders searched for *.parquet, or object-storage URIs such
+    as s3://bucket/prefix/) against schema v1:
     columns, types and schema version, log-prob and version values, duplicate rows and pos gaps,
     proximal_t, the alignment audit (columns shifted by one token); then across the files of each run:
     a token in two files, and the data-driven findings (errors fail the run's files, warnings inform).
@@ -208,13 +209,15 @@ def _decision_params(params_file: str | None, **flags) -> object:
     default=None,
     metavar="[ADDRESS]",
     help="Check and summarise files as Ray tasks: alone, a local Ray on this machine's cores; with an "
-    "address, that cluster (needs proxaudit[ray]; workers must reach the files by the same paths).",
+    "address, that cluster (needs proxaudit[ray]; workers must reach the files by the same paths, so "
+    "object-storage URIs only with a local Ray).",
 )
 @_library_errors
 def replay(
     paths, db, progress, params_file, eps_low, eps_high, bound, bound_action, max_staleness, ray_address
 ) -> None:
-    """Validate the token logs in PATHS (files or folders), replay them through every estimator and store
+    """Validate the token logs in PATHS (files, folders, or object-storage URIs such as s3://bucket/prefix/,
+    copied to a temporary folder first), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
     one transaction. The decision metrics (clip and bound flips, gradient mass error) use the loss's
     thresholds given here; a DB keeps one set of them. The data-driven findings are judged on the files

@@ -26,7 +26,7 @@ class Problem:
 class FileReport:
     """The verdict on one file: `ok` when no rule is broken; `notes` say what was checked and how."""
 
-    path: Path
+    path: Path | str  # a str: the object-storage URI the file was read from
     n_rows: int | None
     problems: list[Problem]
     notes: list[str] = field(default_factory=list)

@@ -33,10 +33,11 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from evaluator.decisions import DEFAULT_PARAMS, DecisionParams
-from evaluator.errors import FileFailed, NothingReadableError
+from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.file_summary import BATCH_ROWS, FileSummary, default_workers, summarise_file
 from evaluator.findings import Finding
 from evaluator.problems import Problem
+from evaluator.sources import Staging
 from evaluator.store import StoreWriter, file_digest
 from evaluator.validate import CheckedFile, check_file, find_parquet_files, judge_call
 from evaluator.workers import LocalRunner, WorkerPool
@@ -48,7 +49,7 @@ Status = Literal["ingested", "already ingested", "skipped", "unreadable", "faile
 class FileOutcome:
     """What replay did with one file; `problems` are the validator's findings when it was skipped."""
 
-    path: Path
+    path: Path | str  # a str: the object-storage URI the file was read from
     status: Status
     n_rows: int = 0
     n_tokens: int = 0
@@ -128,11 +129,13 @@ def check_and_summarise(
     return Summarised(checked, summary)
 
 
-def _outcome(path: Path, digest: str, summary: FileSummary, facts, store: StoreWriter) -> FileOutcome:
-    """Ingest a summarised file (`facts`: its `FileFacts`), or report the store's own rule it broke (a
-    token already stored); an unexpected error in the ingest (rolled back) is this file's failure."""
+def _outcome(slot: _Slot, summary: FileSummary, location: Path | str, store: StoreWriter) -> FileOutcome:
+    """Ingest a summarised file as `location` (its path, or the URI it was copied from), or report the
+    store's own rule it broke (a token already stored); an unexpected error in the ingest (rolled back)
+    is this file's failure."""
+    path = slot.path
     try:
-        ingested = store.ingest(path, digest, summary, facts.sequences)
+        ingested = store.ingest(location, slot.digest, summary, slot.checked.facts.sequences)
     except (duckdb.Error, FileFailed) as error:
         return _failed(path, error)
     if isinstance(ingested, Problem):
@@ -259,9 +262,19 @@ def replay(
 
     Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
     `StoreError` for a store of other parameters."""
-    files = find_parquet_files([Path(p) for p in paths])
+    with Staging() as staging:
+        return _replay(paths, staging, db_path, on_file, progress, workers, params, max_staleness, ray)
+
+
+def _replay(paths, staging: Staging, db_path, on_file, progress, workers, params, max_staleness, ray):
+    files = find_parquet_files(paths, staging)
     if not files:
         raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
+    if staging.uris and ray not in (None, "local"):
+        raise UsageError(
+            "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
+            "replay them without --ray ADDRESS (or with a local --ray)"
+        )
     workers = file_workers(len(files)) if workers is None else workers
     outcomes, pending = [], []  # pending: known, but the store does not show them yet
     ingest_s = 0.0
@@ -271,6 +284,7 @@ def replay(
         """Hand the outcomes to `on_file` once the store shows them ("ingested" means readers see it)."""
         while pending:
             outcome = pending.pop(0)
+            outcome.path = staging.location(outcome.path)
             outcomes.append(outcome)
             if on_file is not None:
                 on_file(outcome)
@@ -296,7 +310,7 @@ def replay(
                     slot.outcome = (
                         _failed(slot.path, summary)
                         if isinstance(summary, FileFailed)
-                        else _outcome(slot.path, slot.digest, summary, slot.checked.facts, store)
+                        else _outcome(slot, summary, staging.location(slot.path), store)
                     )
                     ingest_s += time.perf_counter() - start
                 elif slot.outcome is None:

@@ -31,6 +31,7 @@ from evaluator.evidence import Evidence, gather, pooled
 from evaluator.file_facts import FileFacts, cross_file_duplicates
 from evaluator.findings import Finding, run_findings
 from evaluator.problems import FileReport, Problem, format_key
+from evaluator.sources import Staging, is_uri
 from evaluator.validate_sequences import sequence_facts, sequence_problems
 from schemas.token_log import (
     ASSUMED_ON_POLICY,
@@ -45,10 +46,16 @@ from schemas.token_log import (
 )
 
 
-def find_parquet_files(paths: Sequence[str | Path]) -> list[Path]:
-    """The files named in `paths`, with folders searched recursively for `*.parquet`, in order, once each."""
+def find_parquet_files(paths: Sequence[str | Path], staging: Staging | None = None) -> list[Path]:
+    """The files named in `paths`, with folders searched recursively for `*.parquet`, in order, once each;
+    object-storage URIs (a prefix or one object) are copied by `staging` (`evaluator.sources`)."""
     found: dict[Path, None] = {}
     for raw in paths:
+        if is_uri(raw):
+            if staging is None:
+                raise UsageError(f"{raw}: object-storage URIs are read by validate and replay only")
+            found.update(dict.fromkeys(staging.stage(str(raw))))
+            continue
         path = Path(raw)
         if not path.exists():
             raise UsageError(f"{path}: no such file or folder")
@@ -75,12 +82,17 @@ class Validation:
 
 def validate_paths(paths: Sequence[str | Path], max_staleness: int | None = None) -> Validation:
     """Validate every Parquet file under `paths`, each on its own and then across the files of each run
-    (`judge_call`); raises `NothingReadableError` when there is none."""
-    files = find_parquet_files(paths)
-    if not files:
-        raise NothingReadableError(f"no *.parquet files found in {', '.join(map(str, paths))}")
-    checked = [check_file(path) for path in files]
-    return Validation([c.report for c in checked], judge_call(checked, max_staleness), checked)
+    (`judge_call`); raises `NothingReadableError` when there is none. Objects of URIs are read from a
+    temporary copy; their reports name the URI."""
+    with Staging() as staging:
+        files = find_parquet_files(paths, staging)
+        if not files:
+            raise NothingReadableError(f"no *.parquet files found in {', '.join(map(str, paths))}")
+        checked = [check_file(path) for path in files]
+        findings = judge_call(checked, max_staleness)
+    for c in checked:
+        c.report.path = staging.location(c.report.path)
+    return Validation([c.report for c in checked], findings, checked)
 
 
 def judge_call(

@@ -1,0 +1,150 @@
+"""Token logs in object storage: `validate`, `replay` and the token inspector read `s3://` URIs from a local
+S3 endpoint (moto's server on 127.0.0.1, started here; never the network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import cli
+from evaluator.logio import write_log_atomic
+from evaluator.replay import replay
+from evaluator.store import file_digest
+from evaluator.synthetic import SyntheticSpec, synthetic_steps
+
+moto_server = pytest.importorskip("moto.server")
+boto3 = pytest.importorskip("boto3")
+
+BUCKET = "rl-logs"
+TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A local S3 endpoint holding three logs of one run under `s3://rl-logs/run-a/` (and a note that is
+    not Parquet), their local twins, and the client to change objects."""
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    local = tmp_path_factory.mktemp("s3_twins")
+    spec = SyntheticSpec(run_id="run-a", seed=3, tokens_per_step=512, mean_length=24)
+    for i in range(3):
+        log = write_log_atomic(synthetic_steps(spec, 4 * i, 4), local / f"part-{i}.parquet")
+        client.upload_file(str(log), BUCKET, f"run-a/rank0/{log.name}")
+    client.put_object(Bucket=BUCKET, Key="run-a/README.txt", Body=b"not a log")
+    yield client, local
+    server.stop()
+    for key, value in saved.items():
+        os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+
+
+def store_rows(db: Path) -> dict[str, list]:
+    """Every stored row but where and when each file was read."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {
+            t: con.execute(f"SELECT * EXCLUDE (path, ingested_at) FROM {t} ORDER BY ALL").fetchall()
+            if t == "ingested_file"
+            else con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+            for t in TABLES
+        }
+
+
+def test_replay_reads_a_prefix_and_stores_what_a_local_replay_stores(s3, tmp_path):
+    _, local = s3
+    report = replay([f"s3://{BUCKET}/run-a/"], tmp_path / "s3.duckdb", progress=False, workers=1)
+    uris = [f"s3://{BUCKET}/run-a/rank0/part-{i}.parquet" for i in range(3)]
+    assert [(str(o.path), o.status) for o in report.outcomes] == [(u, "ingested") for u in uris]
+    with duckdb.connect(str(tmp_path / "s3.duckdb"), read_only=True) as con:
+        recorded = con.execute("SELECT path, digest FROM ingested_file ORDER BY file_id").fetchall()
+    assert recorded == [(u, file_digest(local / u.rsplit("/", 1)[1])) for u in uris]
+    replay(sorted(local.glob("*.parquet")), tmp_path / "local.duckdb", progress=False, workers=1)
+    assert store_rows(tmp_path / "s3.duckdb") == store_rows(tmp_path / "local.duckdb")
+    # A file's identity is its bytes: the local twins of the objects are already in the store.
+    again = replay(sorted(local.glob("*.parquet")), tmp_path / "s3.duckdb", progress=False, workers=1)
+    assert [o.status for o in again.outcomes] == ["already ingested"] * 3
+
+
+def test_validate_names_the_objects_and_their_problems(s3):
+    client, local = s3
+    broken = local / "broken.parquet"
+    broken.write_bytes((local / "part-0.parquet").read_bytes()[:300])  # cut short
+    client.upload_file(str(broken), BUCKET, "cut/broken.parquet")
+    client.upload_file(str(local / "part-0.parquet"), BUCKET, "cut/part-0.parquet")
+    result = CliRunner().invoke(cli, ["validate", f"s3://{BUCKET}/cut/", "--format", "json"])
+    assert result.exit_code == 1, result.output
+    reports = {r["path"]: r for r in json.loads(result.output)["files"]}
+    assert reports[f"s3://{BUCKET}/cut/part-0.parquet"]["ok"]
+    assert not reports[f"s3://{BUCKET}/cut/broken.parquet"]["readable"]
+    one = CliRunner().invoke(cli, ["validate", f"s3://{BUCKET}/cut/part-0.parquet"])
+    assert one.exit_code == 0 and f"s3://{BUCKET}/cut/part-0.parquet" in one.output
+
+
+@pytest.mark.parametrize(
+    "uri, says",
+    [
+        (f"s3://{BUCKET}/nothing-here/", "no such object or prefix"),
+        ("s3://no-such-bucket/x/", "s3://no-such"),
+    ],
+)
+def test_a_missing_prefix_or_bucket_is_a_usage_error(s3, tmp_path, uri, says):
+    for command in (["validate", uri], ["replay", uri, "--db", str(tmp_path / "m.duckdb")]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 2, result.output
+        assert says in result.output
+    assert not (tmp_path / "m.duckdb").exists()
+
+
+def test_the_inspector_reads_an_object_only_while_it_holds_the_replayed_bytes(s3, tmp_path):
+    from dashboard import queries
+
+    client, local = s3
+    key = "inspect/part-1.parquet"
+    client.upload_file(str(local / "part-1.parquet"), BUCKET, key)
+    db = tmp_path / "m.duckdb"
+    replay([f"s3://{BUCKET}/{key}"], db, progress=False, workers=1)
+    step = 5
+    files = queries.log_files(db, "run-a", step)
+    assert files["path"].tolist() == [f"s3://{BUCKET}/{key}"] and files["reachable"].all()
+    seqs = queries.sequences(db, "run-a", step)
+    assert len(seqs) > 0
+    tokens = queries.sequence_tokens(db, "run-a", step, int(seqs["seq_id"].iloc[0]))
+    assert len(tokens) == int(seqs["n_tokens"].iloc[0])
+    client.upload_file(str(local / "part-2.parquet"), BUCKET, key)  # other bytes under the same key
+    assert not queries.log_files(db, "run-a", step)["reachable"].any()
+    assert queries.sequences(db, "run-a", step).empty
+    client.delete_object(Bucket=BUCKET, Key=key)
+    assert not queries.log_files(db, "run-a", step)["reachable"].any()
+
+
+def test_staged_copies_are_removed(s3, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # take TMPDIR again
+    replay([f"s3://{BUCKET}/run-a/"], tmp_path / "m.duckdb", progress=False, workers=1)
+    assert list((tmp_path / "tmp").iterdir()) == []
+    shutil.rmtree(tmp_path / "tmp")
+
+
+def test_uris_are_refused_with_a_ray_cluster_that_could_not_read_the_copies(s3, tmp_path):
+    from evaluator.errors import UsageError
+
+    with pytest.raises(UsageError, match="cluster's workers cannot read them"):
+        replay([f"s3://{BUCKET}/run-a/"], tmp_path / "m.duckdb", progress=False, ray="10.0.0.1:6379")
