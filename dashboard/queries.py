@@ -15,30 +15,21 @@ staleness range on a by-step chart), the exact moments (n, mean, min, max) are r
 
 from __future__ import annotations
 
-import functools
 import json
-import tempfile
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
 import duckdb
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
+from dashboard import raw_logs
 from evaluator.errors import StoreError
-from evaluator.sources import is_uri, verified_copy
-from evaluator.store import file_digest, open_store
+from evaluator.store import open_store
 from schemas.store import DEFAULT_TOLERANCE, METHODS, Tolerance, decision_sql
-from schemas.token_log import COLUMNS
 
 RETRY_SECONDS = 3.0
 QUANTILE_STATS = ("p50", "p90", "p99")
-# Token log columns the inspector shows (the keys run_id, step, seq_id select); optional ones may be absent.
-INSPECTOR_COLUMNS = tuple(
-    c.name for c in COLUMNS if c.name not in ("run_id", "step", "seq_id", "advantage", "reward")
-)
 
 
 @dataclass(frozen=True)
@@ -259,34 +250,6 @@ def pairing(db: Path, run_id: str) -> pd.DataFrame:
     return _frame(db, "SELECT * FROM pairing_summary WHERE run_id = ? ORDER BY interpolation", [run_id])
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-@functools.cache
-def _copies() -> Path:
-    """This process's own folder of verified local copies of the object-storage logs the inspector reads."""
-    return Path(tempfile.mkdtemp(prefix="proxaudit-inspector-"))
-
-
-def _readable_copy(path: str, digest: str) -> str | None:
-    """Where to read the file recorded as `path` at replay, only while it holds the bytes recorded then
-    (its BLAKE2b digest): the path itself (hashed once per path, size and mtime), or for an object-storage
-    URI a verified local copy (`evaluator.sources.verified_copy`); None when it is gone or changed."""
-    if is_uri(path):
-        copy = verified_copy(path, digest, _copies())
-        return None if copy is None else str(copy)
-    try:
-        stat = Path(path).stat()
-        if not Path(path).is_file():
-            return None
-        key = (path, stat.st_size, stat.st_mtime_ns)
-        if key not in _DIGESTS:
-            _DIGESTS[key] = file_digest(path)
-        return path if _DIGESTS[key] == digest else None
-    except OSError:
-        return None
-
-
 def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
     """The ingested Parquet files holding tokens of `run_id` at `step`, and whether each is reachable: a
     file is opened only where replay read it and only while it holds the same bytes, so a store cannot
@@ -298,74 +261,33 @@ def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
            WHERE t.run_id = ? AND t.step = ? ORDER BY f.file_id""",
         [run_id, step],
     )
-    frame["readable"] = [_readable_copy(p, d) for p, d in frame[["path", "digest"]].itertuples(index=False)]
+    frame["readable"] = [
+        raw_logs.readable_copy(p, d) for p, d in frame[["path", "digest"]].itertuples(index=False)
+    ]
     frame["reachable"] = frame["readable"].notna()
     return frame.drop(columns="digest")
 
 
-def _reachable_logs(db: Path, run_id: str, step: int) -> tuple[list[str], set[str]]:
-    """Local paths of the reachable raw logs holding `run_id` at `step`, and the union of their columns."""
-    paths = [p for p in log_files(db, run_id, step)["readable"] if p is not None]
-    try:
-        return paths, set().union(*(pq.read_schema(p).names for p in paths))
-    except (OSError, pa.ArrowException) as error:
-        raise StoreError(f"cannot read the raw token log: {error}") from error
-
-
-def _raw_frame(paths: list[str], sql: str, params: list) -> pd.DataFrame:
-    """Run `sql` over `raw` = the union (by column name) of the raw token logs in `paths`."""
-    try:
-        with duckdb.connect() as con:
-            files = ", ".join(
-                "'" + p.replace("'", "''") + "'" for p in paths
-            )  # a view cannot take parameters
-            con.execute(f"CREATE VIEW raw AS SELECT * FROM read_parquet([{files}], union_by_name = true)")
-            return con.execute(sql, params).df()
-    except duckdb.Error as error:
-        raise StoreError(f"cannot read the raw token log {paths}: {error}") from error
+def _reachable(db: Path, run_id: str, step: int) -> list[str]:
+    """Local paths of the reachable raw logs holding `run_id` at `step`."""
+    return [p for p in log_files(db, run_id, step)["readable"] if p is not None]
 
 
 def sequences(db: Path, run_id: str, step: int, limit: int = 500) -> pd.DataFrame:
-    """The sequences of `run_id` at `step` in the raw token logs: tokens, version segments (distinct
-    `behave_version` values), staleness range and tokens with `prox_logp`. Resumed sequences (more than
-    one segment) come first. Empty when no raw log is reachable."""
-    paths, columns = _reachable_logs(db, run_id, step)
-    if not paths:
-        return pd.DataFrame(
-            columns=["seq_id", "n_tokens", "n_segments", "min_staleness", "max_staleness", "n_prox"]
-        )
-    n_prox = "count(prox_logp)" if "prox_logp" in columns else "0"
-    return _raw_frame(
-        paths,
-        f"""SELECT seq_id, count(*)::BIGINT AS n_tokens, count(DISTINCT behave_version)::BIGINT AS n_segments,
-                   min(step - behave_version) AS min_staleness, max(step - behave_version) AS max_staleness,
-                   {n_prox}::BIGINT AS n_prox
-            FROM raw WHERE run_id = ? AND step = ?
-            GROUP BY seq_id ORDER BY n_segments DESC, seq_id LIMIT ?""",
-        [run_id, step, limit],
-    )
+    """The sequences of `run_id` at `step` in the reachable raw token logs (`raw_logs.sequences`)."""
+    return raw_logs.sequences(_reachable(db, run_id, step), run_id, step, limit)
 
 
 def sequence_tokens(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFrame:
-    """Every token of one sequence from the raw token logs, by `pos`: each policy's log-prob, the
-    versions and `staleness`. Optional columns the logs lack come back as nulls."""
-    paths, columns = _reachable_logs(db, run_id, step)
-    select = ", ".join(c if c in columns else f"NULL AS {c}" for c in INSPECTOR_COLUMNS)
-    if not paths:
-        return pd.DataFrame(columns=[*INSPECTOR_COLUMNS, "staleness"])
-    return _raw_frame(
-        paths,
-        f"""SELECT {select}, step - behave_version AS staleness FROM raw
-            WHERE run_id = ? AND step = ? AND seq_id = ? ORDER BY pos""",
-        [run_id, step, seq_id],
-    )
+    """Every token of one sequence from the reachable raw token logs (`raw_logs.sequence_tokens`)."""
+    return raw_logs.sequence_tokens(_reachable(db, run_id, step), run_id, step, seq_id)
 
 
 def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.DataFrame:
-    """The gate's verdict on each check for `run_id` (`evaluator.gate.run_gate`), one row per check.
+    """The gate's verdict on each check for `run_id` (`evaluator.gate.judge.run_gate`), one row per check.
     ThresholdsError on a bad file."""
-    from evaluator.gate import run_gate
-    from evaluator.gate_report import threshold_text
+    from evaluator.gate.judge import run_gate
+    from evaluator.gate.report import threshold_text
 
     result = run_gate(db, thresholds, run=run_id)
     rows = [

@@ -7,19 +7,16 @@ Exit codes: 0 clean / pass, 1 a file broke a rule or a check failed, 2 usage err
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 
 import click
 
 from evaluator import __version__
+from evaluator.cli_common import EXIT_FINDINGS, EXIT_OK, library_errors, say
 from evaluator.cli_exchange import export_cmd, import_cmd
-from evaluator.dataclass_options import DataclassCommand
-from evaluator.errors import ProxauditError, UsageError
-from evaluator.text_table import printable
+from evaluator.cli_tools import bench, dashboard, demo, train_demo
+from evaluator.errors import UsageError
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 SUMMARY_VIEWS = {
     "run": "every metric per run",
     "staleness": "... per staleness",
@@ -51,27 +48,6 @@ _max_staleness = click.option(
 )
 
 
-def _say(text: str, fmt: str = "table", err: bool = False) -> None:
-    """Print a command's output: human formats with control characters from the data escaped (`json`
-    escapes them itself; `csv` keeps the values as they are)."""
-    click.echo(printable(text, keep_lines=True) if fmt == "table" else text, err=err)
-    (sys.stderr if err else sys.stdout).flush()  # a line as it happens, also into a pipe (CI logs)
-
-
-def _library_errors(command: Callable) -> Callable:
-    """Turn the library's named exceptions into a one-line error and exit code 2."""
-
-    @wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except ProxauditError as error:
-            _say(f"proxaudit: error: {error}", err=True)
-            sys.exit(EXIT_USAGE)
-
-    return wrapper
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="proxaudit")
 def cli() -> None:
@@ -92,7 +68,7 @@ def cli() -> None:
     "-v", "--verbose", is_flag=True, help="Table: also show notes (what the alignment audit compared)."
 )
 @_max_staleness
-@_library_errors
+@library_errors
 def validate(paths, fmt, verbose, max_staleness) -> None:
     """Check the token logs in PATHS (files, folders searched for *.parquet, or object-storage URIs such
     as s3://bucket/prefix/) against schema v1:
@@ -104,14 +80,14 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
     does not exist or no file could be read.
     """
     from evaluator.validate import require_readable, validate_paths
-    from evaluator.validate_report import render_json, render_table
+    from evaluator.validate.report import render_json, render_table
 
     checked = validate_paths(paths, max_staleness)
     reports, findings = checked.reports, checked.findings
     text = (
         render_json(reports, findings) if fmt == "json" else render_table(reports, findings, verbose=verbose)
     )
-    _say(text, fmt)
+    say(text, fmt)
     require_readable(reports)
     sys.exit(EXIT_OK if all(r.ok for r in reports) else EXIT_FINDINGS)
 
@@ -136,18 +112,18 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), help="Write every verdict as JSON here."
 )
-@_library_errors
+@library_errors
 def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """Judge the metrics in DB against the checks of a thresholds file.
 
     Exit code 0 when every check passes (warnings allowed), 1 when any check fails (including a metric
     the database lacks or too few tokens), 2 for a bad thresholds file or a missing database.
     """
-    from evaluator.gate import DEFAULT_THRESHOLDS, run_gate
-    from evaluator.gate_report import render_table, write_reports
+    from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
+    from evaluator.gate.report import render_table, write_reports
 
     result = run_gate(db, thresholds or DEFAULT_THRESHOLDS, run=run_id)
-    _say(render_table(result))
+    say(render_table(result))
     write_reports(result, junit=junit, markdown=markdown, json_path=json_path)
     sys.exit(result.exit_code)
 
@@ -157,7 +133,7 @@ def _decision_params(params_file: str | None, **flags) -> object:
     then the flags given."""
     import tomllib
 
-    from evaluator.decisions import DecisionParams
+    from evaluator.formulas.decisions import DecisionParams
 
     values = {}
     if params_file is not None:
@@ -212,7 +188,7 @@ def _decision_params(params_file: str | None, **flags) -> object:
     "address, that cluster (needs proxaudit[ray]; workers must reach the files by the same paths, so "
     "object-storage URIs only with a local Ray).",
 )
-@_library_errors
+@library_errors
 def replay(
     paths, db, progress, params_file, eps_low, eps_high, bound, bound_action, max_staleness, ray_address
 ) -> None:
@@ -227,13 +203,13 @@ def replay(
     is skipped, the others are ingested), 2 for a usage error, a DB of other thresholds, or when no file
     could be read.
     """
-    from evaluator.replay import replay as replay_paths
-    from evaluator.validate_report import findings_lines
+    from evaluator.replay.pipeline import replay as replay_paths
+    from evaluator.validate.report import findings_lines
 
     params = _decision_params(
         params_file, eps_low=eps_low, eps_high=eps_high, bound=bound, bound_action=bound_action
     )
-    echo = lambda outcome: _say(outcome.line())  # noqa: E731
+    echo = lambda outcome: say(outcome.line())  # noqa: E731
     report = replay_paths(
         paths,
         db,
@@ -245,8 +221,8 @@ def replay(
     )
     warnings = [f for f in report.findings if f.severity == "warning"]
     if warnings:
-        _say("\n".join(findings_lines(warnings)))
-    _say(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
+        say("\n".join(findings_lines(warnings)))
+    say(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
     sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
 
 
@@ -281,7 +257,7 @@ def replay(
     show_default=True,
     help="--by decision: a staleness with fewer tokens is not judged for the safe staleness.",
 )
-@_library_errors
+@library_errors
 def summary(
     db, run_id, by, method, metric, fmt, max_gradient_mass_error, max_clip_flip_rate, min_tokens
 ) -> None:
@@ -293,7 +269,7 @@ def summary(
 
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
-    _say(render(table, fmt), fmt)
+    say(render(table, fmt), fmt)
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
 
@@ -302,114 +278,19 @@ def summary(
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
 @click.argument("sql")
 @_table_format
-@_library_errors
+@library_errors
 def query(db, sql, fmt) -> None:
     """Run one SQL query on DB, opened read-only, and print its rows: the public views (run_summary,
     decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed."""
     from evaluator.summary import query_table, render
 
-    _say(render(query_table(db, sql), fmt), fmt)
-
-
-@cli.command()
-@click.option("--tokens", default=20_000_000, show_default=True, help="Tokens in the synthetic log.")
-@click.option(
-    "--tokens-per-step", default=1 << 20, show_default=True, help="Tokens per trainer step of the log."
-)
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Keep the log and DB here.")
-@_library_errors
-def bench(tokens, tokens_per_step, out) -> None:
-    """Time a full replay against a bare DuckDB scan of the log's three log-prob columns, and report
-    peak memory of the replay and the database size against the log size."""
-    from evaluator.bench import run_bench
-
-    click.echo(run_bench(tokens, tokens_per_step=tokens_per_step, out=out).render())
-
-
-@cli.command(
-    "train-demo",
-    cls=DataclassCommand,
-    dataclass_path="evaluator.trainer.train:Args",
-    short_help="Train the reference asynchronous decoupled-PPO trainer and log its tokens.",
-)
-@click.option("--bench-hook", is_flag=True, help="Instead: time steps with the hook on and off in one run.")
-@_library_errors
-def train_demo(bench_hook: bool, **options) -> None:
-    """Train the reference trainer (a tiny transformer learning to reverse digits, asynchronously, with
-    abort-resume and a bf16 inference engine) and record every minibatch with the hook."""
-    from evaluator.trainer.train import Args, report, train
-
-    args = Args(**options)
-    if bench_hook:
-        from evaluator.bench_hook import bench_hook as run_bench_hook
-
-        click.echo(run_bench_hook(args).render())
-        return
-    click.echo(report(train(args, echo=click.echo), args))
-
-
-@cli.command()
-@click.option(
-    "--db", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Metrics database."
-)
-@click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Address to listen on (local only by default)."
-)
-@click.option("--port", default=8501, show_default=True, type=int, help="TCP port.")
-@click.option(
-    "--thresholds",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Gate thresholds file (TOML): the Overview shows the gate's verdict.",
-)
-@_library_errors
-def dashboard(db, host, port, thresholds) -> None:
-    """Serve the dashboard (Streamlit) on DB in the foreground until Ctrl-C: drift and importance weights
-    by staleness, error over training, run comparison, token inspector. The app opens DB read-only and
-    never writes; `proxaudit replay` may keep filling it meanwhile. A missing DB is an error (exit 2).
-    """
-    from evaluator.dashboard_cmd import serve
-
-    sys.exit(serve(db, host, port, thresholds))
-
-
-@cli.command()
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("demo-out"),
-    show_default=True,
-    help="Working folder: the metrics database (made afresh) and, with --train, the logs.",
-)
-@click.option(
-    "--train/--fixtures",
-    default=False,
-    help="Train the reference trainer for about a minute, or use the bundled fixtures (default).",
-)
-@click.option("--serve/--no-serve", default=True, help="End by serving the dashboard (Ctrl-C stops it).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Dashboard address.")
-@click.option("--port", default=8501, show_default=True, type=int, help="Dashboard TCP port.")
-@_library_errors
-def demo(out, train, serve, host, port) -> None:
-    """Run the main job end to end: token logs -> validate -> replay into DuckDB -> summary -> gate ->
-    dashboard. The gate's verdict is shown, not turned into the exit code: exit 0 when the pipeline ran
-    (every file clean and ingested), 1 otherwise.
-    """
-    from evaluator.demo import run_demo
-
-    result = run_demo(out, train=train, echo=_say)
-    if not result.ran_clean:
-        click.echo("demo: some files broke validation rules (see above)", err=True)
-        sys.exit(EXIT_FINDINGS)
-    if serve:
-        from evaluator.dashboard_cmd import serve as serve_dashboard
-        from evaluator.gate import DEFAULT_THRESHOLDS
-
-        sys.exit(serve_dashboard(result.db, host, port, DEFAULT_THRESHOLDS))
+    say(render(query_table(db, sql), fmt), fmt)
 
 
 cli.add_command(import_cmd)
 cli.add_command(export_cmd)
+for command in (bench, train_demo, dashboard, demo):
+    cli.add_command(command)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-EXIT_USAGE = 2  # as evaluator.cli: a usage or input error
+from evaluator.cli_common import EXIT_USAGE
 
 
 @click.command("import")

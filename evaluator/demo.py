@@ -17,12 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evaluator.errors import UsageError
-from evaluator.gate import DEFAULT_THRESHOLDS, GateResult, run_gate
-from evaluator.gate_report import render_table as render_gate
-from evaluator.replay import ReplayReport, replay
+from evaluator.gate.judge import DEFAULT_THRESHOLDS, GateResult, run_gate
+from evaluator.gate.report import render_table as render_gate
+from evaluator.replay.pipeline import ReplayReport, replay
 from evaluator.summary import NOTES, render, summary_table
 from evaluator.validate import validate_paths
-from evaluator.validate_report import render_table as render_validation
+from evaluator.validate.report import render_table as render_validation
 from schemas.store import METHODS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -50,7 +50,8 @@ def _banner(echo: Callable[[str], None], text: str) -> None:
 
 def _train_logs(out: Path, echo: Callable[[str], None]) -> Path:
     """A fresh short run of the reference trainer (about a minute on 2 cores)."""
-    from evaluator.trainer.train import Args, report, train
+    from evaluator.trainer.results import report
+    from evaluator.trainer.train import Args, train
 
     logs = out / "logs"
     shutil.rmtree(logs, ignore_errors=True)

@@ -1,12 +1,13 @@
-"""The validator's report objects: one `Problem` per broken rule, one `FileReport` per file.
-
-Re-exported by `evaluator.validate`; kept apart so that the rule modules can share them.
+"""The validator's report objects: one `Problem` per broken rule, one `FileReport` per file, one
+`Finding` per data-driven finding about a run. Below every stage, so that the validator, the store and
+replay share them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,40 @@ class FileReport:
 def format_key(example: dict) -> str:
     """`{'seq_id': 7, 'pos': 3}` -> `seq_id 7 pos 3`."""
     return " ".join(f"{k} {v}" for k, v in example.items())
+
+
+Severity = Literal["error", "warning"]
+
+SEVERITY: dict[str, Severity] = {
+    "theta_not_prox_at_minibatch_0": "warning",
+    "incomplete_step": "warning",
+    "behave_is_prox": "error",
+    "behave_is_theta": "error",
+    "proximal_t_not_updated": "error",
+    "proximal_t_misplaced": "error",
+    "proximal_t_wrong_version": "warning",
+    "loss_mask_edge": "warning",
+    "version_count": "warning",
+    "staleness_beyond_max": "error",
+    "staleness_gap": "warning",
+    "engine_mismatch": "warning",
+}
+"""Every data-driven finding (`evaluator.validate.findings`) and its severity (the docs list each; a test
+checks it)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    run_id: str
+    column: str | None
+    rows: int
+    message: str
+
+    @property
+    def severity(self) -> Severity:
+        return SEVERITY[self.rule]
+
+    def problem(self) -> Problem:
+        """An error finding as the problem of each file of its run."""
+        return Problem(self.rule, self.column, self.rows, f"run {self.run_id}: {self.message}")

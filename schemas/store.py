@@ -22,7 +22,7 @@ METHODS: tuple[str, ...] = (
 )
 
 # Metric names (DOMAIN.md sections 3 and 3b); formulas and which methods have them live in
-# evaluator/metrics.py.
+# evaluator/formulas/metrics.py.
 METRICS: tuple[str, ...] = (
     "approx_logp",
     "abs_error",
@@ -101,7 +101,7 @@ def summary_sql(keys: Sequence[str], sketch_table: str, where: str = "TRUE") -> 
     which keep no sketch) merge the bucket counts of
     `sketch_table` (`sketch_by_staleness` or `sketch_by_step`): the q-quantile is the representative value
     of the first bucket, in value order, whose cumulative count exceeds the rank q * (n - 1), clamped to
-    the exact [min, max] (DDSketch's rule; `evaluator.sketch.sketch_quantile` is the numpy twin).
+    the exact [min, max] (DDSketch's rule; `evaluator.formulas.sketch.sketch_quantile` is the numpy twin).
     The public views and the gate's staleness-range checks all use this one query."""
     k = ", ".join(keys)
     r_keys, m_keys = (", ".join(f"{alias}.{key}" for key in keys) for alias in ("r", "m"))

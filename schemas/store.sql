@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS metric_moments (
     max       DOUBLE NOT NULL
 );
 
--- Mergeable quantile sketches: log-bucket histograms (see evaluator/sketch.py for the bucket code)
+-- Mergeable quantile sketches: log-bucket histograms (see evaluator/formulas/sketch.py for the bucket code)
 -- by step and by staleness. Run-level quantiles merge the staleness sketches. The staleness sketches of
 -- all files are merged into one row per (run, staleness, method, metric, bucket) when the store is
 -- published (their size then no longer grows with the number of files), so they carry no file_id.
@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS sketch_by_staleness (
     count     BIGINT NOT NULL
 );
 
--- The data-driven warnings about each run (evaluator/findings.py; an error skips the run's files instead),
+-- The data-driven warnings about each run (evaluator/validate/findings.py; an error skips the run's files instead),
 -- judged on the files of the replay that ingested them: one row per run and rule, the latest replay's
 -- evidence. A run the gate judges has a warning count (0 when it has no row here).
 CREATE TABLE IF NOT EXISTS run_finding (

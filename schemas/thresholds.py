@@ -5,7 +5,7 @@ statistic of one metric of one method, or one derived figure of a method (gradie
 rates, weight diagnostics, the safe staleness; the vocabulary of `schemas.store`), optionally restricted
 to an inclusive staleness range and to one run, and the conditions it must meet: an absolute `max`
 and/or `min`, and/or at most `max_regression` worse than the same statistic of `baseline_run`. Parsing never
-looks at a database; `evaluator.gate` applies the checks. Imports nothing of ours but `schemas`.
+looks at a database; `evaluator.gate.judge` applies the checks. Imports nothing of ours but `schemas`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 -- The representative value of a sketch bucket: the midpoint of its relative-width-1/64 interval.
 -- bucket = sign(x) * ((bits(|x|) >> 46) - 62911), from the float64 bits of |x| (11 exponent + 6 mantissa
--- bits); bucket 0 holds |x| < 2^-40. Must agree with evaluator.sketch.bucket_value (a test checks).
+-- bits); bucket 0 holds |x| < 2^-40. Must agree with evaluator.formulas.sketch.bucket_value (a test checks).
 CREATE OR REPLACE MACRO proxaudit_bucket_value(b) AS
     CASE WHEN b = 0 THEN 0.0
          ELSE sign(b) * pow(2.0, ((abs(b) + 62911) >> 6) - 1023) * (1.0 + (((abs(b) + 62911) & 63) + 0.5) / 64.0)
@@ -57,6 +57,6 @@ SELECT s.run_id, s.staleness, s.n, s.drift, s.prob_drift, s.exp_abs_drift,
        least(f.drift / nullif(s.drift, 0), 1.0) AS floor_share
 FROM by_staleness s LEFT JOIN by_staleness f ON f.run_id = s.run_id AND f.staleness = 0;
 
--- The data-driven warnings stored with each run (evaluator/findings.py), newest first.
+-- The data-driven warnings stored with each run (evaluator/validate/findings.py), newest first.
 CREATE OR REPLACE VIEW run_findings AS
 SELECT run_id, rule, column_name, n_rows, message, found_at FROM run_finding ORDER BY run_id, found_at DESC, rule;

@@ -1,6 +1,6 @@
 """Test data for the validator: a clean synthetic log and one broken variant per rule.
 
-Every variant starts from `evaluator.synthetic.synthetic_steps`, breaks exactly one rule in a known
+Every variant starts from `evaluator.trainer.synthetic.synthetic_steps`, breaks exactly one rule in a known
 number of rows, and is written with `evaluator.logio` like a real log. `Broken.also` lists the rules
 that the same edit breaks as a side effect (e.g. `n_minibatches = 0` also puts `minibatch` out of range).
 """
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evaluator.logio import write_log_atomic
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.token_log import SCHEMA_VERSION_KEY
 
 SPEC = SyntheticSpec(run_id="builder", tokens_per_step=1536, mean_length=24)

@@ -19,7 +19,7 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def fixture_store(tmp_path_factory) -> Path:
     """The first 30 steps of both fixture runs (`recompute`, `loglinear`) replayed into a store."""
-    from evaluator.replay import replay
+    from evaluator.replay.pipeline import replay
 
     db = tmp_path_factory.mktemp("fixture_store") / "metrics.duckdb"
     files = [p for run in ("recompute", "loglinear") for p in sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3]]
@@ -32,8 +32,8 @@ def fixture_store(tmp_path_factory) -> Path:
 def one_step_store(tmp_path_factory) -> Path:
     """One run with a single step (synthetic, staleness 0..8), replayed into a store."""
     from evaluator.logio import write_log_atomic
-    from evaluator.replay import replay
-    from evaluator.synthetic import SyntheticSpec, synthetic_steps
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
     folder = tmp_path_factory.mktemp("one_step_store")
     log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="one-step", tokens_per_step=2048), 8, 1),

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from evaluator.adapters import areal_record_args, verl_record_args
-from evaluator.hook import TokenLogHook
+from evaluator.hook.adapters import areal_record_args, verl_record_args
+from evaluator.hook.recorder import TokenLogHook
 
 # seeds/000's example: prompt [101..105], response [201..205] generated under versions [5, 5, 6, 6, 7].
 PROMPT, RESPONSE = [101, 102, 103, 104, 105], [201, 202, 203, 204, 205]

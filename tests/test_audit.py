@@ -11,11 +11,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from evaluator import audit
-from evaluator.audit import ShiftFit, judge
 from evaluator.logio import write_log_atomic
-from evaluator.synthetic import synthetic_steps
-from evaluator.validate import validate_file, validate_paths
+from evaluator.trainer.synthetic import synthetic_steps
+from evaluator.validate import audit_sample, validate_file, validate_paths
+from evaluator.validate.audit import ShiftFit, judge
 from tests.builders import (
     FIRST_STEP,
     N_STEPS,
@@ -101,7 +100,7 @@ class TestShiftedLogsAreCaught:
         assert f"prox_logp fits behave_logp and theta_logp better shifted by {shift:+d}" in problem.message
 
     def test_large_files_are_sampled_and_say_so(self, table, tmp_path, monkeypatch):
-        monkeypatch.setattr(audit, "MAX_AUDIT_TOKENS", table.num_rows // 2)
+        monkeypatch.setattr(audit_sample, "MAX_AUDIT_TOKENS", table.num_rows // 2)
         rolled = roll_within_sequences(table, "theta_logp", 1)
         report = validate_file(write_log_atomic(rolled, tmp_path / "big.parquet"))
         assert any("deterministic sample" in n for n in report.notes)

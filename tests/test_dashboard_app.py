@@ -139,8 +139,8 @@ def test_every_page_on_one_run_with_one_step(one_step_store, monkeypatch):
 
 def test_run_without_ground_truth(tmp_path, monkeypatch):
     from evaluator.logio import write_log_atomic
-    from evaluator.replay import replay
-    from evaluator.synthetic import SyntheticSpec, synthetic_steps
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
     spec = SyntheticSpec(run_id="no-prox", prox_every=0, with_proximal_t=False)
     replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "p.parquet")], tmp_path / "m.duckdb")
@@ -177,8 +177,8 @@ def test_missing_or_foreign_database_is_a_message(tmp_path, monkeypatch):
 
 def test_token_inspector_when_the_raw_log_moved(tmp_path, monkeypatch):
     from evaluator.logio import write_log_atomic
-    from evaluator.replay import replay
-    from evaluator.synthetic import SyntheticSpec, synthetic_steps
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
     log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="moved"), 3, 1), tmp_path / "moved.parquet")
     replay([log], tmp_path / "m.duckdb", progress=False)
@@ -362,7 +362,7 @@ def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
     import numpy as np
 
     from evaluator.logio import write_log_atomic
-    from evaluator.replay import replay
+    from evaluator.replay.pipeline import replay
     from tests.builders import clean_table, sequence_index, where
 
     table = clean_table()

@@ -55,8 +55,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def bench_store(tmp_path_factory) -> Path:
     """A 1,000-step synthetic run (512 tokens a step) replayed into a store."""
-    from evaluator.replay import replay
-    from evaluator.synthetic import SyntheticSpec, write_synthetic_log
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, write_synthetic_log
 
     folder = tmp_path_factory.mktemp("bench_store")
     spec = SyntheticSpec(run_id="bench-1000", tokens_per_step=TOKENS_PER_STEP)

@@ -126,8 +126,8 @@ class TestRawLogs:
 
     def test_unreachable_log_is_reported_not_read(self, tmp_path):
         from evaluator.logio import write_log_atomic
-        from evaluator.replay import replay
-        from evaluator.synthetic import SyntheticSpec, synthetic_steps
+        from evaluator.replay.pipeline import replay
+        from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
         log = write_log_atomic(
             synthetic_steps(SyntheticSpec(run_id="moved"), 3, 1), tmp_path / "moved.parquet"

@@ -10,9 +10,10 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from evaluator.cli import EXIT_OK, EXIT_USAGE, cli
+from evaluator.cli import cli
+from evaluator.cli_common import EXIT_OK, EXIT_USAGE
 from evaluator.logio import write_log_atomic
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluator.decisions import (
+from evaluator.formulas.decisions import (
     LOG_WEIGHT_MAX,
     DecisionParams,
     bound_active,
@@ -17,7 +17,7 @@ from evaluator.decisions import (
     grad_weight,
     weight,
 )
-from evaluator.metrics import metric_values
+from evaluator.formulas.metrics import metric_values
 
 P = DecisionParams()  # eps 0.2 both ways, U = 5, mask
 CLAMP = DecisionParams(bound_action="clamp")

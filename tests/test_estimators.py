@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evaluator.estimators import (
+from evaluator.formulas.estimators import (
     alpha,
     areal_versions,
     estimates,

@@ -1,5 +1,5 @@
-"""The data-driven findings (evaluator/findings.py): each fires on a log with its bug and names the run,
-the column and what to check; none fires on clean logs (synthetic, the reference trainer's fixtures).
+"""The data-driven findings (evaluator/validate/findings.py): each fires on a log with its bug and names
+the run, the column and what to check; none fires on clean logs (synthetic, the reference trainer's fixtures).
 The bugs are edits of clean logs, as trainers and adapters make them."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from evaluator import findings
 from evaluator.cli import cli
-from evaluator.gate import run_gate
+from evaluator.gate.judge import run_gate
 from evaluator.logio import write_log_atomic
-from evaluator.replay import replay
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.problems import SEVERITY
+from evaluator.replay.pipeline import replay
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.trainer.train import Args, train
-from evaluator.validate import validate_paths
+from evaluator.validate import findings, validate_paths
 from tests.builders import clean_table, roll_within_sequences, sequence_index, set_column, where
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -190,7 +190,7 @@ def test_each_bug_is_found(tmp_path, rule):
     validation = found(bug.table(), tmp_path, bug.max_staleness, files=2)
     print(rules(validation))
     (finding,) = [f for f in validation.findings if f.rule == rule]
-    assert (finding.run_id, finding.column, finding.severity) == ("bug", bug.column, findings.SEVERITY[rule])
+    assert (finding.run_id, finding.column, finding.severity) == ("bug", bug.column, SEVERITY[rule])
     assert finding.rows > 0 and "Check" in finding.message
 
 
@@ -226,7 +226,7 @@ def test_bugs_in_the_reference_trainers_logs_are_found(tmp_path, rule, run):
     edit, column = FIXTURE_BUGS[rule]
     validation = found(edit(_fixture_run(run)), tmp_path, files=4)
     assert {(f.rule, f.column) for f in validation.findings} == {(rule, column)}
-    if findings.SEVERITY[rule] == "error":
+    if SEVERITY[rule] == "error":
         assert not any(r.ok for r in validation.reports)  # every file of the run
     else:
         assert all(r.ok for r in validation.reports)
@@ -244,7 +244,7 @@ def test_pooling_finds_what_one_file_cannot(tmp_path):
 def test_every_finding_is_documented(repo_root):
     text = (repo_root / "docs" / "validate.md").read_text()
     readme = (repo_root / "README.md").read_text()
-    for rule, severity in findings.SEVERITY.items():
+    for rule, severity in SEVERITY.items():
         assert f"| `{rule}` | {severity} |" in text, rule
         assert f"`{rule}`" in readme, rule
     for name in (

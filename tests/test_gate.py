@@ -1,4 +1,4 @@
-"""The gate (evaluator/gate.py, evaluator/gate_report.py, `proxaudit gate`) on small stores built row by
+"""The gate (evaluator/gate/judge.py, evaluator/gate/report.py, `proxaudit gate`) on small stores built row by
 row from known values: the statistic of a selection, the judge, the run selection, the reports and the
 exit codes. `tests/test_gate_fixtures.py` runs the same gate on replayed real logs."""
 
@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.errors import StoreError, ThresholdsError
-from evaluator.gate import GateResult, judge, run_gate, selection_stats
-from evaluator.gate_report import render_json, render_junit, render_markdown, render_table
-from evaluator.sketch import bucket_code, sketch_quantile
+from evaluator.formulas.sketch import bucket_code, sketch_quantile
+from evaluator.gate.judge import GateResult, judge, run_gate, selection_stats
+from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
 

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.gate import run_gate, selection_stats
+from evaluator.gate.judge import run_gate, selection_stats
 from evaluator.logio import write_log_atomic
-from evaluator.replay import replay
+from evaluator.replay.pipeline import replay
 from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS, load_thresholds
 

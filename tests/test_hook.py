@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import evaluator.hook as hook_module
-from evaluator.hook import HookShapeError, HookWriterError, TokenLogHook
+import evaluator.hook.recorder as hook_module
+from evaluator.hook.recorder import HookShapeError, HookWriterError, TokenLogHook
 from schemas.token_log import SCHEMA_VERSION, SCHEMA_VERSION_KEY, arrow_schema
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,7 +290,7 @@ class TestWriter:
             import sys, time, torch
             sys.path.insert(0, {str(REPO)!r})
             import evaluator.logio as logio
-            from evaluator.hook import TokenLogHook
+            from evaluator.hook.recorder import TokenLogHook
 
             real_write, calls = logio.pq.write_table, []
             def half_then_stall(table, sink, **kw):  # the 2nd file: half its rows reach disk, then a stall

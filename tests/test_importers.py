@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.validate import validate_paths
 from schemas.token_log import ASSUMED_ON_POLICY, RECORDED, VERSIONS_KEY
 from tests.dumps import nemo_rl_dump, prime_rl_dump, skyrl_dump, slime_dump

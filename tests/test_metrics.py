@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluator.metrics import METRIC_TABLE, metric_values, metrics_for
+from evaluator.formulas.metrics import METRIC_TABLE, metric_values, metrics_for
 from schemas.store import METRICS
 
 

@@ -1,6 +1,6 @@
 """Readers during a replay of many small files (issue: readers starved by the write lock): raw read-only
 DuckDB connections, `summary`, `gate`, the dashboard's queries and pages all succeed, and see the store at
-most one published file behind what replay has reported. `evaluator/bench_readers.py` measures the same
+most one published file behind what replay has reported. `evaluator/bench/readers.py` measures the same
 on 200 files, with replay's speed with and without readers."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import queries
-from evaluator.bench_readers import write_small_logs
+from evaluator.bench.readers import write_small_logs
 from evaluator.dashboard_cmd import APP
-from evaluator.gate import run_gate
+from evaluator.gate.judge import run_gate
 from evaluator.summary import summary_table
 from schemas.thresholds import DEFAULT_THRESHOLDS
 

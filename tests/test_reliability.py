@@ -17,13 +17,14 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from evaluator import replay as replay_module
-from evaluator.batch_summary import group_tokens
-from evaluator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, cli
+from evaluator.cli import cli
+from evaluator.cli_common import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from evaluator.logio import write_log_atomic
-from evaluator.replay import replay
-from evaluator.store import CRASH_ENV
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.replay import pipeline as replay_module
+from evaluator.replay.batch import group_tokens
+from evaluator.replay.pipeline import replay
+from evaluator.store.writer import CRASH_ENV
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from tests.builders import set_column
 
 

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.logio import token_table, write_log_atomic
-from evaluator.replay import check_and_summarise, replay
-from evaluator.store import CRASH_ENV
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.replay.pipeline import check_and_summarise, replay
+from evaluator.store.writer import CRASH_ENV
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
 KEYS = {"run": ["run_id"], "staleness": ["run_id", "staleness"], "step": ["run_id", "step"]}

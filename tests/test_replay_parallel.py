@@ -1,4 +1,4 @@
-"""A folder replayed on worker processes (`evaluator.workers`) against the same folder replayed in
+"""A folder replayed on worker processes (`evaluator.replay.workers`) against the same folder replayed in
 one process: the same stored numbers bit for bit, the same outcomes in the same order, and no worker
 process left behind after an error or a Ctrl-C."""
 
@@ -12,11 +12,11 @@ import pandas as pd
 import psutil
 import pytest
 
-from evaluator import replay as replay_module
-from evaluator import workers as worker_pool
 from evaluator.logio import token_table, write_log_atomic
-from evaluator.replay import replay
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.replay import pipeline as replay_module
+from evaluator.replay import workers as worker_pool
+from evaluator.replay.pipeline import replay
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
 
@@ -101,7 +101,7 @@ def test_parallel_store_is_bit_identical_to_sequential(folder, sequential, tmp_p
 def test_range_sized_file_waits_for_the_files_before_it(folder, sequential, tmp_path, monkeypatch):
     """A file long enough for range workers is summarised once every earlier file is in, in order."""
     long_rows = int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'a-006.parquet'}'").fetchall()[0][0])
-    monkeypatch.setattr(replay_module, "default_workers", lambda n_rows: 2 if n_rows == long_rows else 1)
+    monkeypatch.setattr(replay_module, "default_workers", lambda n_rows, **_: 2 if n_rows == long_rows else 1)
     assert lines(folder, tmp_path / "par.duckdb", workers=2) == sequential[0]
     assert_same_store(stored(tmp_path / "par.duckdb"), sequential[1])
 

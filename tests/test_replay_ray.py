@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from evaluator.errors import FileFailed
-from evaluator.ray_runner import RayRunner
-from evaluator.replay import DEFAULT_PARAMS
+from evaluator.replay.pipeline import DEFAULT_PARAMS
+from evaluator.replay.ray_runner import RayRunner
 from tests.test_replay_parallel import assert_same_store, folder, lines, sequential, stored  # noqa: F401
 
 ray = pytest.importorskip("ray", reason="needs proxaudit[ray] (make install has it)")
@@ -46,3 +46,33 @@ def test_a_failing_task_fails_its_file_only(folder, local_ray):  # noqa: F811
         and "gone.parquet" in str(results[1])
         and "on Ray" in str(results[1])
     )
+
+
+def test_a_long_file_is_summarised_as_range_tasks_on_ray(
+    folder,  # noqa: F811
+    sequential,  # noqa: F811
+    tmp_path,
+    local_ray,
+    monkeypatch,
+):
+    """A file long enough for ranges goes to the cluster as one task per range (here 2), merged here in
+    file order: the store is still bit for bit a local replay's."""
+    import duckdb
+
+    from evaluator.replay import pipeline
+
+    long_rows = int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'a-006.parquet'}'").fetchall()[0][0])
+    monkeypatch.setattr(pipeline, "default_workers", lambda n_rows, **_: 2 if n_rows == long_rows else 1)
+    kinds = []
+    original = RayRunner.map
+
+    def recording(self, tasks):
+        tasks = list(tasks)
+        kinds.extend((kind, args[0].name) for kind, args in tasks)
+        return original(self, tasks)
+
+    monkeypatch.setattr(RayRunner, "map", recording)
+    assert lines(folder, tmp_path / "ray.duckdb", ray="local") == sequential[0]
+    assert kinds.count(("summarise_range", "a-006.parquet")) == 2
+    assert ("summarise", "a-006.parquet") not in kinds
+    assert_same_store(stored(tmp_path / "ray.duckdb"), sequential[1])

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evaluator.sketch import RELATIVE_ACCURACY, bucket_code, bucket_value, sketch_quantile
+from evaluator.formulas.sketch import RELATIVE_ACCURACY, bucket_code, bucket_value, sketch_quantile
 from schemas.store import STORE_DDL
 
 finite = st.floats(min_value=-1e300, max_value=1e300, allow_nan=False)

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.logio import write_log_atomic
-from evaluator.replay import replay
+from evaluator.replay.pipeline import replay
 from evaluator.store import file_digest
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")

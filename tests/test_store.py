@@ -9,9 +9,9 @@ import pytest
 
 from evaluator.errors import StoreError
 from evaluator.logio import write_log_atomic
-from evaluator.replay import check_and_summarise
+from evaluator.replay.pipeline import check_and_summarise
 from evaluator.store import StoreWriter, file_digest, open_store
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import OTHER_PUBLIC_VIEWS, PUBLIC_VIEWS
 
 

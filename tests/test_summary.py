@@ -9,13 +9,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from evaluator.batch_summary import SERIES
 from evaluator.cli import cli
 from evaluator.errors import UsageError
 from evaluator.logio import write_log_atomic
-from evaluator.replay import replay
+from evaluator.replay.batch import SERIES
+from evaluator.replay.pipeline import replay
 from evaluator.summary import render, summary_table
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evaluator import file_summary, summary_accumulators
-from evaluator.decisions import DEFAULT_PARAMS
 from evaluator.errors import ProxauditError
+from evaluator.formulas.decisions import DEFAULT_PARAMS
+from evaluator.formulas.sketch import bucket_code
 from evaluator.logio import write_log_atomic
-from evaluator.replay import check_and_summarise
-from evaluator.sketch import bucket_code
-from evaluator.summary_accumulators import CellIndex, SketchCounts
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.replay import accumulators as summary_accumulators
+from evaluator.replay import summarise as file_summary
+from evaluator.replay.accumulators import CellIndex, SketchCounts
+from evaluator.replay.pipeline import check_and_summarise
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 
 def summarise_file(log, **options):

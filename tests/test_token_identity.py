@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from evaluator.cli import EXIT_FINDINGS, EXIT_OK, cli
+from evaluator.cli import cli
+from evaluator.cli_common import EXIT_FINDINGS, EXIT_OK
 from evaluator.logio import write_log_atomic
-from evaluator.replay import replay
-from evaluator.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.replay.pipeline import replay
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.validate import validate_paths
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

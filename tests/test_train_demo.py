@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.dataclass_options import field_docs
+from evaluator.options import field_docs
 from evaluator.trainer.engine import Engine
 from evaluator.trainer.train import Args, build, train
 from evaluator.validate import validate_paths
@@ -101,7 +101,7 @@ def test_cli_options_mirror_args(tmp_path):
 
 
 def test_bench_hook_alternates_and_counts():
-    from evaluator.bench_hook import WARMUP_STEPS, bench_hook
+    from evaluator.bench.hook import WARMUP_STEPS, bench_hook
 
     bench = bench_hook(Args(steps=WARMUP_STEPS + 6, n_minibatches=2))
     assert bench.steps == 6 and bench.records == 2 * (WARMUP_STEPS + 6) // 2  # every other step recorded
@@ -159,7 +159,7 @@ def test_engine_harvests_a_wave_that_ends_before_older_ones():
 
 
 def test_the_options_table_in_the_docs_is_the_args_dataclass(repo_root):
-    from evaluator.dataclass_options import options_table
+    from evaluator.options import options_table
 
     page = (repo_root / "docs" / "hook.md").read_text()
     table = page.split("<!-- train-demo-options -->\n", 1)[1].split("\n<!-- /train-demo-options -->", 1)[0]

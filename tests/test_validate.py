@@ -12,12 +12,13 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from evaluator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, cli
+from evaluator.cli import cli
+from evaluator.cli_common import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from evaluator.errors import NothingReadableError, UsageError
 from evaluator.logio import write_log_atomic
-from evaluator.synthetic import synthetic_steps
+from evaluator.trainer.synthetic import synthetic_steps
 from evaluator.validate import find_parquet_files, require_readable, validate_file, validate_paths
-from evaluator.validate_report import render_table, report_dict
+from evaluator.validate.report import render_table, report_dict
 from tests.builders import BUILDERS, FIRST_STEP, N_STEPS, SPEC, build, clean_table, set_column, where
 
 

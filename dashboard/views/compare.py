@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import drift_charts
 from dashboard.queries import Filters
 from dashboard.views.common import ERROR_METRICS, Context, choice, load, plain, seed, show
 
@@ -71,11 +71,11 @@ def render(ctx: Context) -> None:
     by_stale = {
         n: load(ctx.db, "by_staleness", Filters((r,), (m,), **rest), (metric,)) for n, (r, m) in names.items()
     }
-    show(charts.compare(by_stale, "staleness", metric, log_y=log_y), "compare_staleness")
+    show(drift_charts.compare(by_stale, "staleness", metric, log_y=log_y), "compare_staleness")
     st.subheader(f"mean {metric} against step")
     by_step = {
         n: load(ctx.db, "by_step", Filters((r,), (m,), **rest), (metric,), False)
         for n, (r, m) in names.items()
     }
     st.caption("Exact mean per step (per-step quantiles of one selection: the Over training page).")
-    show(charts.compare(by_step, "step", metric, log_y=log_y, band=False), "compare_steps")
+    show(drift_charts.compare(by_step, "step", metric, log_y=log_y, band=False), "compare_steps")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import drift_charts
 from dashboard.queries import Tolerance
 from dashboard.views.common import Context, load, plain, seed, show
 
@@ -97,7 +97,7 @@ def render(ctx: Context) -> None:
     for column, (figure, limit) in zip(st.columns(2), limits.items(), strict=True):
         with column:
             st.caption(f"{figure} by staleness: {COLUMNS[figure]}")
-            chart = charts.figure_by_staleness(
+            chart = drift_charts.figure_by_staleness(
                 by_staleness, figure, limit=limit, limit_name="tolerance", log_y=True
             )
             show(chart, figure)

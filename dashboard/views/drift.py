@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, drift_charts
 from dashboard.views.common import ERROR_METRICS, Context, choice, load, note_missing_ground_truth, seed, show
 
 CONVENTION_PAIRS = (("loglinear", "loglinear_exact"), ("linear", "linear_exact"))
@@ -64,7 +64,7 @@ def render(ctx: Context) -> None:
         "verl's FAQ calls a mean prob_drift below 0.005 normal and above 0.01 a precision problem; NeMo-RL "
         "flags a mean exp_abs_drift above 1.05. floor_share: the floor's share of each staleness's drift."
     )
-    show(charts.mismatch_floor(load(ctx.db, "mismatch", ctx.run_id)), "mismatch")
+    show(drift_charts.mismatch_floor(load(ctx.db, "mismatch", ctx.run_id)), "mismatch")
     st.subheader(f"{metric} of each estimator against staleness")
     st.caption("Dashed: the true drift, p50 (mean under a step range): the error of using behave_logp as is.")
     show(charts.facets_by_method(errors, "staleness", metric, reference=drift, log_y=log_y), "errors")

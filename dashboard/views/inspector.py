@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
+from dashboard import token_charts
 from dashboard.views.common import Context, load, plain, seed, show
 
 
@@ -41,6 +41,6 @@ def render(ctx: Context) -> None:
     seq_id = st.selectbox("seq_id (resumed sequences first)", options, format_func=labels.get, key="seq")
     tokens = load(ctx.db, "sequence_tokens", ctx.run_id, step, seq_id)
     st.caption("From " + ", ".join(plain(p) for p in reachable["path"]) + ".")
-    show(charts.token_logps(tokens), "tokens")
+    show(token_charts.token_logps(tokens), "tokens")
     with st.expander("tokens"):
         st.dataframe(tokens, hide_index=True, width="stretch")

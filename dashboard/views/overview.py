@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, drift_charts
 from dashboard.views import decision
 from dashboard.views.common import Context, load, plain, show
 from evaluator.errors import ProxauditError
@@ -132,10 +132,10 @@ def render(ctx: Context) -> None:
         st.caption(
             "Step or staleness range selected: exact mean/min/max over it (quantiles need the full range)"
         )
-    show(charts.headline_bars(estimators[estimators["metric"] == "abs_error"], "abs_error"), "headline")
+    show(drift_charts.headline_bars(estimators[estimators["metric"] == "abs_error"], "abs_error"), "headline")
     if not estimators.empty:
         st.dataframe(headline_table(estimators), width="stretch")
     st.subheader("Tokens by staleness")
-    show(charts.tokens_by_staleness(load(ctx.db, "tokens_by_staleness", ctx.filters)), "tokens")
+    show(drift_charts.tokens_by_staleness(load(ctx.db, "tokens_by_staleness", ctx.filters)), "tokens")
     st.subheader("Runs in the store")
     st.dataframe(ctx.runs, hide_index=True, width="stretch")

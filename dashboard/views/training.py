@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, drift_charts
 from dashboard.views.common import ERROR_METRICS, Context, choice, load, note_missing_ground_truth, seed, show
 
 MIN_CELL_TOKENS = 30  # fewer tokens make a noisy mean
@@ -19,7 +19,7 @@ def render(ctx: Context) -> None:
     log_y = right.toggle("log y", value=True)
     st.subheader(f"mean {metric} against step")
     means = load(ctx.db, "by_step", ctx.filters, (metric,), False)
-    show(charts.over_steps(means, metric, log_y=log_y), "steps")
+    show(drift_charts.over_steps(means, metric, log_y=log_y), "steps")
 
     options = ["ground_truth", *ctx.filters.methods]
     seed("focus", options[1] if len(options) > 1 else options[0], choice(options))
@@ -37,7 +37,7 @@ def render(ctx: Context) -> None:
 
     st.subheader(f"{focus}: mean {focus_metric} on the step x staleness grid")
     cells = load(ctx.db, "step_staleness", ctx.with_methods(focus), focus_metric)
-    show(charts.step_staleness_heatmap(cells, focus_metric, focus), "heatmap")
+    show(drift_charts.step_staleness_heatmap(cells, focus_metric, focus), "heatmap")
     solid = cells[cells["n"] >= MIN_CELL_TOKENS]
     if not solid.empty:
         worst = solid.loc[solid["mean"].idxmax()]

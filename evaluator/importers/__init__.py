@@ -2,8 +2,10 @@
 
 Each format module reads its trainer's files as that trainer writes them (docs/importers.md names the
 repository, file and commit followed), one record at a time, and hands whole responses to
-`evaluator.importers.rows`, which aligns them and writes the Parquet. Nothing here imports the
-validator, replay or the store: an imported log is validated and replayed like any other.
+`evaluator.importers.rows`, which aligns them and writes the Parquet.
+
+May import: the base modules (`logio`, `errors`) and `schemas`; never the validator, replay or the store:
+an imported log is validated and replayed like any other.
 """
 
 from __future__ import annotations

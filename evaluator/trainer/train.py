@@ -11,20 +11,20 @@ runs `n_minibatches` PPO updates and records each one with the hook.
 from __future__ import annotations
 
 import copy
-import csv
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
 
-from evaluator import estimators
 from evaluator.errors import UsageError
-from evaluator.hook import TokenLogHook, run_files
+from evaluator.formulas import estimators
+from evaluator.hook.recorder import TokenLogHook, run_files
 from evaluator.trainer.engine import Engine, EngineConfig
 from evaluator.trainer.policy import TinyPolicy, load_smollm2, next_token_logp
+from evaluator.trainer.results import TrainResult, note_step, progress
 from evaluator.trainer.tasks import DigitReversal, ThreeSentences
 
 
@@ -123,7 +123,8 @@ def loglinear_prox(
     behave: torch.Tensor, theta: torch.Tensor, versions: torch.Tensor, step: int
 ) -> torch.Tensor:
     """AReaL's approximation of log pi_prox (DOMAIN.md section 2, `areal` versions: v_prox = step - 1,
-    v_theta = step, each token's own version), from `evaluator.estimators`; no gradient flows through it."""
+    v_theta = step, each token's own version), from `evaluator.formulas.estimators`; no gradient flows
+    through it."""
     v = versions.numpy()
     alpha = estimators.alpha(np.full(v.shape, step - 1), v, np.full(v.shape, step))
     approx = estimators.loglinear(behave.numpy(), theta.detach().numpy(), alpha)
@@ -198,59 +199,6 @@ def take_groups(engine: Engine, step: int, args: Args) -> tuple[list[dict], int]
     return groups, dropped
 
 
-@dataclass
-class TrainResult:
-    """Per-step curves of one run, and the files the hook wrote."""
-
-    reward: list[float] = field(default_factory=list)
-    staleness_max: list[int] = field(default_factory=list)
-    staleness_mean: list[float] = field(default_factory=list)
-    mixed_fraction: list[float] = field(default_factory=list)
-    """fraction of responses whose tokens carry more than one version"""
-    response_tokens: list[float] = field(default_factory=list)
-    """mean response length per step"""
-    train_seconds: list[float] = field(default_factory=list)
-    """trainer time per step: the prox pass (if any) and the minibatch updates, with the hook calls"""
-    recompute_seconds: list[float] = field(default_factory=list)
-    step_seconds: list[float] = field(default_factory=list)
-    """wall time per step: the engine's decoding and the trainer's step"""
-    hooked: list[bool] = field(default_factory=list)
-    dropped_groups: int = 0
-    files: list = field(default_factory=list)
-    curve: Path | None = None
-    """the per-step curves as CSV (`_{run_id}-curve.csv` in out_dir)"""
-    writer_seconds: float = 0.0
-    """CPU time of the hook's writer thread (it runs beside the trainer)"""
-    record_seconds: float = 0.0
-    """time the trainer spent inside the hook's `record` calls"""
-    records: int = 0
-
-    def write_curve(self, path: Path) -> None:
-        columns = ("reward", "staleness_mean", "staleness_max", "mixed_fraction", "response_tokens")
-        with open(path, "w", newline="") as sink:
-            writer = csv.writer(sink)
-            writer.writerow(["step", *columns, "train_seconds", "step_seconds"])
-            for i in range(len(self.reward)):
-                values = [getattr(self, c)[i] for c in (*columns, "train_seconds", "step_seconds")]
-                writer.writerow([i, *(f"{v:.6g}" for v in values)])
-        self.curve = path
-
-
-def _note(result: TrainResult, batch: dict, step: int, stats: dict, hooked: bool) -> None:
-    resp, versions = batch["loss_mask"], batch["versions"]
-    staleness = (step - versions)[resp]  # (n_tokens,)
-    v_hi = torch.where(resp, versions, -1).max(1).values  # (B,)
-    v_lo = torch.where(resp, versions, 1 << 30).min(1).values  # (B,)
-    result.reward.append(float(batch["rewards"].mean()))
-    result.staleness_max.append(int(staleness.max()))
-    result.staleness_mean.append(float(staleness.float().mean()))
-    result.mixed_fraction.append(float((v_hi > v_lo).float().mean()))
-    result.response_tokens.append(float(resp.sum(1).float().mean()))
-    result.train_seconds.append(stats["train_seconds"])
-    result.recompute_seconds.append(stats["recompute_seconds"])
-    result.hooked.append(hooked)
-
-
 def clear_out_dir(args: Args) -> None:
     """Refuse a folder that already holds token logs of `args.run_id`, or remove them with `overwrite`:
     this trainer starts from scratch, so its tokens would repeat those of the earlier training."""
@@ -284,20 +232,6 @@ def build(args: Args):
     return model, task, config
 
 
-def progress(result: TrainResult, step: int, args: Args, engine: Engine, started: float) -> str:
-    """One progress line: step, reward (now and at the start), staleness, step time, tokens/s, ETA."""
-    elapsed = time.perf_counter() - started
-    k = min(10, len(result.reward))
-    eta = elapsed / (step + 1) * (args.steps - step - 1)
-    return (
-        f"step {step + 1:4d}/{args.steps}  reward {np.mean(result.reward[-k:]):.3f} (first {k} steps "
-        f"{np.mean(result.reward[:k]):.3f})  staleness mean {result.staleness_mean[-1]:.2f} max "
-        f"{result.staleness_max[-1]}  mixed-version responses {result.mixed_fraction[-1]:.2f}  "
-        f"step {result.step_seconds[-1]:.2f} s  {engine.tokens_generated / elapsed:,.0f} generated tok/s  "
-        f"ETA {eta / 60:.1f} min"
-    )
-
-
 def train(args: Args, record_step=lambda step: True, echo=print) -> TrainResult:
     """Run the reference trainer. `record_step(step)` says whether the hook records that step (the overhead
     benchmark alternates it); `echo` prints progress lines."""
@@ -326,7 +260,7 @@ def train(args: Args, record_step=lambda step: True, echo=print) -> TrainResult:
             stats = train_step(model, opt, batch, step, args, hook if hooked else None, rng)
             engine.load(model.state_dict(), version=step + 1)
             result.dropped_groups += dropped
-            _note(result, batch, step, stats, hooked)
+            note_step(result, batch, step, stats, hooked)
             result.step_seconds.append(time.perf_counter() - step_started)
             if args.log_every and ((step + 1) % args.log_every == 0 or step in (0, args.steps - 1)):
                 echo(progress(result, step, args, engine, started))
@@ -337,28 +271,3 @@ def train(args: Args, record_step=lambda step: True, echo=print) -> TrainResult:
             result.record_seconds, result.records = hook.record_seconds, hook.records
             result.write_curve(Path(args.out_dir) / f"_{args.run_id}-curve.csv")
     return result
-
-
-def report(result: TrainResult, args: Args) -> str:
-    """What the run did: the reward curve's start and end, staleness, step times, files."""
-    k = max(1, len(result.reward) // 5)
-    train_ms = 1e3 * float(np.mean(result.train_seconds))
-    lines = [
-        f"reward: first {k} steps {np.mean(result.reward[:k]):.3f} -> "
-        f"last {k} steps {np.mean(result.reward[-k:]):.3f}",
-        f"staleness: max {max(result.staleness_max)}, mean {np.mean(result.staleness_mean):.2f}; "
-        f"responses with mixed versions: {np.mean(result.mixed_fraction):.0%}; groups dropped as too stale: "
-        f"{result.dropped_groups}; mean response {np.mean(result.response_tokens):.1f} tokens",
-    ]
-    if args.prox_method == "recompute":
-        prox_ms = 1e3 * float(np.mean(result.recompute_seconds))
-        lines.append(
-            f"train step (recompute): {train_ms:.1f} ms, of which the recompute pass {prox_ms:.1f} ms; "
-            f"without it (loglinear) about {train_ms - prox_ms:.1f} ms "
-            f"({train_ms / (train_ms - prox_ms):.2f}x faster)"
-        )
-    else:
-        lines.append(f"train step ({args.prox_method}, no recompute pass): {train_ms:.1f} ms")
-    if result.files:
-        lines.append(f"token log: {len(result.files)} files in {args.out_dir}; reward curve: {result.curve}")
-    return "\n".join(lines)

@@ -1,0 +1,36 @@
+"""What every `proxaudit` command shares: the exit codes and how the library's errors become them."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+
+import click
+
+from evaluator.errors import ProxauditError
+from evaluator.text_table import printable
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+"""0 clean / pass, 1 a file broke a rule or a check failed, 2 usage error or nothing usable."""
+
+
+def say(text: str, fmt: str = "table", err: bool = False) -> None:
+    """Print a command's output: human formats with control characters from the data escaped (`json`
+    escapes them itself; `csv` keeps the values as they are)."""
+    click.echo(printable(text, keep_lines=True) if fmt == "table" else text, err=err)
+    (sys.stderr if err else sys.stdout).flush()  # a line as it happens, also into a pipe (CI logs)
+
+
+def library_errors(command: Callable) -> Callable:
+    """Turn the library's named exceptions into a one-line error and exit code 2."""
+
+    @wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ProxauditError as error:
+            say(f"proxaudit: error: {error}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper

@@ -1,0 +1,290 @@
+"""`proxaudit replay`: validate token logs, replay them through every estimator, store the summaries.
+
+In phases over the files of one call, in sorted order:
+
+1. digest (BLAKE2b of the bytes): a file already in the store, or a byte copy of an earlier file of the
+   call, is not read again;
+2. check each file on its own (the rules of `proxaudit validate`);
+3. judge the call (`evaluator.validate.judge_call`): the alignment audit pooled over a run's files
+   and the data-driven findings (`evaluator.validate.findings`); an error skips the run's files, the
+   warnings are stored (`run_findings`);
+4. summarise each clean file streaming over record batches and ingest it in one transaction
+   (`evaluator.store.StoreWriter.ingest`, which refuses a token already stored), file by file in order.
+
+Steps 2 and 4 run on worker processes, one file per worker (`evaluator.replay.workers`), while this process
+ingests; a file long enough to be cut into ranges (`evaluator.replay.summarise.default_workers`) is summarised
+by range workers instead. The stored numbers do not depend on which process summarised a file. The
+store's working copy is published as files go in (`evaluator.store.StoreWriter`): readers never wait.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from evaluator.errors import FileFailed, NothingReadableError, UsageError
+from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
+from evaluator.problems import Finding, Problem
+from evaluator.replay.outcomes import FileOutcome, ReplayReport
+from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file
+from evaluator.replay.workers import LocalRunner, WorkerPool
+from evaluator.sources import Staging
+from evaluator.store import StoreWriter, file_digest
+from evaluator.validate import CheckedFile, check_file, find_parquet_files, judge_call
+
+
+def _progress(files: list[Path], enabled: bool | None) -> tqdm:
+    """Files, tokens and tokens/s on stderr, only when stderr is a terminal (quiet in CI)."""
+    rows = 0
+    for path in files:
+        try:
+            rows += pq.ParquetFile(path).metadata.num_rows
+        except Exception:  # an unreadable file is reported by validation, not here
+            continue
+    disable = not sys.stderr.isatty() if enabled is None else not enabled
+    return tqdm(total=rows, unit="tok", unit_scale=True, desc=f"0/{len(files)} files", disable=disable)
+
+
+@dataclass
+class Summarised:
+    """A file checked (`CheckedFile`) and, if it broke no rule, summarised."""
+
+    checked: CheckedFile
+    summary: FileSummary | None = None
+
+
+def check_and_summarise(
+    path: Path,
+    params: DecisionParams = DEFAULT_PARAMS,
+    *,
+    batch_rows: int = BATCH_ROWS,
+    workers: int | None = None,
+    on_batch=None,
+) -> Summarised:
+    """Validate `path` on its own and, if it breaks no rule, summarise it (`summarise_file`), in this
+    process: one file's replay without a store (tests and benchmarks compare summaries with it)."""
+    checked = check_file(path)
+    if checked.facts is None:
+        return Summarised(checked)
+    resumes = checked.facts.resumes
+    summary = summarise_file(path, resumes, params, on_batch=on_batch, batch_rows=batch_rows, workers=workers)
+    return Summarised(checked, summary)
+
+
+def _outcome(slot: _Slot, summary: FileSummary, location: Path | str, store: StoreWriter) -> FileOutcome:
+    """Ingest a summarised file as `location` (its path, or the URI it was copied from), or report the
+    store's own rule it broke (a token already stored); an unexpected error in the ingest (rolled back)
+    is this file's failure."""
+    path = slot.path
+    try:
+        ingested = store.ingest(location, slot.digest, summary, slot.checked.facts.sequences)
+    except (duckdb.Error, FileFailed) as error:
+        return _failed(path, error)
+    if isinstance(ingested, Problem):
+        return FileOutcome(path, "skipped", problems=[ingested])
+    if not ingested:
+        return FileOutcome(path, "already ingested")
+    return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
+
+
+def _failed(path: Path, error: Exception) -> FileOutcome:
+    """The outcome of a file whose replay failed for a reason of its own: reported, the others go on."""
+    why = str(error) if isinstance(error, FileFailed) else f"{type(error).__name__}: {error}"
+    return FileOutcome(path, "failed", problems=[Problem("failed", None, 0, why)])
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One input file through the phases: its digest, its check, and at last its outcome."""
+
+    path: Path
+    digest: str | None = None
+    checked: CheckedFile | None = None
+    copy_of: _Slot | None = None
+    """An earlier file of this call with the same bytes: this one shares its fate."""
+    outcome: FileOutcome | None = None
+
+    @property
+    def to_summarise(self) -> bool:
+        """Checked, and it broke no rule (on its own or in the call)."""
+        return self.checked is not None and self.checked.facts is not None
+
+    def resolve(self) -> FileOutcome:
+        """The outcome of a file that is not summarised: known from its digest or its check."""
+        if self.copy_of is not None:
+            first = self.copy_of.outcome
+            if first.status in ("ingested", "already ingested"):
+                return FileOutcome(self.path, "already ingested")
+            return replace(first, path=self.path)
+        report = self.checked.report
+        status = "skipped" if report.readable else "unreadable"
+        return FileOutcome(self.path, status, problems=report.problems)
+
+
+def _digests(files: list[Path], known: set[str]) -> list[_Slot]:
+    """A slot per file: unreadable, already in the store, a byte copy of an earlier file, or to do."""
+    slots, first = [], {}
+    for path in files:
+        slot = _Slot(path)
+        try:
+            slot.digest = file_digest(path)
+        except OSError as error:  # permissions, a vanished file: reported like any unreadable file
+            problem = Problem("unreadable", None, 0, f"cannot read it: {error}")
+            slot.outcome = FileOutcome(path, "unreadable", problems=[problem])
+        else:
+            if slot.digest in known:
+                slot.outcome = FileOutcome(path, "already ingested")
+            elif slot.digest in first:
+                slot.copy_of = first[slot.digest]
+            else:
+                first[slot.digest] = slot
+        slots.append(slot)
+    return slots
+
+
+def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
+    """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
+    todo = [s for s in slots if s.outcome is None and s.copy_of is None]
+    results = runner.map(("check", (s.path,)) for s in todo)
+    for i, (slot, checked) in enumerate(zip(todo, results, strict=True), 1):
+        if isinstance(checked, FileFailed):
+            slot.outcome = _failed(slot.path, checked)
+        else:
+            slot.checked = checked
+            bar.update(checked.report.n_rows or 0)
+        bar.set_description(f"checked {i}/{len(todo)} files")
+
+
+def _summaries(
+    slots: list[_Slot], runner, params: DecisionParams, bar: tqdm
+) -> Iterator[FileSummary | FileFailed]:
+    """The summary of each slot, in order: runs of small files on the runner, a file long enough for
+    range workers (`default_workers`) once the files before it are done, in ranges: on this machine's
+    range workers, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
+    cpus = getattr(runner, "cpus", None)
+    range_map = runner.map if cpus else None
+
+    def workers(slot: _Slot) -> int:
+        return default_workers(slot.checked.report.n_rows, cores=cpus)
+
+    for is_long, group in itertools.groupby(slots, key=lambda s: workers(s) > 1):
+        group = list(group)
+        if is_long:
+            for slot in group:
+                resumes = slot.checked.facts.resumes
+                try:
+                    yield summarise_file(
+                        slot.path,
+                        resumes,
+                        params,
+                        on_batch=bar.update,
+                        workers=workers(slot),
+                        range_map=range_map,
+                    )
+                except Exception as error:  # one file's trouble never stops the others
+                    yield FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
+            continue
+        tasks = (("summarise", (s.path, s.checked.facts.resumes, params)) for s in group)
+        for slot, summary in zip(group, runner.map(tasks), strict=True):
+            bar.update(slot.checked.report.n_rows)
+            yield summary
+
+
+def file_workers(n_files: int) -> int:
+    """Worker processes over files: one per usable core when there are several files, else none."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores if n_files > 1 else 1
+
+
+def replay(
+    paths: Sequence[str | os.PathLike],
+    db_path: str | os.PathLike,
+    *,
+    on_file: Callable[[FileOutcome], None] | None = None,
+    progress: bool | None = None,
+    workers: int | None = None,
+    params: DecisionParams = DEFAULT_PARAMS,
+    max_staleness: int | None = None,
+    ray: str | None = None,
+) -> ReplayReport:
+    """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
+    order (see the module docstring), on `workers` processes (default `file_workers`; 1: all in this
+    process), with the loss's thresholds `params` for the decision metrics (recorded in the store; a store
+    made with other parameters is refused) and the trainer's `max_staleness` for the findings. `ray`:
+    check and summarise on Ray instead (`"local"` starts one, else a cluster address;
+    `evaluator.replay.ray_runner`), ingesting here in the same order.
+
+    Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
+    `StoreError` for a store of other parameters."""
+    with Staging() as staging:
+        return _replay(paths, staging, db_path, on_file, progress, workers, params, max_staleness, ray)
+
+
+def _replay(paths, staging: Staging, db_path, on_file, progress, workers, params, max_staleness, ray):
+    files = find_parquet_files(paths, staging)
+    if not files:
+        raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
+    if staging.uris and ray not in (None, "local"):
+        raise UsageError(
+            "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
+            "replay them without --ray ADDRESS (or with a local --ray)"
+        )
+    workers = file_workers(len(files)) if workers is None else workers
+    outcomes, pending = [], []  # pending: known, but the store does not show them yet
+    ingest_s = 0.0
+    findings: list[Finding] = []
+
+    def report() -> None:
+        """Hand the outcomes to `on_file` once the store shows them ("ingested" means readers see it)."""
+        while pending:
+            outcome = pending.pop(0)
+            outcome.path = staging.location(outcome.path)
+            outcomes.append(outcome)
+            if on_file is not None:
+                on_file(outcome)
+
+    if ray is not None:
+        from evaluator.replay.ray_runner import RayRunner
+
+        runner = RayRunner(ray)
+    else:
+        runner = WorkerPool(workers) if workers > 1 else LocalRunner()
+    try:
+        with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
+            slots = _digests(files, store.digests())
+            _check(slots, runner, bar)
+            checked = [s.checked for s in slots if s.checked is not None]
+            findings = judge_call(checked, max_staleness, duplicates=False)
+            summaries = _summaries([s for s in slots if s.to_summarise], runner, params, bar)
+            bar.reset()
+            for i, slot in enumerate(slots, 1):
+                if slot.outcome is None and slot.to_summarise:
+                    summary = next(summaries)
+                    start = time.perf_counter()
+                    slot.outcome = (
+                        _failed(slot.path, summary)
+                        if isinstance(summary, FileFailed)
+                        else _outcome(slot, summary, staging.location(slot.path), store)
+                    )
+                    ingest_s += time.perf_counter() - start
+                elif slot.outcome is None:
+                    slot.outcome = slot.resolve()
+                pending.append(slot.outcome)
+                bar.set_description(f"replayed {i}/{len(files)} files")
+                if not store.unpublished:
+                    report()
+            store.record_findings([f for f in findings if f.severity == "warning"])
+    finally:
+        report()  # after the last publish, also after an error or Ctrl-C (the store keeps what it ingested)
+    if all(o.status == "unreadable" for o in outcomes):
+        raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
+    return ReplayReport(outcomes, findings, ingest_s)

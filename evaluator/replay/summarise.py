@@ -1,0 +1,246 @@
+"""Mergeable summaries of one token log, streamed over record batches and spread over CPU cores.
+
+A file is read in record batches of `BATCH_ROWS` rows (`evaluator.replay.batch` summarises each). A
+long file is cut into contiguous ranges of whole batches, one per worker process (numpy's `bincount`
+holds the GIL, so threads do not help; see `evaluator.replay.range_worker`); each worker reads only its rows.
+The parent merges the ranges in file order: sketch counts are integers (the store sums repeated
+rows), and the moments come back batch by batch, so every sum is folded in batch order exactly as in
+one process: the summary does not depend on the number of workers, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evaluator.errors import FileFailed, ProxauditError
+from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
+from evaluator.replay.accumulators import Moments
+from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
+from evaluator.replay.pairing import resumes_frame
+from evaluator.store import FileSummary
+
+BATCH_ROWS = 1 << 18
+MIN_BATCHES_PER_WORKER = 8
+"""A worker process costs ~1 s to start (imports); give each at least 2M rows."""
+Rows = dict[str, np.ndarray]
+
+
+def iter_batches(
+    path, batch_rows: int = BATCH_ROWS, rows: tuple[int, int] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The file's record batches (only the columns replay needs), of rows [start, end) if given.
+
+    `start` must be a multiple of `batch_rows`: a range yields the very batches (same rows) that reading
+    the whole file yields there, so its sums are the same."""
+    # pre_buffer (the default) keeps every column chunk read so far until the reader is closed: 350 MiB
+    # held at the end of a 20M-token file, and 2.5x slower here than reading each chunk when it is needed
+    parquet = pq.ParquetFile(path, pre_buffer=False)
+    columns = [c for c in INPUT_COLUMNS if c in parquet.schema_arrow.names]
+    if rows is None:
+        yield from parquet.iter_batches(batch_size=batch_rows, columns=columns)
+        return
+    start, end = rows
+    sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+    bounds = np.cumsum([0, *sizes])  # (R + 1,) first row of each row group
+    first = int(np.searchsorted(bounds, start, side="right")) - 1
+    last = int(np.searchsorted(bounds, end, side="left"))
+    skip, todo, pending = start - int(bounds[first]), end - start, []
+    for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, row_groups=range(first, last)):
+        taken = batch.slice(min(skip, batch.num_rows), todo)
+        skip, todo = max(0, skip - batch.num_rows), todo - taken.num_rows
+        pending.append(taken)
+        while (have := sum(b.num_rows for b in pending)) >= batch_rows or (todo == 0 and have):
+            table = pa.Table.from_batches(pending).combine_chunks()
+            yield from table.slice(0, batch_rows).to_batches()
+            pending = table.slice(batch_rows).to_batches()
+        if todo == 0:
+            return
+
+
+@dataclass
+class RangeSummary:
+    """A range of a file's batches, summarised (`run` labels are codes into `runs`)."""
+
+    runs: list[str]
+    n_rows: int = 0
+    n_tokens: int = 0
+    batch_moments: list[tuple[Rows, Rows]] = field(default_factory=list)  # per batch: tokens, moments
+    by_step: list[Rows] = field(default_factory=list)
+    by_staleness: list[Rows] = field(default_factory=list)
+
+
+def summarise_range(
+    path,
+    rows: tuple[int, int] | None,
+    resumes: pa.Table,
+    params: DecisionParams,
+    batch_rows: int = BATCH_ROWS,
+    on_batch: Callable | None = None,
+) -> RangeSummary:
+    """Summarise rows [start, end) of `path` (the whole file for None) with the file's resumed-segment
+    starts (`FileFacts.resumes`) and the loss's thresholds: what one worker does."""
+    acc, runs, resumes = Summaries(), {}, resumes_frame(resumes)
+    out = RangeSummary(runs=[])
+    for batch in iter_batches(path, batch_rows, rows):
+        acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
+        out.n_tokens += add_batch(acc, batch, runs, resumes, params)
+        out.n_rows += batch.num_rows
+        out.batch_moments.append((acc.moments.token_rows(), acc.moments.moment_rows()))
+        if on_batch is not None:
+            on_batch(batch.num_rows)
+    out.runs, out.by_step, out.by_staleness = list(runs), acc.by_step.rows(), acc.by_staleness.rows()
+    return out
+
+
+def batch_ranges(n_rows: int, batch_rows: int, workers: int) -> list[tuple[int, int]]:
+    """`workers` contiguous row ranges of whole batches, as even as batches allow."""
+    n_batches = -(-n_rows // batch_rows)
+    cuts = [round(i * n_batches / workers) * batch_rows for i in range(workers + 1)]
+    return [(lo, min(hi, n_rows)) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True) if lo < hi]
+
+
+def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS, cores: int | None = None) -> int:
+    """One worker per usable core (or per CPU of a cluster: `cores`), but no more than the file has
+    `MIN_BATCHES_PER_WORKER` batches for."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
+
+
+def _start_worker(
+    path, rows: tuple[int, int], resumes: Path, params: DecisionParams, batch_rows: int, out: Path
+) -> subprocess.Popen:
+    """`evaluator.replay.range_worker` on rows [start, end) of `path`, pickling to `out` (stderr to out.err);
+    `resumes` is an Arrow IPC file of the file's resumed-segment starts."""
+    args = [str(path), str(rows[0]), str(rows[1]), str(resumes), json.dumps(asdict(params))]
+    args += [str(batch_rows), str(out)]
+    with open(out.with_suffix(".err"), "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "evaluator.replay.range_worker", *args], stderr=err)
+
+
+def stderr_tail(err: Path) -> str:
+    """The end of what a worker process wrote to its stderr file (quoted in the parent's error)."""
+    return err.read_text(errors="replace")[-2000:].strip() or "(nothing on stderr)"
+
+
+def _result(worker: subprocess.Popen, out: Path, path) -> RangeSummary:
+    if worker.wait() != 0:
+        message = stderr_tail(out.with_suffix(".err"))
+        raise ProxauditError(f"summarising {path} failed in a worker process: {message}")
+    return pickle.loads(out.read_bytes())
+
+
+def _summarise_ranges(
+    path, resumes: pa.Table, params: DecisionParams, batch_rows: int, workers: int | None, on_batch, range_map
+) -> list[RangeSummary]:
+    """The file's summary in one range per worker (in this process when there is one): range worker
+    processes here, or the tasks of `range_map` (a cluster's ordered map)."""
+    n_rows = pq.ParquetFile(path).metadata.num_rows
+    workers = default_workers(n_rows, batch_rows) if workers is None else workers
+    ranges = batch_ranges(n_rows, batch_rows, workers)
+    if len(ranges) < 2:
+        return [summarise_range(path, None, resumes, params, batch_rows, on_batch)]
+    if range_map is not None:
+        tasks = [("summarise_range", (path, r, resumes, params, batch_rows)) for r in ranges]
+        parts = []
+        for (lo, hi), part in zip(ranges, range_map(tasks), strict=True):  # in file order
+            if isinstance(part, FileFailed):
+                raise part
+            parts.append(part)
+            if on_batch is not None:
+                on_batch(hi - lo)
+        return parts
+    with tempfile.TemporaryDirectory(prefix="proxaudit-ranges-") as scratch:
+        resumes_file = Path(scratch) / "resumes.arrow"
+        with pa.OSFile(str(resumes_file), "wb") as sink, pa.ipc.new_file(sink, resumes.schema) as writer:
+            writer.write_table(resumes)
+        outs = [Path(scratch) / f"{i}.pickle" for i in range(len(ranges))]
+        started = [
+            _start_worker(path, r, resumes_file, params, batch_rows, out)
+            for r, out in zip(ranges, outs, strict=True)
+        ]
+        try:
+            parts = []
+            for worker, out, (lo, hi) in zip(started, outs, ranges, strict=True):  # in file order
+                parts.append(_result(worker, out, path))
+                if on_batch is not None:
+                    on_batch(hi - lo)
+            return parts
+        finally:  # an error or Ctrl-C here leaves no worker running
+            for worker in started:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+
+
+def _table(rows: list[Rows], runs: list[str], columns: tuple[str, ...]) -> pa.Table:
+    """Concatenate row parts; `run` and `series` codes become run_id, method, metric strings."""
+    data = {k: np.concatenate([r[k] for r in rows]) if rows else np.zeros(0, np.int64) for k in columns}
+    out = {
+        "run_id": pa.DictionaryArray.from_arrays(
+            data.pop("run").astype(np.int32), pa.array(runs, pa.string())
+        )
+    }
+    if "series" in data:
+        series = data.pop("series").astype(np.int32)
+        for i, name in enumerate(("method", "metric")):
+            labels = sorted({s[i] for s in SERIES})
+            code = np.array([labels.index(s[i]) for s in SERIES], dtype=np.int32)
+            out[name] = pa.DictionaryArray.from_arrays(code[series], pa.array(labels, pa.string()))
+    out.update({k: pa.array(v) for k, v in data.items() if k != "run"})
+    return pa.table(out)
+
+
+def _with_runs(rows: Rows, codes: np.ndarray) -> Rows:
+    """`rows` with its range's run codes replaced by the file's."""
+    return {**rows, "run": codes[rows["run"]]}
+
+
+def summarise_file(
+    path,
+    resumes: pa.Table,
+    params: DecisionParams = DEFAULT_PARAMS,
+    *,
+    on_batch=None,
+    batch_rows: int = BATCH_ROWS,
+    workers: int | None = None,
+    range_map=None,
+) -> FileSummary:
+    """Stream `path` batch by batch into its mergeable summaries, on `workers` processes (default: one
+    per core for a long file, else none), or as `workers` range tasks of `range_map` (an ordered map over
+    tasks, `evaluator.replay.ray_runner.RayRunner.map`). `resumes`: the file's `FileFacts.resumes`;
+    `params`: the loss's thresholds for the decision metrics. `on_batch(rows)` reports progress."""
+    runs: dict[str, int] = {}
+    moments, by_step, by_staleness = Moments(len(SERIES)), [], []
+    parts = _summarise_ranges(path, resumes, params, batch_rows, workers, on_batch, range_map)
+    for part in parts:  # in file order
+        codes = np.array([runs.setdefault(r, len(runs)) for r in part.runs], dtype=np.int64)
+        for tokens, batch_moments in part.batch_moments:
+            moments.fold(_with_runs(tokens, codes), _with_runs(batch_moments, codes))
+        by_step += [_with_runs(r, codes) for r in part.by_step]
+        by_staleness += [_with_runs(r, codes) for r in part.by_staleness]
+    names = list(runs)
+    return FileSummary(
+        n_rows=sum(p.n_rows for p in parts),
+        n_tokens=sum(p.n_tokens for p in parts),
+        file_tokens=_table([moments.token_rows()], names, ("run", "step", "staleness", "n_tokens", "n_prox")),
+        moments=_table(
+            [moments.moment_rows()],
+            names,
+            ("run", "step", "staleness", "series", "n", "sum", "sum_sq", "min", "max"),
+        ),
+        sketch_by_step=_table(by_step, names, ("run", "step", "series", "bucket", "count")),
+        sketch_by_staleness=_table(by_staleness, names, ("run", "staleness", "series", "bucket", "count")),
+    )

@@ -1,0 +1,11 @@
+"""Stage 4, the metrics store (DuckDB): `writer` (the one writer: lock, private working copy, one
+transaction per file, atomic publish) and `reader` (read-only, checked opens running proxaudit's own SQL).
+
+May import: `evaluator.validate` (the token-identity rule and the findings it stores), `evaluator.formulas`,
+the base modules (`errors`, `problems`) and `schemas`. Never the replay pipeline or anything that reads
+the store."""
+
+from evaluator.store.reader import StoreBusy, check_db_path, file_digest, open_store
+from evaluator.store.writer import FileSummary, StoreWriter
+
+__all__ = ["FileSummary", "StoreBusy", "StoreWriter", "check_db_path", "file_digest", "open_store"]

@@ -1,0 +1,141 @@
+"""Reading the metrics store: a store is data, never code.
+
+Readers (`open_store`) open the published file read-only, check that it is a proxaudit store of this
+schema version (every table, with its columns), switch off file access, and define proxaudit's views and
+macros as temporary objects: a query runs proxaudit's SQL over the store's tables, whatever views a
+crafted file holds, and cannot read a local file. The checks here serve the writer too.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from evaluator.errors import StoreError
+from schemas.store import STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS_DDL
+
+READ_LOCK_WAIT_S = 3.0
+DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
+
+
+class StoreBusy(StoreError):
+    """The store stayed locked by another process for longer than the wait allowed."""
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """BLAKE2b (256-bit) of the file's bytes: the same bytes are never ingested twice."""
+    digest = hashlib.blake2b(digest_size=32)
+    with open(path, "rb") as source:
+        while chunk := source.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sibling(db: Path, suffix: str) -> Path:
+    """A hidden file beside the store: `.metrics.duckdb.lock`, `.metrics.duckdb.work`, ..."""
+    return db.with_name(f".{db.name}.{suffix}")
+
+
+def check_db_path(db: str | os.PathLike) -> Path:
+    """The store's path, or a `StoreError` for what cannot hold one: `:memory:` (nothing would be kept),
+    a folder, or a file that is not a DuckDB database (Parquet, CSV, ...)."""
+    text = str(db)
+    if not text or text.startswith(":memory:"):
+        raise StoreError(f"--db {text!r}: an in-memory database keeps nothing; give a file path")
+    path = Path(text)
+    if path.is_dir():
+        raise StoreError(f"--db {path}: is a folder, not a database file")
+    if path.exists():
+        with open(path, "rb") as source:
+            head = source.read(16)
+        if head[8:12] != DUCKDB_MAGIC:
+            kind = "a Parquet file" if head[:4] == b"PAR1" else "not a DuckDB database"
+            raise StoreError(f"--db {path}: {kind}; give the path of a proxaudit metrics database")
+    return path
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Every table and view of the database's main schema with its (column, type), in column order."""
+    rows = con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = "
+        "current_database() AND schema_name = 'main' ORDER BY table_name, column_index"
+    ).fetchall()
+    found: dict[str, list[tuple[str, str]]] = {}
+    for table, column, dtype in rows:
+        found.setdefault(table, []).append((column, dtype))
+    return {t: tuple(c) for t, c in found.items()}
+
+
+@functools.cache
+def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
+    """The store's tables and their (column, type), from the DDL (a reference in memory)."""
+    with duckdb.connect() as con:
+        con.execute(TABLE_DDL)
+        return _columns(con)
+
+
+def check_store(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """A `StoreError` unless `con` holds a proxaudit store of this schema version: every table of the DDL
+    as a base table with its columns, and the schema version recorded."""
+    found = _columns(con)
+    base = {
+        t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
+    }
+    if "store_meta" not in base:
+        what = f"tables {', '.join(sorted(base))}" if base else "views only" if found else "nothing"
+        raise StoreError(f"{db} is not a proxaudit metrics database (it holds {what}, no store_meta table)")
+    row = con.execute("SELECT value FROM store_meta WHERE key = 'store_schema_version'").fetchone()
+    if row is None or row[0] != STORE_SCHEMA_VERSION:
+        found_version = row[0] if row else None
+        raise StoreError(
+            f"{db}: store schema version {found_version!r}, this proxaudit reads {STORE_SCHEMA_VERSION!r}: "
+            "replay the token logs into a new database"
+        )
+    for table, columns in expected_tables().items():
+        if table not in base or found.get(table) != columns:
+            got = "missing" if table not in found else "a view" if table not in base else "of other columns"
+            raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
+
+
+def _connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """A connection, retrying while another process holds the file's lock (`StoreBusy` after `wait_s`)."""
+    deadline, delay = time.monotonic() + wait_s, 0.02
+    while True:
+        try:
+            return duckdb.connect(str(db), read_only=read_only)
+        except duckdb.IOException as error:
+            if "lock" not in str(error).lower():
+                raise StoreError(f"cannot open the metrics database {db}: {error}") from error
+            if time.monotonic() >= deadline:
+                raise StoreBusy(f"{db}: locked by another process: {error}") from error
+            time.sleep(delay)
+            delay = min(2 * delay, 0.25)
+        except duckdb.Error as error:
+            raise StoreError(f"{db} is not a DuckDB database: {error}") from error
+
+
+@contextmanager
+def open_store(
+    db: str | os.PathLike, lock_wait_s: float = READ_LOCK_WAIT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to the published store, closed on exit: checked (`check_store`), without
+    file access, with proxaudit's views and macros as temporary objects. A missing database is a
+    `StoreError`, one locked by another program past `lock_wait_s` a `StoreBusy`."""
+    db = check_db_path(db)
+    if not db.is_file():
+        raise StoreError(f"no metrics database at {db}: run `proxaudit replay LOGS --db {db}` first")
+    con = _connect(db, read_only=True, wait_s=lock_wait_s)
+    try:
+        check_store(con, db)
+        con.execute("SET enable_external_access = false; SET lock_configuration = true")
+        con.execute(TEMP_VIEWS_DDL)
+        yield con
+    finally:
+        con.close()

@@ -1,0 +1,118 @@
+"""The layout (docs/layout.md): imports point one way, down the stages of the data flow, and no module grows
+past about 300 lines. A module may import its own stage and the stages below it, never one above it or
+another stage of its own level."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("evaluator", "dashboard", "schemas")
+# Each stage, bottom up, and the modules it holds (the longest matching prefix names a module's stage).
+STAGES = {
+    "schemas": (0, ("schemas",)),
+    "base": (
+        1,
+        (
+            "evaluator",
+            "evaluator.errors",
+            "evaluator.problems",
+            "evaluator.text_table",
+            "evaluator.logio",
+            "evaluator.sources",
+            "evaluator.options",
+        ),
+    ),  # fmt: skip
+    "formulas": (2, ("evaluator.formulas",)),
+    "hook": (3, ("evaluator.hook",)),
+    "importers": (3, ("evaluator.importers",)),
+    "trainer": (4, ("evaluator.trainer",)),
+    "validate": (4, ("evaluator.validate",)),
+    "store": (5, ("evaluator.store",)),
+    "replay": (6, ("evaluator.replay",)),
+    "gate": (7, ("evaluator.gate",)),
+    "read": (7, ("evaluator.summary", "evaluator.export")),
+    "apps": (8, ("evaluator.cli_common", "evaluator.bench", "evaluator.demo", "evaluator.dashboard_cmd")),
+    "dashboard": (8, ("dashboard",)),
+    "cli": (9, ("evaluator.cli_tools", "evaluator.cli_exchange", "evaluator.cli")),
+}
+PREFIXES = {prefix: name for name, (_, prefixes) in STAGES.items() for prefix in prefixes}
+MAX_LINES = 330  # "under ~300": a module past this is split
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def stage(module: str) -> str:
+    candidates = [p for p in PREFIXES if module == p or module.startswith(p + ".")]
+    assert candidates, f"{module} belongs to no stage: add it to STAGES (and docs/layout.md)"
+    return PREFIXES[max(candidates, key=len)]
+
+
+def level(module: str) -> int:
+    return STAGES[stage(module)][0]
+
+
+def sources() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (REPO / package).rglob("*.py"))
+
+
+def runtime_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, module) of every import of ours that runs (in functions too; not under TYPE_CHECKING)."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for child in node.body for n in ast.walk(child)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:  # `from evaluator.validate import audit` imports a module
+                sub = f"{node.module}.{alias.name}"
+                is_module = (REPO / sub.replace(".", "/")).with_suffix(".py").is_file()
+                found.append((node.lineno, sub if is_module else node.module))
+    return [(line, m) for line, m in found if m.split(".")[0] in PACKAGES]
+
+
+def test_every_import_points_down_the_stages():
+    wrong = []
+    for path in sources():
+        here = stage(module_name(path))
+        for line, target in runtime_imports(ast.parse(path.read_text())):
+            there = stage(target)
+            if there != here and STAGES[there][0] >= STAGES[here][0]:
+                wrong.append(f"{path.relative_to(REPO)}:{line} ({here}, level {STAGES[here][0]}) imports "
+                             f"{target} ({there}, level {STAGES[there][0]})")  # fmt: skip
+    assert not wrong, "imports pointing up or sideways:\n" + "\n".join(wrong)
+
+
+def test_an_import_pointing_up_is_caught(tmp_path):
+    tree = ast.parse("def f():\n    from evaluator.replay import replay\n")
+    (line, target), = runtime_imports(tree)  # fmt: skip
+    assert level(target) > level("evaluator.validate.files")
+    typed = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from evaluator.cli import cli\n"
+    )
+    assert runtime_imports(typed) == []
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(REPO)))
+def test_modules_stay_short(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines: split it by what it does"
+
+
+def test_every_stage_says_what_it_owns_and_may_import():
+    for package in sorted({p.parent for p in sources() if p.name == "__init__.py"}):
+        if package.name in ("views",) or package == REPO / "evaluator":
+            continue
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        assert "import" in doc.lower(), f"{package.relative_to(REPO)}/__init__.py must say what it may import"
