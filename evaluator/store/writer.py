@@ -79,6 +79,8 @@ _INSERTS = {
 }
 # The staleness sketches of every file merged into one row per bucket (counts add exactly), so that the
 # table, which run-level quantiles and the gate read, stays as small as one run's sketch.
+_SKETCH_KEYS = """SELECT (SELECT count(*) FROM sketch_by_staleness), count(*) FROM (
+    SELECT 1 FROM sketch_by_staleness GROUP BY run_id, staleness, method, metric, bucket)"""
 _MERGE_STALENESS_SKETCHES = """
     CREATE TEMP TABLE merged AS
         SELECT run_id, staleness, method, metric, bucket, sum(count)::BIGINT AS count FROM sketch_by_staleness
@@ -271,9 +273,10 @@ class StoreWriter:
         store, fsync, rename over it."""
         started = time.monotonic()
         if self._unmerged_rows and (final or self._unmerged_rows >= self._merged_rows):
-            self.con.execute(f"BEGIN TRANSACTION; {_MERGE_STALENESS_SKETCHES}; COMMIT")
-            (self._merged_rows,) = self.con.execute("SELECT count(*) FROM sketch_by_staleness").fetchone()
-            self._unmerged_rows = 0
+            rows, keys = self.con.execute(_SKETCH_KEYS).fetchone()
+            if keys < rows:  # files share buckets (a rewrite that merges nothing would only grow the file)
+                self.con.execute(f"BEGIN TRANSACTION; {_MERGE_STALENESS_SKETCHES}; COMMIT")
+            self._merged_rows, self._unmerged_rows = keys, 0
         self.con.execute("CHECKPOINT")
         staged = sibling(self.db, f"publish-{os.getpid()}")
         try:
