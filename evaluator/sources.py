@@ -56,11 +56,25 @@ def list_parquet(uri: str) -> list[str]:
     return [f"{scheme}://{name}" for name in names]
 
 
+def _hasher():
+    return hashlib.blake2b(digest_size=32)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """BLAKE2b (256-bit) of the file's bytes: a file's identity in the store (the same bytes are never
+    ingested twice), wherever they were read from."""
+    digest = _hasher()
+    with open(path, "rb") as source:
+        while chunk := source.read(COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def download(uri: str, dest: Path) -> str:
-    """Copy the object at `uri` to `dest`, streaming; returns the BLAKE2b digest of its bytes (the same
-    as `evaluator.store.file_digest` of the copy)."""
+    """Copy the object at `uri` to `dest`, streaming; returns the digest of its bytes (`file_digest` of
+    the copy, computed on the way)."""
     fs, path = _filesystem(uri)
-    digest = hashlib.blake2b(digest_size=32)
+    digest = _hasher()
     dest.parent.mkdir(parents=True, exist_ok=True)
     with fs.open_input_stream(path) as source, open(dest, "wb") as sink:
         while chunk := source.read(COPY_CHUNK):
@@ -76,6 +90,8 @@ class Staging:
     def __init__(self) -> None:
         self.folder: Path | None = None
         self.uris: dict[Path, str] = {}
+        self.digests: dict[Path, str] = {}
+        """`file_digest` of each copy, computed while it was downloaded."""
 
     def __enter__(self) -> Staging:
         return self
@@ -94,7 +110,7 @@ class Staging:
             dest = self.folder / object_uri.replace("://", "/", 1)
             if dest not in self.uris:
                 try:
-                    download(object_uri, dest)
+                    self.digests[dest] = download(object_uri, dest)
                 except OSError as error:
                     raise UsageError(f"{object_uri}: cannot read: {error}") from None
                 self.uris[dest] = object_uri

@@ -130,13 +130,14 @@ class _Slot:
         return FileOutcome(self.path, status, problems=report.problems)
 
 
-def _digests(files: list[Path], known: set[str]) -> list[_Slot]:
-    """A slot per file: unreadable, already in the store, a byte copy of an earlier file, or to do."""
+def _digests(files: list[Path], known: set[str], staged: dict[Path, str]) -> list[_Slot]:
+    """A slot per file: unreadable, already in the store, a byte copy of an earlier file, or to do.
+    `staged`: the digests of copied objects, taken while they were downloaded."""
     slots, first = [], {}
     for path in files:
         slot = _Slot(path)
         try:
-            slot.digest = file_digest(path)
+            slot.digest = staged[path] if path in staged else file_digest(path)
         except OSError as error:  # permissions, a vanished file: reported like any unreadable file
             problem = Problem("unreadable", None, 0, f"cannot read it: {error}")
             slot.outcome = FileOutcome(path, "unreadable", problems=[problem])
@@ -260,7 +261,7 @@ def _replay(paths, staging: Staging, db_path, on_file, progress, workers, params
         runner = WorkerPool(workers) if workers > 1 else LocalRunner()
     try:
         with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
-            slots = _digests(files, store.digests())
+            slots = _digests(files, store.digests(), staging.digests)
             _check(slots, runner, bar)
             checked = [s.checked for s in slots if s.checked is not None]
             findings = judge_call(checked, max_staleness, duplicates=False)

@@ -5,7 +5,8 @@ May import: `evaluator.validate` (the token-identity rule and the findings it st
 the base modules (`errors`, `problems`) and `schemas`. Never the replay pipeline or anything that reads
 the store."""
 
-from evaluator.store.reader import StoreBusy, check_db_path, file_digest, open_store
+from evaluator.sources import file_digest
+from evaluator.store.reader import StoreBusy, check_db_path, open_store
 from evaluator.store.writer import FileSummary, StoreWriter
 
 __all__ = ["FileSummary", "StoreBusy", "StoreWriter", "check_db_path", "file_digest", "open_store"]

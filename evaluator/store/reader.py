@@ -9,7 +9,6 @@ crafted file holds, and cannot read a local file. The checks here serve the writ
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -27,15 +26,6 @@ DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
 
 class StoreBusy(StoreError):
     """The store stayed locked by another process for longer than the wait allowed."""
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """BLAKE2b (256-bit) of the file's bytes: the same bytes are never ingested twice."""
-    digest = hashlib.blake2b(digest_size=32)
-    with open(path, "rb") as source:
-        while chunk := source.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def sibling(db: Path, suffix: str) -> Path:
