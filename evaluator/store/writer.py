@@ -79,15 +79,10 @@ _INSERTS = {
 }
 # The staleness sketches of every file merged into one row per bucket (counts add exactly), so that the
 # table, which run-level quantiles and the gate read, stays as small as one run's sketch.
-_SKETCH_KEYS = """SELECT (SELECT count(*) FROM sketch_by_staleness), count(*) FROM (
-    SELECT 1 FROM sketch_by_staleness GROUP BY run_id, staleness, method, metric, bucket)"""
-_MERGE_STALENESS_SKETCHES = """
+_MERGED_STALENESS_SKETCHES = """
     CREATE TEMP TABLE merged AS
         SELECT run_id, staleness, method, metric, bucket, sum(count)::BIGINT AS count FROM sketch_by_staleness
-        GROUP BY ALL ORDER BY run_id, method, metric, staleness, bucket;
-    DELETE FROM sketch_by_staleness;
-    INSERT INTO sketch_by_staleness SELECT * FROM merged;
-    DROP TABLE merged"""
+        GROUP BY ALL ORDER BY run_id, method, metric, staleness, bucket"""
 
 
 class StoreWriter:
@@ -273,10 +268,7 @@ class StoreWriter:
         store, fsync, rename over it."""
         started = time.monotonic()
         if self._unmerged_rows and (final or self._unmerged_rows >= self._merged_rows):
-            rows, keys = self.con.execute(_SKETCH_KEYS).fetchone()
-            if keys < rows:  # files share buckets (a rewrite that merges nothing would only grow the file)
-                self.con.execute(f"BEGIN TRANSACTION; {_MERGE_STALENESS_SKETCHES}; COMMIT")
-            self._merged_rows, self._unmerged_rows = keys, 0
+            self._merged_rows, self._unmerged_rows = self._merge_staleness_sketches(), 0
         self.con.execute("CHECKPOINT")
         staged = sibling(self.db, f"publish-{os.getpid()}")
         try:
@@ -294,6 +286,25 @@ class StoreWriter:
             os.close(folder)
         self._published_at, self._publish_s = time.monotonic(), time.monotonic() - started
         self._dirty = False
+
+    def _merge_staleness_sketches(self) -> int:
+        """Merge the staleness sketches into one row per bucket, in one transaction, when files share
+        buckets (a rewrite that merges nothing would only grow the file); the rows left."""
+        con = self.con
+        con.execute(f"BEGIN TRANSACTION; {_MERGED_STALENESS_SKETCHES}")
+        try:
+            rows, keys = con.execute(
+                "SELECT (SELECT count(*) FROM sketch_by_staleness), (SELECT count(*) FROM merged)"
+            ).fetchone()
+            if keys < rows:
+                con.execute(
+                    "DELETE FROM sketch_by_staleness; INSERT INTO sketch_by_staleness SELECT * FROM merged"
+                )
+            con.execute("DROP TABLE merged; COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return keys
 
     def close(self) -> None:
         """Close the working copy, remove it and let go of the lock (published or not)."""
