@@ -95,6 +95,19 @@ def test_validate_names_the_objects_and_their_problems(s3):
     assert one.exit_code == 0 and f"s3://{BUCKET}/cut/part-0.parquet" in one.output
 
 
+def test_a_token_in_two_objects_names_the_uri_that_holds_it_first(s3):
+    client, local = s3
+    for key in ("twice/a.parquet", "twice/b.parquet"):
+        client.upload_file(str(local / "part-0.parquet"), BUCKET, key)
+    result = CliRunner().invoke(cli, ["validate", f"s3://{BUCKET}/twice/", "--format", "json"])
+    assert result.exit_code == 1, result.output
+    second = {r["path"]: r for r in json.loads(result.output)["files"]}[f"s3://{BUCKET}/twice/b.parquet"]
+    (problem,) = [p for p in second["problems"] if p["rule"] == "duplicate_across_files"]
+    assert (
+        f"s3://{BUCKET}/twice/a.parquet" in problem["message"] and "proxaudit-stage" not in problem["message"]
+    )
+
+
 @pytest.mark.parametrize(
     "uri, says",
     [

@@ -63,10 +63,9 @@ def validate_paths(paths: Sequence[str | Path], max_staleness: int | None = None
         if not files:
             raise NothingReadableError(f"no *.parquet files found in {', '.join(map(str, paths))}")
         checked = [check_file(path) for path in files]
-        findings = judge_call(checked, max_staleness)
-    for c in checked:
+    for c in checked:  # the call-level checks read no file, and their messages name what the user named
         c.report.path = staging.location(c.report.path)
-    return Validation([c.report for c in checked], findings, checked)
+    return Validation([c.report for c in checked], judge_call(checked, max_staleness), checked)
 
 
 def judge_call(
