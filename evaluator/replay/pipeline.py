@@ -35,7 +35,7 @@ from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.problems import Finding, Problem
 from evaluator.replay.outcomes import FileOutcome, ReplayReport
-from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file
+from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
 from evaluator.replay.workers import LocalRunner, WorkerPool
 from evaluator.sources import Staging
 from evaluator.store import StoreWriter, file_digest
@@ -202,8 +202,7 @@ def _summaries(
 
 def file_workers(n_files: int) -> int:
     """Worker processes over files: one per usable core when there are several files, else none."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cores if n_files > 1 else 1
+    return usable_cores() if n_files > 1 else 1
 
 
 def replay(
@@ -227,65 +226,61 @@ def replay(
     Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
     `StoreError` for a store of other parameters."""
     with Staging() as staging:
-        return _replay(paths, staging, db_path, on_file, progress, workers, params, max_staleness, ray)
+        files = find_parquet_files(paths, staging)
+        if not files:
+            raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
+        if staging.uris and ray not in (None, "local"):
+            raise UsageError(
+                "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
+                "replay them without --ray ADDRESS (or with a local --ray)"
+            )
+        workers = file_workers(len(files)) if workers is None else workers
+        outcomes, pending = [], []  # pending: known, but the store does not show them yet
+        ingest_s = 0.0
+        findings: list[Finding] = []
 
+        def report() -> None:
+            """Hand the outcomes to `on_file` once the store shows them ("ingested" means readers see it)."""
+            while pending:
+                outcome = pending.pop(0)
+                outcome.path = staging.location(outcome.path)
+                outcomes.append(outcome)
+                if on_file is not None:
+                    on_file(outcome)
 
-def _replay(paths, staging: Staging, db_path, on_file, progress, workers, params, max_staleness, ray):
-    files = find_parquet_files(paths, staging)
-    if not files:
-        raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
-    if staging.uris and ray not in (None, "local"):
-        raise UsageError(
-            "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
-            "replay them without --ray ADDRESS (or with a local --ray)"
-        )
-    workers = file_workers(len(files)) if workers is None else workers
-    outcomes, pending = [], []  # pending: known, but the store does not show them yet
-    ingest_s = 0.0
-    findings: list[Finding] = []
+        if ray is not None:
+            from evaluator.replay.ray_runner import RayRunner
 
-    def report() -> None:
-        """Hand the outcomes to `on_file` once the store shows them ("ingested" means readers see it)."""
-        while pending:
-            outcome = pending.pop(0)
-            outcome.path = staging.location(outcome.path)
-            outcomes.append(outcome)
-            if on_file is not None:
-                on_file(outcome)
-
-    if ray is not None:
-        from evaluator.replay.ray_runner import RayRunner
-
-        runner = RayRunner(ray)
-    else:
-        runner = WorkerPool(workers) if workers > 1 else LocalRunner()
-    try:
-        with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
-            slots = _digests(files, store.digests(), staging.digests)
-            _check(slots, runner, bar)
-            checked = [s.checked for s in slots if s.checked is not None]
-            findings = judge_call(checked, max_staleness, duplicates=False)
-            summaries = _summaries([s for s in slots if s.to_summarise], runner, params, bar)
-            bar.reset()
-            for i, slot in enumerate(slots, 1):
-                if slot.outcome is None and slot.to_summarise:
-                    summary = next(summaries)
-                    start = time.perf_counter()
-                    slot.outcome = (
-                        _failed(slot.path, summary)
-                        if isinstance(summary, FileFailed)
-                        else _outcome(slot, summary, staging.location(slot.path), store)
-                    )
-                    ingest_s += time.perf_counter() - start
-                elif slot.outcome is None:
-                    slot.outcome = slot.resolve()
-                pending.append(slot.outcome)
-                bar.set_description(f"replayed {i}/{len(files)} files")
-                if not store.unpublished:
-                    report()
-            store.record_findings([f for f in findings if f.severity == "warning"])
-    finally:
-        report()  # after the last publish, also after an error or Ctrl-C (the store keeps what it ingested)
+            runner = RayRunner(ray)
+        else:
+            runner = WorkerPool(workers) if workers > 1 else LocalRunner()
+        try:
+            with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
+                slots = _digests(files, store.digests(), staging.digests)
+                _check(slots, runner, bar)
+                checked = [s.checked for s in slots if s.checked is not None]
+                findings = judge_call(checked, max_staleness, duplicates=False)
+                summaries = _summaries([s for s in slots if s.to_summarise], runner, params, bar)
+                bar.reset()
+                for i, slot in enumerate(slots, 1):
+                    if slot.outcome is None and slot.to_summarise:
+                        summary = next(summaries)
+                        start = time.perf_counter()
+                        slot.outcome = (
+                            _failed(slot.path, summary)
+                            if isinstance(summary, FileFailed)
+                            else _outcome(slot, summary, staging.location(slot.path), store)
+                        )
+                        ingest_s += time.perf_counter() - start
+                    elif slot.outcome is None:
+                        slot.outcome = slot.resolve()
+                    pending.append(slot.outcome)
+                    bar.set_description(f"replayed {i}/{len(files)} files")
+                    if not store.unpublished:
+                        report()
+                store.record_findings([f for f in findings if f.severity == "warning"])
+        finally:
+            report()  # after the last publish, also after an error or Ctrl-C (the store keeps its files)
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes, findings, ingest_s)

@@ -111,11 +111,15 @@ def batch_ranges(n_rows: int, batch_rows: int, workers: int) -> list[tuple[int, 
     return [(lo, min(hi, n_rows)) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True) if lo < hi]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS, cores: int | None = None) -> int:
     """One worker per usable core (or per CPU of a cluster: `cores`), but no more than the file has
     `MIN_BATCHES_PER_WORKER` batches for."""
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores() if cores is None else cores
     return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
 
 
