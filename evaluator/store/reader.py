@@ -28,11 +28,6 @@ class StoreBusy(StoreError):
     """The store stayed locked by another process for longer than the wait allowed."""
 
 
-def sibling(db: Path, suffix: str) -> Path:
-    """A hidden file beside the store: `.metrics.duckdb.lock`, `.metrics.duckdb.work`, ..."""
-    return db.with_name(f".{db.name}.{suffix}")
-
-
 def check_db_path(db: str | os.PathLike) -> Path:
     """The store's path, or a `StoreError` for what cannot hold one: `:memory:` (nothing would be kept),
     a folder, or a file that is not a DuckDB database (Parquet, CSV, ...)."""

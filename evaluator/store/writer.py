@@ -29,7 +29,8 @@ import pyarrow as pa
 from evaluator.errors import StoreError
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.problems import Finding, Problem
-from evaluator.store.reader import StoreBusy, check_db_path, check_store, sibling
+from evaluator.store.files import publish_copy, sibling
+from evaluator.store.reader import StoreBusy, check_db_path, check_store
 from evaluator.validate.facts import duplicate_message, overlaps_sql
 from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION
 
@@ -264,26 +265,13 @@ class StoreWriter:
     def publish(self, final: bool = False) -> None:
         """Make the working copy the store: merge the staleness sketches (at the end of a replay, and
         whenever the rows added since the last merge outnumber the merged ones, so merging costs O(1) per
-        row and a reader never scans more than twice the merged table), checkpoint, copy beside the
-        store, fsync, rename over it."""
+        row and a reader never scans more than twice the merged table), checkpoint, and publish a copy
+        atomically (`evaluator.store.files.publish_copy`)."""
         started = time.monotonic()
         if self._unmerged_rows and (final or self._unmerged_rows >= self._merged_rows):
             self._merged_rows, self._unmerged_rows = self._merge_staleness_sketches(), 0
         self.con.execute("CHECKPOINT")
-        staged = sibling(self.db, f"publish-{os.getpid()}")
-        try:
-            with open(self.work, "rb") as source, open(staged, "wb") as sink:
-                shutil.copyfileobj(source, sink, 1 << 22)
-                sink.flush()
-                os.fsync(sink.fileno())
-            os.replace(staged, self.db)
-        finally:
-            staged.unlink(missing_ok=True)
-        folder = os.open(self.db.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)  # the rename itself survives a power loss
-        finally:
-            os.close(folder)
+        publish_copy(self.work, self.db)
         self._published_at, self._publish_s = time.monotonic(), time.monotonic() - started
         self._dirty = False
 
