@@ -99,7 +99,7 @@ def test_parallel_store_is_bit_identical_to_sequential(folder, sequential, tmp_p
 
 
 def test_range_sized_file_waits_for_the_files_before_it(folder, sequential, tmp_path, monkeypatch):
-    """A file long enough for range workers is summarised once every earlier file is in, in order."""
+    """A file long enough for ranges is summarised once every earlier file is in, in order."""
     long_rows = int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'a-006.parquet'}'").fetchall()[0][0])
     monkeypatch.setattr(replay_module, "default_workers", lambda n_rows, **_: 2 if n_rows == long_rows else 1)
     assert lines(folder, tmp_path / "par.duckdb", workers=2) == sequential[0]

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evaluator.errors import ProxauditError
-from evaluator.formulas.decisions import DEFAULT_PARAMS
 from evaluator.formulas.sketch import bucket_code
 from evaluator.logio import write_log_atomic
 from evaluator.replay import accumulators as summary_accumulators
 from evaluator.replay import summarise as file_summary
 from evaluator.replay.accumulators import CellIndex, SketchCounts
+from evaluator.replay.batch import SERIES_ID, CellRows, Summaries, add_series, group_tokens
+from evaluator.replay.kernels import histograms
 from evaluator.replay.pipeline import check_and_summarise
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
@@ -64,8 +64,9 @@ def test_cell_index_numbers_cells_in_order_of_first_sight():
 
 
 def test_sketch_counts_do_not_depend_on_batch_size(tmp_path):
-    """Large batches of few steps take the finest-histogram path (one bincount per series, then its
-    step and staleness marginals), tiny ones the per-cell path (one bincount each): same counts."""
+    """Large batches of few steps take the kernel's group-row path (counts per (run, step, staleness),
+    then their step and staleness marginals), tiny ones its direct path (each token into its two rows):
+    same counts."""
     spec = SyntheticSpec(run_id="r", tokens_per_step=40_000, mean_length=64)
     log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
     large, tiny = summarise_file(log, batch_rows=1 << 17), summarise_file(log, batch_rows=500)
@@ -73,7 +74,7 @@ def test_sketch_counts_do_not_depend_on_batch_size(tmp_path):
         assert _merged(getattr(large, name)).equals(_merged(getattr(tiny, name)))
 
 
-def test_worker_processes_give_the_same_summary_bit_for_bit(tmp_path):
+def test_range_threads_give_the_same_summary_bit_for_bit(tmp_path):
     """Ranges of whole batches cut across row groups (777 rows) that do not line up with the batches
     (1,000 rows); merged in file order, every number matches one process's, sums included."""
     spec = SyntheticSpec(run_id="r", tokens_per_step=3000, mean_length=16)
@@ -87,14 +88,20 @@ def test_worker_processes_give_the_same_summary_bit_for_bit(tmp_path):
         assert _merged(getattr(three, name)).equals(_merged(getattr(one, name)))
 
 
-def test_a_failing_worker_is_an_error_naming_the_file(tmp_path):
-    out = tmp_path / "0.pickle"
-    resumes = tmp_path / "resumes.arrow"
-    worker = file_summary._start_worker(
-        tmp_path / "missing.parquet", (0, 10), resumes, DEFAULT_PARAMS, 10, out
-    )
-    with pytest.raises(ProxauditError, match="(?s)missing.parquet.*FileNotFoundError"):
-        file_summary._result(worker, out, tmp_path / "missing.parquet")
+def test_a_failing_range_fails_the_file(tmp_path, monkeypatch):
+    """The error of one range's thread is the file's (replay reports it as that file's failure)."""
+    spec = SyntheticSpec(run_id="r", tokens_per_step=3000, mean_length=16)
+    log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
+    real = file_summary.summarise_range
+
+    def second_range_fails(path, rows, *args):
+        if rows[0] > 0:
+            raise OSError("the disk went away")
+        return real(path, rows, *args)
+
+    monkeypatch.setattr(file_summary, "summarise_range", second_range_fails)
+    with pytest.raises(OSError, match="the disk went away"):
+        summarise_file(log, batch_rows=1000, workers=2)
 
 
 def test_batch_ranges_are_whole_batches_covering_the_file():
@@ -111,3 +118,37 @@ def test_bucket_code_of_values_of_known_sign_is_the_general_code():
     np.testing.assert_array_equal(bucket_code(nonnegative, sign=1), bucket_code(nonnegative))
     np.testing.assert_array_equal(bucket_code(nonpositive, sign=-1), bucket_code(nonpositive))
     assert bucket_code([1.0], sign=1)[0] == 2561 and bucket_code([-1.0], sign=-1)[0] == -2561
+
+
+@pytest.mark.parametrize("n_groups", [3, 400])  # group rows fewer than the tokens, and more
+def test_the_sketch_kernel_counts_what_bincount_counts(n_groups):
+    """Both of the kernel's paths against numpy: buckets of every sign, zeros of both signs,
+    subnormals and infinities, each token counted in its (run, step) and (run, staleness) rows."""
+    rng = np.random.default_rng(3)
+    values = np.concatenate(
+        [
+            rng.standard_normal(5000) * 10.0 ** rng.integers(-12, 12, 5000),
+            [0.0, -0.0, 5e-324, -5e-324, np.inf, -np.inf, 2.0**-40, -(2.0**-41)],
+        ]
+    )
+    group = np.sort(rng.integers(0, n_groups, len(values)))
+    step_of_group, stale_of_group = rng.integers(0, 4, n_groups), rng.integers(0, 7, n_groups)
+    codes = bucket_code(values)
+    lo, span = int(codes.min()), int(codes.max() - codes.min()) + 1
+    by_step, by_stale = histograms(values, group, step_of_group, stale_of_group, lo, span, 4, 7)
+    for rows, n_rows, got in ((step_of_group, 4, by_step), (stale_of_group, 7, by_stale)):
+        keys = rows[group] * span + (codes - lo)
+        np.testing.assert_array_equal(got, np.bincount(keys, minlength=n_rows * span).reshape(n_rows, span))
+
+
+def test_a_nan_metric_value_is_an_error_naming_its_series():
+    acc = Summaries()
+    groups = group_tokens(np.zeros(3, np.int64), np.ones(3, np.int64), np.zeros(3, np.int64))[1]
+    rows = CellRows(
+        acc.moments.cells.rows(groups.labels),
+        acc.by_step.cells.rows(groups.step_labels),
+        acc.by_staleness.cells.rows(groups.stale_labels),
+    )
+    acc.moments.add_tokens(rows.group, np.array([3]), np.array([3]))
+    with pytest.raises(ValueError, match=r"\('loglinear', 'abs_error'\) has a NaN"):
+        add_series(acc, SERIES_ID["loglinear", "abs_error"], np.array([0.5, np.nan, 1.0]), groups, rows)

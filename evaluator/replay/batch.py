@@ -7,10 +7,8 @@ keep `loss_mask` tokens, sort them once by
 
 - exact moments per (run, step, staleness): n and sum by `np.bincount`, min and max by `reduceat` over
   the sorted groups;
-- sketch counts (`evaluator.formulas.sketch` buckets) per (run, step) and per (run, staleness): one dense
-  `np.bincount` over ((run, step, staleness) group, bucket - min bucket), then its two marginals, or,
-  when that histogram would be larger than the batch, one bincount per (run, step) and per
-  (run, staleness) cell.
+- sketch counts (`evaluator.formulas.sketch` buckets) per (run, step) and per (run, staleness): one
+  compiled pass over the values (`evaluator.replay.kernels.histograms`) over the series' bucket range.
 
 Both go into file-level dense accumulators (`evaluator.replay.accumulators`), so a step seen in many
 batches costs one row of counts, not one per batch. `evaluator.replay.summarise` drives the batches.
@@ -18,7 +16,7 @@ batches costs one row of counts, not one per batch. `evaluator.replay.summarise`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -30,6 +28,7 @@ from evaluator.formulas.estimators import estimates
 from evaluator.formulas.metrics import Terms, Truth, metrics_for
 from evaluator.formulas.sketch import bucket_code
 from evaluator.replay.accumulators import Moments, SketchCounts
+from evaluator.replay.kernels import histograms
 from evaluator.replay.pairing import previous_versions
 from schemas.store import METHODS
 from schemas.token_log import LOGP_COLUMNS
@@ -60,14 +59,11 @@ class Groups:
     """Tokens of a batch grouped by (run, step, staleness): per-token ids and per-group labels."""
 
     group: np.ndarray  # (T,) group id, sorted ascending
-    step_group: np.ndarray  # (T,) id of the (run, step) group
-    stale_group: np.ndarray  # (T,) id of the (run, staleness) group
     labels: dict[str, np.ndarray]  # run, step, staleness of each (run, step, staleness) group, (G,)
     step_labels: dict[str, np.ndarray]  # run, step of each (run, step) group
     stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) group
-    step_starts: np.ndarray  # (G_step,) first (run, step, staleness) group of each (run, step) group
-    stale_order: np.ndarray  # (G,) groups ordered by their (run, staleness) group
-    stale_starts: np.ndarray  # (G_stale,) first position of each (run, staleness) group in stale_order
+    step_of_group: np.ndarray  # (G,) the (run, step) group of each (run, step, staleness) group
+    stale_of_group: np.ndarray  # (G,) the (run, staleness) group of each (run, step, staleness) group
 
     def extents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids of the nonempty groups, their token counts, their first token), computed once."""
@@ -80,16 +76,7 @@ class Groups:
     def subset(self, keep: np.ndarray | None) -> Groups:
         if keep is None:
             return self
-        pick = (self.group[keep], self.step_group[keep], self.stale_group[keep])
-        return Groups(
-            *pick,
-            self.labels,
-            self.step_labels,
-            self.stale_labels,
-            self.step_starts,
-            self.stale_order,
-            self.stale_starts,
-        )
+        return replace(self, group=self.group[keep])
 
 
 def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,14 +108,11 @@ def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tu
         step = step_values[step]
     groups = Groups(
         group=group,
-        step_group=step_group,
-        stale_group=stale_of_group[group],
         labels={"run": run[first], "step": step[first], "staleness": staleness[first]},
         step_labels={"run": run[step_first], "step": step[step_first]},
         stale_labels={"run": stale_unique // n_stale, "staleness": stale_unique % n_stale + stale0},
-        step_starts=np.flatnonzero(np.diff(step_group[first], prepend=-1)),
-        stale_order=(stale_order := np.argsort(stale_of_group, kind="stable")),
-        stale_starts=np.flatnonzero(np.diff(stale_of_group[stale_order], prepend=-1)),
+        step_of_group=step_group[first],
+        stale_of_group=stale_of_group,
     )
     return order, groups
 
@@ -153,13 +137,6 @@ class CellRows:
     staleness: np.ndarray  # (G_stale,)
 
 
-def _histograms(offsets: np.ndarray, span: int, cell: np.ndarray, n_cells: int) -> np.ndarray:
-    """Counts of `offsets` (bucket - lowest bucket, in [0, span)) per cell, (n_cells, span): one dense
-    bincount."""
-    keys = offsets if n_cells == 1 else cell * span + offsets
-    return np.bincount(keys, minlength=n_cells * span).reshape(n_cells, span)
-
-
 def add_series(
     acc: Summaries, series: int, values: np.ndarray, groups: Groups, rows: CellRows, sketch: bool = True
 ) -> None:
@@ -173,22 +150,22 @@ def add_series(
     acc.moments.add(series, rows.group[present], n, sums, squares, mins, maxs)
     if not sketch:
         return
-    lo, hi = bucket_code(np.array([mins.min(), maxs.max()]))  # buckets are ordered like values
-    offsets = bucket_code(values, sign=1 if mins.min() >= 0 else -1 if maxs.max() <= 0 else 0)  # (T,)
-    offsets -= lo
-    span = int(hi - lo) + 1
-    n_groups = len(rows.group)
-    if n_groups * span <= len(values):  # the finest histograms are no larger than the tokens
-        finest = _histograms(offsets, span, groups.group, n_groups)  # (G, span)
-        acc.by_step.add(series, rows.step, int(lo), np.add.reduceat(finest, groups.step_starts, axis=0))
-        by_stale = np.add.reduceat(finest[groups.stale_order], groups.stale_starts, axis=0)
-        acc.by_staleness.add(series, rows.staleness, int(lo), by_stale)
-        return
-    for cells, file_rows, table in (
-        (groups.step_group, rows.step, acc.by_step),
-        (groups.stale_group, rows.staleness, acc.by_staleness),
-    ):
-        table.add(series, file_rows, int(lo), _histograms(offsets, span, cells, len(file_rows)))
+    lo, hi = mins.min(), maxs.max()
+    if np.isnan(lo) or np.isnan(hi):
+        raise ValueError(f"{SERIES[series]} has a NaN value: no sketch bucket holds it")
+    lo, hi = bucket_code(np.array([lo, hi]))  # buckets are ordered like values
+    by_step, by_stale = histograms(
+        values,
+        groups.group,
+        groups.step_of_group,
+        groups.stale_of_group,
+        int(lo),
+        int(hi - lo) + 1,
+        len(rows.step),
+        len(rows.staleness),
+    )
+    acc.by_step.add(series, rows.step, int(lo), by_step)
+    acc.by_staleness.add(series, rows.staleness, int(lo), by_stale)
 
 
 def _column(batch: pa.RecordBatch, name: str, dtype: type) -> np.ndarray | None:

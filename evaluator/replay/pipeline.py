@@ -13,7 +13,7 @@ In phases over the files of one call, in sorted order:
 
 Steps 2 and 4 run on worker processes, one file per worker (`evaluator.replay.workers`), while this process
 ingests; a file long enough to be cut into ranges (`evaluator.replay.summarise.default_workers`) is summarised
-by range workers instead. The stored numbers do not depend on which process summarised a file. The
+by range threads instead. The stored numbers do not depend on which process summarised a file. The
 store's working copy is published as files go in (`evaluator.store.StoreWriter`): readers never wait.
 """
 
@@ -169,8 +169,8 @@ def _summaries(
     slots: list[_Slot], runner, params: DecisionParams, bar: tqdm
 ) -> Iterator[FileSummary | FileFailed]:
     """The summary of each slot, in order: runs of small files on the runner, a file long enough for
-    range workers (`default_workers`) once the files before it are done, in ranges: on this machine's
-    range workers, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
+    ranges (`default_workers`) once the files before it are done: in threads of this process, or on a
+    cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
     cpus = getattr(runner, "cpus", None)
     range_map = runner.map if cpus else None
 

@@ -1,30 +1,26 @@
 """Mergeable summaries of one token log, streamed over record batches and spread over CPU cores.
 
 A file is read in record batches of `BATCH_ROWS` rows (`evaluator.replay.batch` summarises each). A
-long file is cut into contiguous ranges of whole batches, one per worker process (numpy's `bincount`
-holds the GIL, so threads do not help; see `evaluator.replay.range_worker`); each worker reads only its rows.
-The parent merges the ranges in file order: sketch counts are integers (the store sums repeated
-rows), and the moments come back batch by batch, so every sum is folded in batch order exactly as in
-one process: the summary does not depend on the number of workers, bit for bit.
+long file is cut into contiguous ranges of whole batches, one per thread (Parquet decoding, numpy on
+whole arrays and the compiled sketch loop of `evaluator.replay.kernels` release the GIL), or one per task
+on a cluster; each reads only its rows. The caller merges the ranges in file order: sketch counts are
+integers (the store sums repeated rows), and the moments come back batch by batch, so every sum is
+folded in batch order exactly as in one range: the summary does not depend on the number of ranges, bit
+for bit.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from evaluator.errors import FileFailed, ProxauditError
+from evaluator.errors import FileFailed
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.replay.accumulators import Moments
 from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
@@ -33,7 +29,7 @@ from evaluator.store import FileSummary
 
 BATCH_ROWS = 1 << 18
 MIN_BATCHES_PER_WORKER = 8
-"""A worker process costs ~1 s to start (imports); give each at least 2M rows."""
+"""A range costs a task on a cluster (and its share of the GIL here); give each at least 2M rows."""
 Rows = dict[str, np.ndarray]
 
 
@@ -123,34 +119,11 @@ def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS, cores: int | None
     return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
 
 
-def _start_worker(
-    path, rows: tuple[int, int], resumes: Path, params: DecisionParams, batch_rows: int, out: Path
-) -> subprocess.Popen:
-    """`evaluator.replay.range_worker` on rows [start, end) of `path`, pickling to `out` (stderr to out.err);
-    `resumes` is an Arrow IPC file of the file's resumed-segment starts."""
-    args = [str(path), str(rows[0]), str(rows[1]), str(resumes), json.dumps(asdict(params))]
-    args += [str(batch_rows), str(out)]
-    with open(out.with_suffix(".err"), "wb") as err:
-        return subprocess.Popen([sys.executable, "-m", "evaluator.replay.range_worker", *args], stderr=err)
-
-
-def stderr_tail(err: Path) -> str:
-    """The end of what a worker process wrote to its stderr file (quoted in the parent's error)."""
-    return err.read_text(errors="replace")[-2000:].strip() or "(nothing on stderr)"
-
-
-def _result(worker: subprocess.Popen, out: Path, path) -> RangeSummary:
-    if worker.wait() != 0:
-        message = stderr_tail(out.with_suffix(".err"))
-        raise ProxauditError(f"summarising {path} failed in a worker process: {message}")
-    return pickle.loads(out.read_bytes())
-
-
 def _summarise_ranges(
     path, resumes: pa.Table, params: DecisionParams, batch_rows: int, workers: int | None, on_batch, range_map
 ) -> list[RangeSummary]:
-    """The file's summary in one range per worker (in this process when there is one): range worker
-    processes here, or the tasks of `range_map` (a cluster's ordered map)."""
+    """The file's summary in one range per worker: threads of this process (none when there is one
+    range), or the tasks of `range_map` (a cluster's ordered map)."""
     n_rows = pq.ParquetFile(path).metadata.num_rows
     workers = default_workers(n_rows, batch_rows) if workers is None else workers
     ranges = batch_ranges(n_rows, batch_rows, workers)
@@ -166,27 +139,14 @@ def _summarise_ranges(
             if on_batch is not None:
                 on_batch(hi - lo)
         return parts
-    with tempfile.TemporaryDirectory(prefix="proxaudit-ranges-") as scratch:
-        resumes_file = Path(scratch) / "resumes.arrow"
-        with pa.OSFile(str(resumes_file), "wb") as sink, pa.ipc.new_file(sink, resumes.schema) as writer:
-            writer.write_table(resumes)
-        outs = [Path(scratch) / f"{i}.pickle" for i in range(len(ranges))]
-        started = [
-            _start_worker(path, r, resumes_file, params, batch_rows, out)
-            for r, out in zip(ranges, outs, strict=True)
-        ]
-        try:
-            parts = []
-            for worker, out, (lo, hi) in zip(started, outs, ranges, strict=True):  # in file order
-                parts.append(_result(worker, out, path))
-                if on_batch is not None:
-                    on_batch(hi - lo)
-            return parts
-        finally:  # an error or Ctrl-C here leaves no worker running
-            for worker in started:
-                if worker.poll() is None:
-                    worker.kill()
-                    worker.wait()
+    with ThreadPoolExecutor(len(ranges), thread_name_prefix="proxaudit-range") as threads:
+        summaries = [threads.submit(summarise_range, path, r, resumes, params, batch_rows) for r in ranges]
+        parts = []
+        for summary, (lo, hi) in zip(summaries, ranges, strict=True):  # in file order
+            parts.append(summary.result())  # a range's error is the file's
+            if on_batch is not None:
+                on_batch(hi - lo)
+        return parts
 
 
 def _table(rows: list[Rows], runs: list[str], columns: tuple[str, ...]) -> pa.Table:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evaluator.errors import FileFailed
-from evaluator.replay.summarise import stderr_tail
 
 Task = tuple[str, tuple]
 """(kind, arguments): ("check", (path,)) or ("summarise", (path, resumes, params))."""
@@ -36,6 +35,11 @@ STOP_WAIT_S = 10.0
 EXIT_ENV = "PROXAUDIT_WORKER_EXIT_ON"
 """Fault injection for tests: when set to a file's name, the worker summarising that file dies
 (os._exit), as a worker killed by the OOM killer would."""
+
+
+def stderr_tail(err: Path) -> str:
+    """The end of what a worker process wrote to its stderr file (quoted in the parent's error)."""
+    return err.read_text(errors="replace")[-2000:].strip() or "(nothing on stderr)"
 
 
 def run_task(task: Task):
@@ -83,7 +87,7 @@ def ordered_map(
 
 
 class LocalRunner:
-    """Tasks in this process, one after the other (a large file's summary still uses range workers)."""
+    """Tasks in this process, one after the other (a large file's summary still uses range threads)."""
 
     def __enter__(self) -> LocalRunner:
         return self
