@@ -111,6 +111,7 @@ class Terms:
     def __init__(self, a: F64, truth: Truth, keep: NDArray[np.bool_] | None = None) -> None:
         _one_shape(a=a, b=truth.b)
         self.truth, self.keep = truth, keep
+        self.a_is = "g" if a is truth.g else "b" if a is truth.b else None  # ground truth, rollout
         self.a = a if keep is None else a[keep]
         self.b, self.t, self.g = (self._kept(x) for x in (truth.b, truth.t, truth.g))
         self.has_truth = self._kept(truth.has_truth)  # (T,)
@@ -129,10 +130,14 @@ class Terms:
 
     @cached_property
     def behave_weight(self) -> F64:  # w(a - b), every token
-        return weight(self.a - self.b)
+        if self.a_is == "g":  # the same numbers, computed once
+            return self._kept(self.truth.behave_weight)
+        return np.ones_like(self.a) if self.a_is == "b" else weight(self.a - self.b)  # w(0) = 1
 
     @cached_property
     def importance_weight(self) -> F64:  # w(t - a), every token
+        if self.a_is is not None:
+            return self._kept(self.truth.ratio if self.a_is == "g" else self.truth.off_policy_weight)
         return weight(self.t - self.a)
 
     @cached_property

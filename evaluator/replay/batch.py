@@ -192,16 +192,17 @@ def add_batch(
 ) -> int:
     """Summarise one record batch into `acc`; returns its number of loss tokens. `resumes` are the file's
     resumed-segment starts (`evaluator.replay.pairing`), `params` the loss's thresholds (DOMAIN.md 3b)."""
-    keep = batch.column("loss_mask").to_numpy(zero_copy_only=False)
-    prev_version = previous_versions(batch, resumes)[keep]  # (T,) from every row, masked or not
-    batch = batch.filter(pa.array(keep))
-    if batch.num_rows == 0:
+    kept = np.flatnonzero(batch.column("loss_mask").to_numpy(zero_copy_only=False))  # (T,) loss tokens
+    if len(kept) == 0:
         return 0
-    run, step = _run_codes(batch, runs), _column(batch, "step", np.int64)
-    staleness = step - _column(batch, "behave_version", np.int64)
-    order, groups = group_tokens(run, step, staleness)
+    run = _run_codes(batch, runs)  # (rows,)
+    prev_version = previous_versions(batch, run, resumes)  # (rows,) from every row, masked or not
+    step = _column(batch, "step", np.int64)[kept]
+    staleness = step - _column(batch, "behave_version", np.int64)[kept]
+    order, groups = group_tokens(run[kept], step, staleness)
+    kept = kept[order]  # the loss tokens' rows, sorted by group
     cols = {
-        name: values[order]
+        name: values[kept]
         for name in ("minibatch", "n_minibatches", *LOGP_COLUMNS, "advantage")
         if (values := _column(batch, name, np.float64)) is not None
     }
@@ -224,7 +225,7 @@ def add_batch(
         behave_version=step[order] - staleness[order],
         minibatch=cols["minibatch"],
         n_minibatches=cols["n_minibatches"],
-        prev_version=prev_version[order],
+        prev_version=prev_version[kept],
         proximal_t_logp=cols.get("proximal_t_logp"),
     )
     truth = Truth(b=b, t=t, g=g, advantage=cols.get("advantage"), params=params)

@@ -17,18 +17,18 @@ import pyarrow as pa
 from evaluator.validate.facts import SEQUENCE_KEYS
 
 
-def previous_versions(batch: pa.RecordBatch, resumes: pl.DataFrame) -> np.ndarray:
+def previous_versions(batch: pa.RecordBatch, run: np.ndarray, resumes: pl.DataFrame) -> np.ndarray:
     """`[rows]` int64: the version of the token at `pos - 1` of each row's sequence (-1 at pos 0).
 
-    `batch` has run_id, seq_id, minibatch, pos, behave_version; `resumes` (run_id, seq_id, minibatch,
-    pos, prev_version) holds every segment start after the first of the batch's sequences."""
+    `batch` has run_id, seq_id, minibatch, pos, behave_version; `run` is an integer code per row, one
+    per run_id; `resumes` (run_id, seq_id, minibatch, pos, prev_version) holds every segment start after
+    the first of the batch's sequences."""
     seq, mb = (batch.column(k).to_numpy(zero_copy_only=False) for k in ("seq_id", "minibatch"))
     pos = batch.column("pos").to_numpy(zero_copy_only=False)
     version = batch.column("behave_version").to_numpy(zero_copy_only=False).astype(np.int64)
-    run = batch.column("run_id")
-    same_run = pa.compute.equal(run.slice(1), run.slice(0, len(run) - 1)).to_numpy(zero_copy_only=False)
     follows = np.zeros(len(pos), dtype=bool)  # (rows,) the row before is this token's previous pos
-    follows[1:] = same_run & (seq[1:] == seq[:-1]) & (mb[1:] == mb[:-1]) & (pos[1:] == pos[:-1] + 1)
+    same_sequence = (run[1:] == run[:-1]) & (seq[1:] == seq[:-1]) & (mb[1:] == mb[:-1])
+    follows[1:] = same_sequence & (pos[1:] == pos[:-1] + 1)
     prev = np.where(pos == 0, -1, version)
     prev[follows] = version[np.flatnonzero(follows) - 1]
     lookup = np.flatnonzero(~follows & (pos > 0))
