@@ -34,6 +34,7 @@ from tqdm import tqdm
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.problems import Finding, Problem
+from evaluator.replay.kernels import warm_up
 from evaluator.replay.outcomes import FileOutcome, ReplayReport
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
 from evaluator.replay.workers import LocalRunner, WorkerPool
@@ -257,6 +258,8 @@ def replay(
         try:
             with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
                 slots = _digests(files, store.digests(), staging.digests)
+                if any(s.outcome is None and s.copy_of is None for s in slots):
+                    warm_up()  # numba's start, while the files are checked
                 _check(slots, runner, bar)
                 checked = [s.checked for s in slots if s.checked is not None]
                 findings = judge_call(checked, max_staleness, duplicates=False)
