@@ -27,22 +27,12 @@ OFFSET = (np.array(ZERO_BELOW).view(np.int64) >> SHIFT) - 1  # 62911
 RELATIVE_ACCURACY = 1.0 / 2 ** (MANTISSA_BITS + 1)
 
 
-def bucket_code(x: ArrayLike, *, sign: int = 0) -> NDArray[np.int64]:
+def bucket_code(x: ArrayLike) -> NDArray[np.int64]:
     """The bucket of each value of a float64 array: sign(x) * ((bits(|x|) >> 46) - 62911), 0 for
     |x| < 2^-40. Codes of values of one sign are contiguous small integers, ordered like the values.
-
-    `sign` = 1 promises every value is >= 0, -1 that every value is <= 0 (a -0.0 or +0.0 may appear in
-    either): the same codes in 3 or 4 passes over the values instead of 7 (8 of the 10 metrics are
-    never negative)."""
+    (Replay computes the same codes in a compiled loop, `evaluator.replay.kernels`.)"""
     bits = np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
-    if sign > 0:  # sign bit clear, except on -0.0, whose shifted bits land below 0 and clip to bucket 0
-        code = bits >> SHIFT
-        code -= OFFSET
-        return np.maximum(code, 0, out=code)
     code = ((bits & np.int64(0x7FFF_FFFF_FFFF_FFFF)) >> SHIFT) - OFFSET  # (T,) from |x|
-    if sign < 0:  # -max(code, 0), in place
-        np.negative(code, out=code)
-        return np.minimum(code, 0, out=code)
     np.maximum(code, 0, out=code)  # everything below 2^-40 (and 0 itself) is bucket 0
     negative = bits >> 63  # (T,) -1 for negative x, else 0
     code ^= negative

@@ -155,7 +155,7 @@ def add_series(
         raise ValueError(f"{SERIES[series]} has a NaN value: no sketch bucket holds it")
     lo, hi = bucket_code(np.array([lo, hi]))  # buckets are ordered like values
     by_step, by_stale = histograms(
-        values,
+        np.ascontiguousarray(values),  # the loop reads the floats' bits
         groups.group,
         groups.step_of_group,
         groups.stale_of_group,
