@@ -28,7 +28,6 @@ from evaluator.formulas.estimators import estimates
 from evaluator.formulas.metrics import Terms, Truth, metrics_for
 from evaluator.formulas.sketch import bucket_code
 from evaluator.replay.accumulators import Moments, SketchCounts
-from evaluator.replay.kernels import histograms
 from evaluator.replay.pairing import previous_versions
 from schemas.store import METHODS
 from schemas.token_log import LOGP_COLUMNS
@@ -154,6 +153,8 @@ def add_series(
     if np.isnan(lo) or np.isnan(hi):
         raise ValueError(f"{SERIES[series]} has a NaN value: no sketch bucket holds it")
     lo, hi = bucket_code(np.array([lo, hi]))  # buckets are ordered like values
+    from evaluator.replay.kernels import histograms  # numba: imported on first use (or by load_kernels)
+
     by_step, by_stale = histograms(
         np.ascontiguousarray(values),  # the loop reads the floats' bits
         groups.group,

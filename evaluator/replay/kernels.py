@@ -7,13 +7,11 @@ step) row and its (run, staleness) row; when those group rows would outnumber th
 token in its two rows directly. One pass over the values instead of a bucket array, a key array and a
 bincount over them. Counts are integers: the same whichever way they are taken.
 
-The first call of a process loads the compiled code from numba's cache (about 0.5 s, most of it numba's
-own start); `warm_up` does that in a thread while the caller validates.
+Importing numba and the first call of a process (loading the compiled code from numba's cache) take
+about 0.7 s; replay does both in a thread while it validates (`evaluator.replay.workers.load_kernels`).
 """
 
 from __future__ import annotations
-
-import threading
 
 import numba as nb
 import numpy as np
@@ -71,10 +69,7 @@ def histograms(
     return by_step.reshape(n_step, span), by_stale.reshape(n_stale, span)
 
 
-def warm_up() -> threading.Thread:
-    """Load the compiled loop in a background thread (the first real call waits for it if need be)."""
+def load() -> None:
+    """Load the compiled loop now (a first call on a one-token input)."""
     one = np.zeros(1, dtype=np.int64)
-    args = (np.zeros(1), one, one, one, 0, 1, 1, 1)
-    thread = threading.Thread(target=histograms, args=args, name="proxaudit-kernels")
-    thread.start()
-    return thread
+    histograms(np.zeros(1), one, one, one, 0, 1, 1, 1)

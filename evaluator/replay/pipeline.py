@@ -34,10 +34,9 @@ from tqdm import tqdm
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.problems import Finding, Problem
-from evaluator.replay.kernels import warm_up
 from evaluator.replay.outcomes import FileOutcome, ReplayReport
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
-from evaluator.replay.workers import LocalRunner, WorkerPool
+from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
 from evaluator.sources import Staging
 from evaluator.store import StoreWriter, file_digest
 from evaluator.validate import CheckedFile, check_file, find_parquet_files, judge_call
@@ -259,7 +258,7 @@ def replay(
             with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
                 slots = _digests(files, store.digests(), staging.digests)
                 if any(s.outcome is None and s.copy_of is None for s in slots):
-                    warm_up()  # numba's start, while the files are checked
+                    load_kernels()  # numba's start, while the files are checked
                 _check(slots, runner, bar)
                 checked = [s.checked for s in slots if s.checked is not None]
                 findings = judge_call(checked, max_staleness, duplicates=False)

@@ -12,13 +12,12 @@ import os
 import signal
 import sys
 
-from evaluator.replay.kernels import warm_up
-from evaluator.replay.workers import serve
+from evaluator.replay.workers import load_kernels, serve
 
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    warm_up()  # numba's start, while the first file is checked
+    load_kernels()  # numba's start, while the first file is checked
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve(sys.stdin.buffer, answers)

@@ -20,6 +20,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -35,6 +36,20 @@ STOP_WAIT_S = 10.0
 EXIT_ENV = "PROXAUDIT_WORKER_EXIT_ON"
 """Fault injection for tests: when set to a file's name, the worker summarising that file dies
 (os._exit), as a worker killed by the OOM killer would."""
+
+
+def load_kernels() -> threading.Thread:
+    """Import numba and load replay's compiled loop (`evaluator.replay.kernels`) in a thread, while this
+    process checks files: the first summary then finds it ready (or waits for the rest)."""
+
+    def load() -> None:
+        from evaluator.replay.kernels import load
+
+        load()
+
+    thread = threading.Thread(target=load, name="proxaudit-kernels")
+    thread.start()
+    return thread
 
 
 def stderr_tail(err: Path) -> str:
