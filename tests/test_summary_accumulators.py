@@ -1,6 +1,8 @@
-"""File-level accumulators and worker processes of replay: neither changes a number of the summary."""
+"""File-level accumulators and range threads of replay: neither changes a number of the summary."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import polars as pl
@@ -8,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from evaluator.formulas.decisions import DEFAULT_PARAMS
 from evaluator.formulas.sketch import bucket_code
 from evaluator.logio import write_log_atomic
 from evaluator.replay import accumulators as summary_accumulators
@@ -102,6 +105,18 @@ def test_a_failing_range_fails_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(file_summary, "summarise_range", second_range_fails)
     with pytest.raises(OSError, match="the disk went away"):
         summarise_file(log, batch_rows=1000, workers=2)
+
+
+def test_a_range_stops_at_the_next_batch_once_its_caller_gives_up(tmp_path):
+    """The stop event set by `summarise_file` on an error or Ctrl-C: the other ranges end early."""
+    spec = SyntheticSpec(run_id="r", tokens_per_step=3000, mean_length=16)
+    log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
+    resumes = check_and_summarise(log).checked.facts.resumes
+    stop = threading.Event()
+    whole = file_summary.summarise_range(log, None, resumes, DEFAULT_PARAMS, 1000, None, stop)
+    stop.set()
+    stopped = file_summary.summarise_range(log, None, resumes, DEFAULT_PARAMS, 1000, None, stop)
+    assert whole.n_rows == pq.ParquetFile(log).metadata.num_rows and stopped.n_rows == 0
 
 
 def test_batch_ranges_are_whole_batches_covering_the_file():

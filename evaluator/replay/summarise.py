@@ -12,6 +12,7 @@ for bit.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -84,12 +85,16 @@ def summarise_range(
     params: DecisionParams,
     batch_rows: int = BATCH_ROWS,
     on_batch: Callable | None = None,
+    stop: threading.Event | None = None,
 ) -> RangeSummary:
     """Summarise rows [start, end) of `path` (the whole file for None) with the file's resumed-segment
-    starts (`FileFacts.resumes`) and the loss's thresholds: what one worker does."""
+    starts (`FileFacts.resumes`) and the loss's thresholds: what one worker does. Once `stop` is set it
+    returns at the next batch, unfinished (its caller has given up)."""
     acc, runs, resumes = Summaries(), {}, resumes_frame(resumes)
     out = RangeSummary(runs=[])
     for batch in iter_batches(path, batch_rows, rows):
+        if stop is not None and stop.is_set():
+            break
         acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
         out.n_tokens += add_batch(acc, batch, runs, resumes, params)
         out.n_rows += batch.num_rows
@@ -139,14 +144,20 @@ def _summarise_ranges(
             if on_batch is not None:
                 on_batch(hi - lo)
         return parts
+    stop = threading.Event()  # an error or Ctrl-C here: every range stops at its next batch
     with ThreadPoolExecutor(len(ranges), thread_name_prefix="proxaudit-range") as threads:
-        summaries = [threads.submit(summarise_range, path, r, resumes, params, batch_rows) for r in ranges]
-        parts = []
-        for summary, (lo, hi) in zip(summaries, ranges, strict=True):  # in file order
-            parts.append(summary.result())  # a range's error is the file's
-            if on_batch is not None:
-                on_batch(hi - lo)
-        return parts
+        args = (resumes, params, batch_rows, None, stop)
+        summaries = [threads.submit(summarise_range, path, r, *args) for r in ranges]
+        try:
+            parts = []
+            for summary, (lo, hi) in zip(summaries, ranges, strict=True):  # in file order
+                parts.append(summary.result())  # a range's error is the file's
+                if on_batch is not None:
+                    on_batch(hi - lo)
+            return parts
+        except BaseException:
+            stop.set()
+            raise
 
 
 def _table(rows: list[Rows], runs: list[str], columns: tuple[str, ...]) -> pa.Table:
