@@ -97,10 +97,10 @@ def test_a_failing_range_fails_the_file(tmp_path, monkeypatch):
     log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
     real = file_summary.summarise_range
 
-    def second_range_fails(path, rows, *args):
+    def second_range_fails(path, rows, *args, **options):
         if rows[0] > 0:
             raise OSError("the disk went away")
-        return real(path, rows, *args)
+        return real(path, rows, *args, **options)
 
     monkeypatch.setattr(file_summary, "summarise_range", second_range_fails)
     with pytest.raises(OSError, match="the disk went away"):

@@ -100,7 +100,8 @@ def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tu
     order = np.argsort(step_key * n_stale + (staleness - stale0), kind="stable")
     run, step, staleness, step_key = run[order], step[order], staleness[order], step_key[order]
     group, first = _first_of_runs(step_key * n_stale + (staleness - stale0))
-    step_group, step_first = _first_of_runs(step_key)
+    step_of_group, first_of_step = _first_of_runs(step_key[first])  # (G,), (G_step,) over the groups
+    step_first = first[first_of_step]  # (G_step,) first token of each (run, step) group
     stale_key = run[first] * n_stale + (staleness[first] - stale0)  # (G,)
     stale_unique, stale_of_group = np.unique(stale_key, return_inverse=True)
     if step_values is not None:  # back from the dense numbers to the steps
@@ -110,7 +111,7 @@ def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tu
         labels={"run": run[first], "step": step[first], "staleness": staleness[first]},
         step_labels={"run": run[step_first], "step": step[step_first]},
         stale_labels={"run": stale_unique // n_stale, "staleness": stale_unique % n_stale + stale0},
-        step_of_group=step_group[first],
+        step_of_group=step_of_group,
         stale_of_group=stale_of_group,
     )
     return order, groups

@@ -114,6 +114,11 @@ class _Slot:
     outcome: FileOutcome | None = None
 
     @property
+    def to_check(self) -> bool:
+        """Neither known from its digest nor a copy of an earlier file."""
+        return self.outcome is None and self.copy_of is None
+
+    @property
     def to_summarise(self) -> bool:
         """Checked, and it broke no rule (on its own or in the call)."""
         return self.checked is not None and self.checked.facts is not None
@@ -154,7 +159,7 @@ def _digests(files: list[Path], known: set[str], staged: dict[Path, str]) -> lis
 
 def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
     """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
-    todo = [s for s in slots if s.outcome is None and s.copy_of is None]
+    todo = [s for s in slots if s.to_check]
     results = runner.map(("check", (s.path,)) for s in todo)
     for i, (slot, checked) in enumerate(zip(todo, results, strict=True), 1):
         if isinstance(checked, FileFailed):
@@ -257,7 +262,7 @@ def replay(
         try:
             with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
                 slots = _digests(files, store.digests(), staging.digests)
-                if any(s.outcome is None and s.copy_of is None for s in slots):
+                if any(s.to_check for s in slots):
                     load_kernels()  # numba's start, while the files are checked
                 _check(slots, runner, bar)
                 checked = [s.checked for s in slots if s.checked is not None]

@@ -146,8 +146,9 @@ def _summarise_ranges(
         return parts
     stop = threading.Event()  # an error or Ctrl-C here: every range stops at its next batch
     with ThreadPoolExecutor(len(ranges), thread_name_prefix="proxaudit-range") as threads:
-        args = (resumes, params, batch_rows, None, stop)
-        summaries = [threads.submit(summarise_range, path, r, *args) for r in ranges]
+        summaries = [
+            threads.submit(summarise_range, path, r, resumes, params, batch_rows, stop=stop) for r in ranges
+        ]
         try:
             parts = []
             for summary, (lo, hi) in zip(summaries, ranges, strict=True):  # in file order

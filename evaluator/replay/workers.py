@@ -38,16 +38,16 @@ EXIT_ENV = "PROXAUDIT_WORKER_EXIT_ON"
 (os._exit), as a worker killed by the OOM killer would."""
 
 
+def _load_kernels_now() -> None:
+    from evaluator.replay.kernels import load  # numba is imported here, in the loading thread
+
+    load()
+
+
 def load_kernels() -> threading.Thread:
     """Import numba and load replay's compiled loop (`evaluator.replay.kernels`) in a thread, while this
     process checks files: the first summary then finds it ready (or waits for the rest)."""
-
-    def load() -> None:
-        from evaluator.replay.kernels import load
-
-        load()
-
-    thread = threading.Thread(target=load, name="proxaudit-kernels")
+    thread = threading.Thread(target=_load_kernels_now, name="proxaudit-kernels")
     thread.start()
     return thread
 
