@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import queries
 from dashboard.views import PAGES
 from dashboard.views.common import plain
-from evaluator.dashboard_cmd import APP
+from evaluator.cli.serve import APP
 from schemas.store import METHODS
 from schemas.thresholds import DEFAULT_THRESHOLDS
 
@@ -276,7 +276,7 @@ class TestDashboardCommand:
         assert result.exit_code == 2 and "nope.toml" in result.output
 
     def test_local_only_headless_and_no_usage_statistics(self, fixture_store):
-        from evaluator.dashboard_cmd import streamlit_command
+        from evaluator.cli.serve import streamlit_command
 
         command = streamlit_command(fixture_store, "127.0.0.1", 8501)
         options = dict(zip(command[5::2], command[6::2], strict=False))

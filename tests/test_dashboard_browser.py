@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dashboard.views import PAGES
-from evaluator.dashboard_cmd import streamlit_command
+from evaluator.cli.serve import streamlit_command
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "_artifacts"

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.cli_common import EXIT_OK, EXIT_USAGE
+from evaluator.cli.common import EXIT_OK, EXIT_USAGE
 from evaluator.logio import write_log_atomic
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 

@@ -35,9 +35,9 @@ STAGES = {
     "replay": (6, ("evaluator.replay",)),
     "gate": (7, ("evaluator.gate",)),
     "read": (7, ("evaluator.summary", "evaluator.export")),
-    "apps": (8, ("evaluator.cli_common", "evaluator.bench", "evaluator.demo", "evaluator.dashboard_cmd")),
+    "apps": (8, ("evaluator.bench", "evaluator.demo")),
     "dashboard": (8, ("dashboard",)),
-    "cli": (9, ("evaluator.cli_tools", "evaluator.cli_exchange", "evaluator.cli")),
+    "cli": (9, ("evaluator.cli",)),
 }
 PREFIXES = {prefix: name for name, (_, prefixes) in STAGES.items() for prefix in prefixes}
 MAX_LINES = 330  # "under ~300": a module past this is split

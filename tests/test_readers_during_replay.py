@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import queries
 from evaluator.bench.readers import write_small_logs
-from evaluator.dashboard_cmd import APP
+from evaluator.cli.serve import APP
 from evaluator.gate.judge import run_gate
 from evaluator.summary import summary_table
 from schemas.thresholds import DEFAULT_THRESHOLDS

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.cli_common import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from evaluator.logio import write_log_atomic
 from evaluator.replay import pipeline as replay_module
 from evaluator.replay.batch import group_tokens

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.cli_common import EXIT_FINDINGS, EXIT_OK
+from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps

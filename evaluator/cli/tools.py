@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from evaluator.cli_common import EXIT_FINDINGS, library_errors, say
+from evaluator.cli.common import EXIT_FINDINGS, library_errors, say
 from evaluator.options import DataclassCommand
 
 
@@ -71,7 +71,7 @@ def dashboard(db, host, port, thresholds) -> None:
     by staleness, error over training, run comparison, token inspector. The app opens DB read-only and
     never writes; `proxaudit replay` may keep filling it meanwhile. A missing DB is an error (exit 2).
     """
-    from evaluator.dashboard_cmd import serve
+    from evaluator.cli.serve import serve
 
     sys.exit(serve(db, host, port, thresholds))
 
@@ -105,7 +105,7 @@ def demo(out, train, serve, host, port) -> None:
         click.echo("demo: some files broke validation rules (see above)", err=True)
         sys.exit(EXIT_FINDINGS)
     if serve:
-        from evaluator.dashboard_cmd import serve as serve_dashboard
+        from evaluator.cli.serve import serve as serve_dashboard
         from evaluator.gate.judge import DEFAULT_THRESHOLDS
 
         sys.exit(serve_dashboard(result.db, host, port, DEFAULT_THRESHOLDS))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from evaluator.cli_common import EXIT_USAGE
+from evaluator.cli.common import EXIT_USAGE
 
 
 @click.command("import")

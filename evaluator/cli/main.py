@@ -12,9 +12,9 @@ from pathlib import Path
 import click
 
 from evaluator import __version__
-from evaluator.cli_common import EXIT_FINDINGS, EXIT_OK, library_errors, say
-from evaluator.cli_exchange import export_cmd, import_cmd
-from evaluator.cli_tools import bench, dashboard, demo, train_demo
+from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
+from evaluator.cli.exchange import export_cmd, import_cmd
+from evaluator.cli.tools import bench, dashboard, demo, train_demo
 from evaluator.errors import UsageError
 
 SUMMARY_VIEWS = {
@@ -296,7 +296,3 @@ for command in (bench, train_demo, dashboard, demo):
 def main() -> None:
     # click's own usage errors exit with 2 already, which matches our convention.
     cli(prog_name="proxaudit")
-
-
-if __name__ == "__main__":
-    main()

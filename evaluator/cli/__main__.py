@@ -1,0 +1,5 @@
+"""`python -m evaluator.cli`: the `proxaudit` command."""
+
+from evaluator.cli.main import main
+
+main()
