@@ -21,32 +21,55 @@ METHODS: tuple[str, ...] = (
     "proximal_t",
 )
 
-# Metric names (DOMAIN.md sections 3 and 3b); formulas and which methods have them live in
-# evaluator/formulas/metrics.py.
-METRICS: tuple[str, ...] = (
-    "approx_logp",
-    "abs_error",
-    "rel_error",
-    "squared_error",
-    "behave_imp_weight",
-    "behave_imp_weight_abs_error",
-    "behave_imp_weight_rel_error",
-    "importance_weight",
-    "importance_weight_abs_error",
-    "importance_weight_rel_error",
-    "behave_approx_kl",
-    "clip_active",
-    "clip_flip",
-    "bound_active",
-    "bound_flip",
-    "grad_weight",
-    "grad_weight_abs_error",
-    "drift",
-    "prob_drift",
-    "exp_abs_drift",
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-token metric (DOMAIN.md sections 3 and 3b): `a` = the method's estimate of log pi_prox, `g` =
+    `prox_logp`, `b` = `behave_logp`, `t` = `theta_logp`; `w(d)` = exp(min(d, 150)); `clip`, `bound` and `W`
+    the loss's decisions and gradient weight. `evaluator.formulas.metrics` computes each by this name."""
+
+    name: str
+    formula: str
+    needs_truth: bool
+    """counted only on tokens with `prox_logp`; the others on every token where the estimate exists"""
+    of: str = "all"
+    """the methods that have it: `all`, the `estimators` (for the ground truth it is 0), or `ground_truth`"""
+    binary: bool = False
+    """a 0/1 value: its mean is a rate, and it keeps no quantile sketch (its quantiles say nothing)"""
+
+
+# The one definition of the metrics: the docs' table and the formulas follow it (tests check both).
+METRIC_TABLE: tuple[Metric, ...] = (
+    Metric("approx_logp", "a", False),
+    Metric("abs_error", "abs(a - g)", True),
+    Metric("rel_error", "abs(a - g) / (abs(g) + 1e-8)", True),
+    Metric("squared_error", "(a - g)^2", True),
+    Metric("behave_imp_weight", "w(a - b)", False),
+    Metric("behave_imp_weight_abs_error", "abs(w(a - b) - w(g - b))", True),
+    Metric("behave_imp_weight_rel_error", "abs(w(a - b) - w(g - b)) / (w(g - b) + 1e-8)", True),
+    Metric("importance_weight", "w(t - a)", False),
+    Metric("importance_weight_abs_error", "abs(w(t - a) - w(t - g))", True),
+    Metric("importance_weight_rel_error", "abs(w(t - a) - w(t - g)) / (w(t - g) + 1e-8)", True),
+    Metric("behave_approx_kl", "a - b", False),
+    Metric("clip_active", "clip(a)", True, binary=True),
+    Metric("clip_flip", "clip(a) != clip(g)", True, "estimators", binary=True),
+    Metric("bound_active", "bound(a)", True, binary=True),
+    Metric("bound_flip", "bound(a) != bound(g)", True, "estimators", binary=True),
+    Metric("grad_weight", "W(a)", True),
+    Metric("grad_weight_abs_error", "abs(W(a) - W(g))", True, "estimators"),
+    Metric("drift", "abs(g - b)", True, "ground_truth"),
+    Metric("prob_drift", "abs(exp(g) - exp(b))", True, "ground_truth"),
+    Metric("exp_abs_drift", "w(abs(g - b))", True, "ground_truth"),
 )
-TRUTH_ONLY_METRICS = ("drift", "prob_drift", "exp_abs_drift")
-ESTIMATOR_ONLY_METRICS = ("clip_flip", "bound_flip", "grad_weight_abs_error")
+METRICS: tuple[str, ...] = tuple(m.name for m in METRIC_TABLE)
+TRUTH_ONLY_METRICS = tuple(m.name for m in METRIC_TABLE if m.of == "ground_truth")
+ESTIMATOR_ONLY_METRICS = tuple(m.name for m in METRIC_TABLE if m.of == "estimators")
+
+
+def metrics_for(method: str) -> tuple[Metric, ...]:
+    """The metrics reported for `method`."""
+    kind = "ground_truth" if method == "ground_truth" else "estimators"
+    return tuple(m for m in METRIC_TABLE if m.of in ("all", kind))
 
 # Figures derived from the exact sums of several metrics (DOMAIN.md 3b), per run and staleness range:
 # what `decision_*` and `weight_*` views report, and what the gate can judge besides a metric's stat.

@@ -149,9 +149,9 @@ def test_a_nan_metric_value_is_an_error_naming_its_series():
     acc = Summaries()
     groups = group_tokens(np.zeros(3, np.int64), np.ones(3, np.int64), np.zeros(3, np.int64))[1]
     rows = CellRows(
-        acc.moments.cells.rows(groups.labels),
-        acc.by_step.cells.rows(groups.step_labels),
-        acc.by_staleness.cells.rows(groups.stale_labels),
+        acc.moments.cells.rows(groups.cells.labels),
+        acc.by_step.cells.rows(groups.cells.step_labels),
+        acc.by_staleness.cells.rows(groups.cells.stale_labels),
     )
     acc.moments.add_tokens(rows.group, np.array([3]), np.array([3]))
     with pytest.raises(ValueError, match=r"\('loglinear', 'abs_error'\) has a NaN"):
