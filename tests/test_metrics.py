@@ -18,9 +18,7 @@ def test_the_docs_table_is_the_metric_table():
     text = DOCS.read_text()
     table = text[text.index("<!-- metric-table -->") : text.index("<!-- /metric-table -->")]
     rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in table.splitlines()[3:]]
-    expected = [
-        [m.name, m.formula, "yes" if m.needs_truth else "no", m.of] for m in METRIC_TABLE
-    ]
+    expected = [[m.name, m.formula, "yes" if m.needs_truth else "no", m.of] for m in METRIC_TABLE]
     assert rows == expected
 
 
