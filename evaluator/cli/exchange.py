@@ -72,8 +72,15 @@ def import_cmd(
     if not files:
         click.echo(f"proxaudit: error: no {fmt} dump files in {', '.join(paths)}", err=True)
         sys.exit(EXIT_USAGE)
-    failed = 0
+    failed, names = 0, {}
     for path in files:
+        first = names.setdefault(module.out_name(path, run_id), path)
+        if first != path:  # two runs' dumps under one folder
+            failed += 1
+            click.echo(
+                f"{path}: failed: its log would replace that of {first}: import them with two --run-id"
+            )
+            continue
         try:
             result = convert(path, Path(out), run_id)
         except (ImportFormatError, OSError) as error:  # one file's trouble stops nothing
@@ -83,6 +90,8 @@ def import_cmd(
         where = result.out or "nothing written (no token in the loss)"
         skipped = "".join(f", {n:,} {why} skipped" for why, n in result.skipped.items())
         click.echo(f"{path}: {result.sequences:,} sequences, {result.rows:,} rows{skipped} -> {where}")
+        for note in sorted(result.notes):
+            click.echo(f"  note: {note}")
     click.echo(
         f"{len(files) - failed} of {len(files)} files imported into {out}; next: proxaudit validate {out}"
     )

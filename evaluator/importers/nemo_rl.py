@@ -54,6 +54,10 @@ def _step_number(path: Path) -> int:
     return int(match.group(1))
 
 
+def out_name(path: Path, run_id: str) -> str:
+    return f"{run_id}-{path.stem}.parquet"
+
+
 def unwrap(record: dict, where: str) -> dict:
     """Undo `make_microbatch_iterator(1)`: a record whose `token_ids` is a list holding one list has every
     value (but `idx`) as a one-element list; a record of bare values is returned as it is."""
@@ -77,7 +81,7 @@ def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
     """One step's file to `{run_id}-train_data_step{N}.parquet` under `out_dir`."""
     n = _step_number(path)
     result = ImportResult(path, None)
-    with LogWriter(out_dir / f"{run_id}-{path.stem}.parquet", source=f"nemo-rl:{path.name}") as writer:
+    with LogWriter(out_dir / out_name(path, run_id), source=f"nemo-rl:{path.name}") as writer:
         for line_no, sample in jsonl(path, KEYS, "NeMo-RL", unwrap):
             where = f"{path}: line {line_no}"
             arrays = numbers(sample, KEYS, where)

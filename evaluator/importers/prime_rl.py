@@ -54,12 +54,18 @@ def _step_rank(path: Path) -> tuple[int, int]:
     return int(folder.group(1)), int(name.group(1))
 
 
+def out_name(path: Path, run_id: str) -> str:
+    step, rank = _step_rank(path)
+    return f"{run_id}-step_{step}-rank_{rank}.parquet"
+
+
 def convert(path: Path, out_dir: Path, run_id: str) -> ImportResult:
     """One rank's file of one step to `{run_id}-step_{N}-rank_{R}.parquet` under `out_dir`."""
     step, rank = _step_rank(path)
     result = ImportResult(path, None)
-    name = f"{run_id}-step_{step}-rank_{rank}.parquet"
-    with LogWriter(out_dir / name, source=f"prime-rl:{path.parent.name}/{path.name}") as writer:
+    with LogWriter(
+        out_dir / out_name(path, run_id), source=f"prime-rl:{path.parent.name}/{path.name}"
+    ) as writer:
         for line_no, record in jsonl(path, KEYS, "prime-rl"):
             where = f"{path}: line {line_no}"
             arrays = numbers(record, KEYS, where)  # null -> nan

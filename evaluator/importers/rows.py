@@ -46,6 +46,8 @@ class ImportResult:
     rows: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     """Records left out, by why (e.g. "without a generated token": nothing to audit)."""
+    notes: set[str] = field(default_factory=set)
+    """What the user should check (an assumption the dump contradicts)."""
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1

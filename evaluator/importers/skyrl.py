@@ -125,6 +125,10 @@ def _pad_size(path: Path, batch: _Batch) -> int:
     return pad
 
 
+def out_name(path: Path, run_id: str) -> str:
+    return f"{run_id}-global_step_{_step_number(path)}.parquet"
+
+
 def convert(path: Path, out_dir: Path, run_id: str, trust_pickle: bool = False) -> ImportResult:
     """One step's batch to `{run_id}-global_step_{N}.parquet`; refused without `trust_pickle`."""
     n = _step_number(path)
@@ -137,7 +141,7 @@ def convert(path: Path, out_dir: Path, run_id: str, trust_pickle: bool = False) 
     tokens = batch["sequences"][:, -width:]
     rewards = batch.get("rewards")
     result = ImportResult(path, None)
-    with LogWriter(out_dir / f"{run_id}-global_step_{n}.parquet", source=f"skyrl:{path.name}") as writer:
+    with LogWriter(out_dir / out_name(path, run_id), source=f"skyrl:{path.name}") as writer:
         for row in range(len(response)):
             generated = response[row] > 0
             rows = response_rows(

@@ -57,18 +57,21 @@ class RolloutDump:
     index: dict[int, int]
     """`Sample.index` -> position in the rollout."""
     rewards: list[float | None]
+    pushes: list[set[int]]
+    """slime's own push counts per sample ("default": 0)."""
 
 
 def rollout_dump(path: Path, samples: Sequence[object], rollout_id: int, versions: Versions) -> RolloutDump:
     """The rollout dump's samples (`Sample.to_dict()`), checked: a sample that is not a dict or has
     versions that are not slime's is an `ImportFormatError` naming the file and the sample."""
-    out = RolloutDump(path, [], {}, [])
+    out = RolloutDump(path, [], {}, [], [])
     for i, sample in enumerate(samples):
         if not isinstance(sample, dict):
             raise ImportFormatError(f"{path}: sample {i} is a {type(sample).__name__}, not Sample.to_dict()")
         try:
             pushed = sample.get("weight_versions") or []
             out.versions.append({versions.version(v, rollout_id) for v in pushed})
+            out.pushes.append({0 if v == "default" else int(str(v)) for v in pushed})
         except (TypeError, ValueError):
             raise ImportFormatError(
                 f"{path}: sample {i}: weight_versions {sample.get('weight_versions')!r} are not slime's "
