@@ -85,7 +85,7 @@ def import_cmd(
             result = convert(path, Path(out), run_id)
         except (ImportFormatError, OSError) as error:  # one file's trouble stops nothing
             failed += 1
-            click.echo(f"{path}: failed: {error}")
+            click.echo(f"{path}: failed: {str(error).removeprefix(f'{path}: ')}")
             continue
         where = result.out or "nothing written (no token in the loss)"
         skipped = "".join(f", {n:,} {why} skipped" for why, n in result.skipped.items())
