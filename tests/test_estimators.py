@@ -176,6 +176,7 @@ class TestEstimates:
             "loglinear_exact",
             "linear_exact",
             "rollout",
+            "reuse_train_logp",
         ]
         np.testing.assert_allclose(out["loglinear"], [-1.25, -0.7])
         np.testing.assert_allclose(out["loglinear_shipped"], [-1.0 + 2 / 3 * -0.5, -0.7])
@@ -192,6 +193,7 @@ class TestEstimates:
             out["linear_exact"], [math.log(0.2 * math.exp(-1.0) + 0.8 * math.exp(-1.5)), -0.7], rtol=1e-15
         )
         np.testing.assert_array_equal(out["rollout"], [-1.0, -0.7])
+        np.testing.assert_array_equal(out["reuse_train_logp"], [-1.5, -0.2])  # theta itself
         np.testing.assert_array_equal(out["ground_truth"], [-1.2, np.nan])
 
     def test_proximal_t_only_when_given(self):

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evaluator.formulas.loss import Loss, Rule
 from evaluator.formulas.metrics import metric_values
-from schemas.store import METRIC_TABLE, metrics_for
+from schemas.store import METRIC_TABLE, VERL_DIAGNOSTICS, metrics_for
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
@@ -18,16 +19,36 @@ def test_the_docs_table_is_the_metric_table():
     text = DOCS.read_text()
     table = text[text.index("<!-- metric-table -->") : text.index("<!-- /metric-table -->")]
     rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in table.splitlines()[3:]]
-    expected = [[m.name, m.formula, "yes" if m.needs_truth else "no", m.of] for m in METRIC_TABLE]
+    when = {None: "always", "has_clip": "a clip", "has_dual_clip": "a dual clip", "has_rules": "a rule",
+            "has_lower_bound": "a lower bound", "has_sequence_clip": "a sequence clip",
+            "sequence_rules": "a sequence rule"}  # fmt: skip
+    expected = [
+        [m.name, m.formula, "yes" if m.needs_truth else "no", m.of, m.per, when[m.when]] for m in METRIC_TABLE
+    ]
     assert rows == expected
 
 
 def test_drift_belongs_to_ground_truth_only():
-    assert "drift" in {m.name for m in metrics_for("ground_truth")}
-    assert "drift" not in {m.name for m in metrics_for("loglinear")}
+    assert "drift" in {m.name for m in metrics_for("ground_truth", Loss())}
+    assert "drift" not in {m.name for m in metrics_for("loglinear", Loss())}
     # 14 for every method (10 of section 3, behave_approx_kl, clip_active, bound_active, grad_weight)
-    # + 3 flips and errors against the truth for the estimators, + 3 drifts for the ground truth
-    assert len(metrics_for("linear")) == 17 and len(metrics_for("ground_truth")) == 17
+    # + 2 flips, the gradient weight's error and the true weight on the same tokens for the estimators,
+    # + 3 drifts for the ground truth; no dual clip, lower bound or sequence decision in the default loss
+    core = lambda method: [m for m in metrics_for(method, Loss()) if m not in VERL_DIAGNOSTICS]  # noqa: E731
+    assert len(core("linear")) == 18 and len(core("ground_truth")) == 17
+    sequence = Loss(
+        ratio_level="sequence", dual_clip=2.0, rules=(Rule("sequence", "ratio", lower=0.5, upper=2),)
+    )
+    added = {m.name for m in metrics_for("linear", sequence)} - {
+        m.name for m in metrics_for("linear", Loss())
+    }
+    assert added == {
+        "dual_clip_active", "dual_clip_flip", "bound_lower_flip", "sequence_clip_active",
+        "sequence_clip_flip", "sequence_bound_active", "sequence_bound_flip",
+    }  # fmt: skip
+    assert {
+        m.name for m in metrics_for("linear", Loss(policy="sapo", behave_weight="none", rules=()))
+    }.isdisjoint({"clip_active", "clip_flip", "bound_active", "bound_flip"})
 
 
 def test_hand_worked_values_on_one_token():
@@ -55,6 +76,15 @@ def test_hand_worked_values_on_one_token():
         # W(a) = exp(t - b) = exp(0.6); the truth is clipped, W(g) = 0
         "grad_weight": math.exp(0.6),
         "grad_weight_abs_error": math.exp(0.6),
+        "true_grad_weight": 0.0,
+        # verl's diagnostics of d = a - b = 0.5: exp(0.5) = 1.65 is inside [1/2, 2]
+        "is_weight": math.exp(0.5),
+        "is_weight_clamped": math.exp(0.5),
+        "is_weight_high": 0.0,
+        "is_weight_low": 0.0,
+        "approx_prob": math.exp(-1.0),
+        "behave_prob": math.exp(-1.5),
+        "prob_product": math.exp(-2.5),
     }
     assert set(out) == set(expected)
     for name, value in expected.items():

@@ -21,6 +21,7 @@ from evaluator.logio import token_table, write_log_atomic
 from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store.writer import CRASH_ENV
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from schemas.store import METRIC_TABLE
 
 TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
 KEYS = {"run": ["run_id"], "staleness": ["run_id", "staleness"], "step": ["run_id", "step"]}
@@ -70,6 +71,7 @@ def reference_values(files: list[Path]) -> pd.DataFrame:
         "loglinear_exact": exact_at_ends(ae, b + ae * (t - b)),
         "linear_exact": exact_at_ends(ae, np.log((1 - ae) * np.exp(b) + ae * np.exp(t))),
         "rollout": b,
+        "reuse_train_logp": t,
         "proximal_t": df["proximal_t_logp"].to_numpy(np.float64),
     }
     A = df["advantage"].to_numpy(np.float64)
@@ -117,12 +119,59 @@ def reference_values(files: list[Path]) -> pd.DataFrame:
             metrics["clip_flip"] = ((clip(a) != clip(g)).astype(float), truth)
             metrics["bound_flip"] = ((bound(a) != bound(g)).astype(float), truth)
             metrics["grad_weight_abs_error"] = (np.abs(W(a) - W(g)), truth)
+            metrics["true_grad_weight"] = (W(g), truth)
+        d = np.clip(a - b, -20, 20)  # verl's diagnostics: its safety bound, T = 2
+        metrics |= {
+            "is_weight": (np.exp(d), covered),
+            "is_weight_clamped": (np.clip(np.exp(d), 0.5, 2.0), covered),
+            "is_weight_high": ((np.exp(d) > 2).astype(float), covered),
+            "is_weight_low": ((np.exp(d) < 0.5).astype(float), covered),
+            "approx_prob": (np.exp(a), covered),
+            "behave_prob": (np.exp(b), covered),
+            "prob_product": (np.exp(a) * np.exp(b), covered),
+        }
         for metric, (values, mask) in metrics.items():
             part = df.loc[mask, ["run_id", "step"]].copy()
             part["staleness"] = (df["step"] - df["behave_version"])[mask]
             part["method"], part["metric"], part["value"] = method, metric, values[mask]
             parts.append(part)
+        parts.append(sequence_values(df, method, a, b))
     return pd.concat(parts, ignore_index=True)
+
+
+def sequence_values(df: pd.DataFrame, method: str, a: np.ndarray, b: np.ndarray) -> pd.DataFrame:
+    """verl's per-response diagnostics, one row per (sequence, metric), for the sequences whose every loss
+    token has the estimate; a sequence counts at its step and the staleness of its stalest token."""
+    frame = df[["run_id", "seq_id", "minibatch", "step"]].copy()
+    frame["staleness"] = df["step"] - df["behave_version"]
+    frame["d"], frame["raw"], frame["missing"] = np.clip(a - b, -20, 20), a - b, np.isnan(a)
+    frame["k1"], frame["k2"] = -frame["d"], frame["d"] ** 2 / 2
+    frame["k3"] = np.exp(frame["d"]) - 1 - frame["d"]
+    frame["outside"] = np.abs(frame["d"]) > np.log(2)
+    by = frame.groupby(["run_id", "seq_id", "minibatch"])
+    seq = by.agg(step=("step", "first"), staleness=("staleness", "max"), missing=("missing", "any"),
+                 raw_sum=("raw", "sum"), raw_mean=("raw", "mean"), outside=("outside", "any"),
+                 k1_sum=("k1", "sum"), k1_mean=("k1", "mean"), k2_sum=("k2", "sum"), k2_mean=("k2", "mean"),
+                 k2_max=("k2", "max"), k3_sum=("k3", "sum"), k3_mean=("k3", "mean"), k3_max=("k3", "max"))  # fmt: skip
+    seq = seq[~seq["missing"]].reset_index()
+    values = {
+        "seq_is_weight": np.exp(np.clip(seq["raw_sum"], -20, 20)),
+        "seq_geo_weight": np.exp(seq["raw_mean"]),
+        "seq_is_weight_low": (seq["raw_sum"] < -np.log(2)).astype(float),
+        "seq_token_outside": seq["outside"].astype(float),
+        "seq_log_ppl_diff": -seq["raw_mean"],
+        "seq_log_ppl_abs_diff": np.abs(seq["raw_mean"]),
+        "seq_ppl_ratio": np.exp(-seq["raw_mean"]),
+        **{
+            f"seq_{k}": seq[k]
+            for k in ("k1_sum", "k1_mean", "k2_sum", "k2_mean", "k2_max", "k3_sum", "k3_mean", "k3_max")
+        },  # fmt: skip
+    }
+    return pd.concat(
+        [seq[["run_id", "step", "staleness"]].assign(method=method, metric=name, value=np.asarray(v, float))
+         for name, v in values.items()],
+        ignore_index=True,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -160,11 +209,13 @@ def test_views_agree_with_independent_numpy(replayed, by):
         # 1e-9 relative; absolute 1e-12 for values made by cancellation (|exp(x) - exp(y)| near 0), where
         # the linear estimator's stable form and the naive one above differ by a rounding of O(1) terms
         np.testing.assert_allclose(got[stat], expected[stat], rtol=1e-9, atol=1e-12)
-    binary = got.index.get_level_values("metric").isin(
-        ["clip_active", "clip_flip", "bound_active", "bound_flip"]
-    )
-    assert got.loc[binary, ["p50", "p90", "p99"]].isna().all().all()  # 0/1 metrics keep no sketch
-    got, expected = got[~binary], expected[~binary]
+    metric = got.index.get_level_values("metric")
+    binary = metric.isin([m.name for m in METRIC_TABLE if m.binary])
+    for q, col in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):  # 0/1 metrics: exact, from the mean
+        np.testing.assert_array_equal(got.loc[binary, col], expected.loc[binary, f"lo{q}"])
+    moments_only = metric.isin([m.name for m in METRIC_TABLE if not m.sketch and not m.binary])
+    assert got.loc[moments_only, ["p50", "p90", "p99"]].isna().all().all()  # no sketch kept
+    got, expected = got[~binary & ~moments_only], expected[~binary & ~moments_only]
     for q, col in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
         lo, hi = expected[f"lo{q}"], expected[f"hi{q}"]
         assert ((got[col] >= lo - 0.02 * lo.abs()) & (got[col] <= hi + 0.02 * hi.abs())).all(), col

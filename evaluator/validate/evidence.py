@@ -22,7 +22,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from evaluator.formulas.decisions import LOG_WEIGHT_MAX
+from evaluator.formulas.gradients import LOG_WEIGHT_MAX
 
 
 @dataclass
