@@ -22,6 +22,7 @@ from evaluator.gate.judge import GateResult, judge, run_gate, selection_stats
 from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
+from tests.reference import QUANTILE_PERCENT, promised_value, within_promise
 
 
 def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]) -> Path:
@@ -66,8 +67,7 @@ def lognormal(seed: int, n: int, mu: float = -5.0, sigma: float = 1.0) -> np.nda
     return np.random.default_rng(seed).lognormal(mu, sigma, n)
 
 
-@pytest.fixture
-def store(tmp_path) -> Path:
+def store_samples() -> dict[tuple[str, int, str, str], np.ndarray]:
     """Runs `base` and `new`, loglinear abs_error at staleness 0..3 (error grows with staleness; `new` is
     worse), rollout abs_error for `base` only, and run `tiny` with 50 tokens."""
     samples = {}
@@ -76,7 +76,12 @@ def store(tmp_path) -> Path:
         samples["new", s, "loglinear", "abs_error"] = lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s)
         samples["base", s, "rollout", "abs_error"] = lognormal(20 + s, 300, mu=-3)
     samples["tiny", 0, "loglinear", "abs_error"] = lognormal(30, 50)
-    return build_store(tmp_path / "metrics.duckdb", samples)
+    return samples
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    return build_store(tmp_path / "metrics.duckdb", store_samples())
 
 
 LOGLINEAR = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\n'
@@ -98,19 +103,25 @@ def stats(n=2000, **values) -> dict:
 
 
 class TestSelectionStats:
-    def test_full_range_equals_run_summary_and_one_staleness_equals_staleness_summary(self, store):
-        con = duckdb.connect(str(store), read_only=True)
+    def test_full_range_and_one_staleness_equal_numpy_over_the_samples(self, store):
+        """selection_stats and the views it must agree with (run_summary, staleness_summary), each against
+        the statistics of the very values the store was built from."""
+        samples, con = store_samples(), duckdb.connect(str(store), read_only=True)
         for method in ("loglinear", "rollout"):
-            views = con.execute(
+            mine = {k: v for k, v in samples.items() if k[2] == method}
+            runs = sorted({run for run, *_ in mine})
+            whole = {run: np.concatenate([v for k, v in mine.items() if k[0] == run]) for run in runs}
+            view = con.execute(
                 "SELECT * FROM run_summary WHERE method = ? AND metric = 'abs_error'", [method]
-            )
-            expected = {row[0]: dict(zip(STATS, row[3:], strict=True)) for row in views.fetchall()}
-            assert_same(selection_stats(con, method, "abs_error"), expected)
+            ).fetchall()
+            for got in (selection_stats(con, method, "abs_error"), _by_run(view, 3)):
+                assert_stats_of(got, whole)
             for s in range(4):
+                one = {run: v for (run, level, _, _), v in mine.items() if level == s}
                 sql = "SELECT * FROM staleness_summary WHERE method = ? AND metric = ? AND staleness = ?"
-                rows = con.execute(sql, [method, "abs_error", s]).fetchall()
-                expected = {row[0]: dict(zip(STATS, row[4:], strict=True)) for row in rows}
-                assert_same(selection_stats(con, method, "abs_error", (s, s)), expected)
+                view = con.execute(sql, [method, "abs_error", s]).fetchall()
+                for got in (selection_stats(con, method, "abs_error", (s, s)), _by_run(view, 4)):
+                    assert_stats_of(got, one)
 
     def test_a_range_merges_the_sketches_like_one_sketch_of_all_its_tokens(self, store, tmp_path):
         values = np.concatenate([lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s) for s in (1, 2)])
@@ -122,7 +133,7 @@ class TestSelectionStats:
         buckets, counts = np.unique(bucket_code(values), return_counts=True)
         for q, stat in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
             assert got[stat] == sketch_quantile(buckets, counts, q, values.min(), values.max())
-            assert got[stat] == pytest.approx(np.quantile(values, q, method="lower"), rel=0.03)
+            assert within_promise(got[stat], promised_value(values, stat))
         # not the token-weighted average of the per-staleness p99s (which is what a shortcut would give)
         per = [selection_stats(con, "loglinear", "abs_error", (s, s))["new"] for s in (1, 2)]
         averaged = (per[0]["p99"] * per[0]["n"] + per[1]["p99"] * per[1]["n"]) / got["n"]
@@ -135,14 +146,21 @@ class TestSelectionStats:
         assert set(selection_stats(con, "rollout", "abs_error")) == {"base"}
 
 
-def assert_same(got: dict, expected: dict) -> None:
-    assert set(got) == set(expected) and expected
-    for run, row in expected.items():
-        for stat in STATS:
-            if stat == "mean":  # a sum of doubles in another order
-                assert math.isclose(got[run][stat], row[stat], rel_tol=1e-12), (run, stat)
-            else:
-                assert got[run][stat] == row[stat], (run, stat)
+def _by_run(rows: list[tuple], first_stat: int) -> dict[str, dict]:
+    """Rows of a summary view (run_id first, the statistics from column `first_stat`) by run."""
+    return {row[0]: dict(zip(STATS, row[first_stat:], strict=True)) for row in rows}
+
+
+def assert_stats_of(got: dict, values: dict[str, np.ndarray]) -> None:
+    """`got` (run -> statistics) holds n, mean, min and max of each run's values exactly (the mean to
+    rounding), and quantiles within the sketch's promise of the values at the exact ranks."""
+    assert set(got) == set(values) and values
+    for run, v in values.items():
+        assert got[run]["n"] == len(v)
+        assert (got[run]["min"], got[run]["max"]) == (v.min(), v.max())
+        assert math.isclose(got[run]["mean"], v.mean(), rel_tol=1e-12), run
+        for stat in QUANTILE_PERCENT:
+            assert within_promise(got[run][stat], promised_value(v, stat)), (run, stat)
 
 
 class TestJudge:
