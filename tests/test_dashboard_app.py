@@ -224,7 +224,7 @@ def test_busy_database_shows_the_last_good_data(one_step_store, tmp_path, monkey
     for page, params in pages.items():
         no_exception(run_app(db, monkeypatch, page=page, **params))
     monkeypatch.setattr(queries, "RETRY_SECONDS", 0.3)
-    child = _hold_write_lock(db, 60)  # it writes, so the cached results are stale
+    child = _hold_write_lock(db)  # it writes, so the cached results are stale
     try:
         busy = {
             page: run_app(db, monkeypatch, timeout=20, page=page, **params) for page, params in pages.items()
