@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
@@ -22,7 +23,7 @@ from evaluator.gate.judge import GateResult, judge, run_gate, selection_stats
 from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
-from tests.reference import QUANTILE_PERCENT, promised_value, within_promise
+from tests.reference import QUANTILE_PERCENT, promised_value, safe_staleness, within_promise
 
 
 def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]) -> Path:
@@ -418,6 +419,77 @@ class TestFigureChecks:
         (verdict,) = run_gate(store, gate_file(tmp_path, body)).verdicts
         assert (verdict.verdict, verdict.outcome) == ("fail", "missing_metric")
         assert "loglinear/gradient_mass_error" in verdict.reason
+
+
+# Safe staleness's edge cases: per run, its levels as (staleness, tokens, gradient mass error, clip flip
+# rate); a gradient mass error of inf is error mass over a true mass of 0, nan is 0 over 0.
+EDGE_CASES = {
+    "few-tokens-first": [(0, 100, 0.5, 0.0), (1, 2000, 0.002, 0.0), (2, 2000, 0.05, 0.0)],  # 0 not judged
+    "all-fail": [(0, 2000, 0.02, 0.0), (1, 2000, 0.03, 0.0)],
+    "first-judged-fails": [(0, 500, 0.0, 0.0), (1, 2000, 0.02, 0.0)],
+    "none-fail": [(0, 2000, 0.001, 0.0), (1, 2000, 0.004, 0.005), (2, 1500, 0.008, 0.0), (3, 10, 0.9, 0.0)],
+    "gap": [(0, 2000, 0.001, 0.0), (1, 2000, 0.001, 0.0), (4, 2000, 0.02, 0.0)],
+    "gap-all-pass": [(0, 2000, 0.001, 0.0), (3, 2000, 0.001, 0.0)],
+    "fails-then-passes": [(0, 2000, 0.001, 0.0), (1, 2000, 0.001, 0.02), (2, 2000, 0.001, 0.0)],
+    "zero-true-mass": [(0, 2000, 0.001, 0.0), (1, 2000, math.inf, 0.0), (2, 2000, 0.001, 0.0)],
+    "zero-mass-no-error": [(0, 2000, 0.001, 0.0), (1, 2000, math.nan, 0.0), (2, 2000, 0.001, 0.0)],
+    "starved": [(0, 999, 0.0, 0.0), (1, 10, 0.0, 0.0)],
+}
+
+
+def edge_samples(levels: dict[str, list[tuple]]) -> dict[tuple, np.ndarray]:
+    """Token values that give each level its figures: true gradient weights of 2 (0 where the true mass
+    is 0), absolute errors of 4 on the first tokens (all of them for inf), clip flips on the first ones."""
+    samples = {}
+    for run, rows in levels.items():
+        for staleness, n, gme, flips in rows:
+            mass = np.full(n, 0.0 if not math.isfinite(gme) else 2.0)
+            error = np.zeros(n)
+            error[: n if math.isinf(gme) else round(gme * 2 * n / 4) if math.isfinite(gme) else 0] = 4.0
+            samples[run, staleness, "ground_truth", "grad_weight"] = mass
+            samples[run, staleness, "loglinear", "grad_weight_abs_error"] = error
+            samples[run, staleness, "loglinear", "clip_flip"] = (np.arange(n) < round(flips * n)).astype(
+                float
+            )
+    return samples
+
+
+def edge_expected(run: str) -> int | None:
+    """The safe staleness by its definition, from the figures the samples really have (numpy sums)."""
+    samples, rows = edge_samples({run: EDGE_CASES[run]}), []
+    for staleness, n, _, _ in EDGE_CASES[run]:
+        mass = samples[run, staleness, "ground_truth", "grad_weight"].sum()
+        error = samples[run, staleness, "loglinear", "grad_weight_abs_error"].sum()
+        flips = samples[run, staleness, "loglinear", "clip_flip"].mean()
+        gme = error / mass if mass else math.nan  # undefined: it meets no tolerance
+        rows.append((staleness, n, gme, flips))
+    levels = pd.DataFrame(rows, columns=["staleness", "n", "gradient_mass_error", "clip_flip_rate"])
+    return safe_staleness(levels, 0.01, 0.01, 1000)
+
+
+def test_safe_staleness_edges_follow_the_definition(tmp_path):
+    """The macro `safe_staleness()` and the gate's figure on too few tokens, all or no level failing, gaps
+    in the levels, a failure below a pass, and levels with no true gradient mass."""
+    store = build_store(tmp_path / "edges.duckdb", edge_samples(EDGE_CASES))
+    expected = {run: edge_expected(run) for run in EDGE_CASES}
+    assert expected == {
+        "few-tokens-first": 1, "all-fail": -1, "first-judged-fails": 0, "none-fail": 2, "gap": 3,
+        "gap-all-pass": 3, "fails-then-passes": 0, "zero-true-mass": 0, "zero-mass-no-error": 0,
+        "starved": None,
+    }  # fmt: skip
+    with duckdb.connect(str(store), read_only=True) as con:
+        rows = con.execute("SELECT run_id, safe_staleness, measured_levels FROM safe_staleness()").fetchall()
+    assert {run: safe for run, safe, _ in rows} == expected
+    judged = {run: sum(n >= 1000 for _, n, _, _ in levels) for run, levels in EDGE_CASES.items()}
+    assert {run: measured for run, _, measured in rows} == judged
+    body = figure('figure="safe_staleness"\nmin=0\nmin_tokens=1000\n')
+    verdicts = {v.run_id: v for v in run_gate(store, gate_file(tmp_path, body)).verdicts}
+    for run, safe in expected.items():
+        if safe is None:
+            assert (verdicts[run].verdict, verdicts[run].outcome) == ("fail", "insufficient_data")
+        else:
+            assert verdicts[run].observed == safe, run
+            assert verdicts[run].verdict == ("pass" if safe >= 0 else "fail"), run
 
 
 class TestStore:
