@@ -7,6 +7,10 @@ import json
 from pathlib import Path
 
 import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -14,6 +18,7 @@ from evaluator.cli import cli
 from evaluator.cli.common import EXIT_OK, EXIT_USAGE
 from evaluator.logio import write_log_atomic
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from tests.reference import BINARY, decision_figures, reference_values
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +88,49 @@ def test_bad_parameters_are_usage_errors(logs, tmp_path, text, message):
     assert not (tmp_path / "m.duckdb").exists()
 
 
-def test_clamp_and_mask_differ_where_weights_pass_u(logs, tmp_path):
-    """Masking drops the tokens above U from the gradient; clamping keeps them at weight U."""
-    masked, clamped = tmp_path / "mask.duckdb", tmp_path / "clamp.duckdb"
-    assert replay(str(logs), "--db", str(masked), "--bound", "1.05").exit_code == EXIT_OK
-    assert (
-        replay(str(logs), "--db", str(clamped), "--bound", "1.05", "--bound-action", "clamp").exit_code == 0
-    )
-    assert grad_mass(clamped) > grad_mass(masked)
+def assert_decisions_equal_numpy(db: Path, values: pd.DataFrame) -> None:
+    """decision_summary and every method's mean grad_weight in run_summary equal DOMAIN.md 3b computed in
+    numpy (`values`, tests/reference.py)."""
+    expected = decision_figures(values, ["run_id"]).sort_index()
+    weights = values[values["metric"] == "grad_weight"].groupby(["run_id", "method"])["value"].mean()
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = con.sql("SELECT * FROM decision_summary").df().set_index(["run_id", "method"]).sort_index()
+        sql = "SELECT run_id, method, mean FROM run_summary WHERE metric = 'grad_weight'"
+        stored = con.sql(sql).df().set_index(["run_id", "method"])["mean"].sort_index()
+    assert list(got.index) == list(expected.index)
+    np.testing.assert_array_equal(got["n"], expected["n"])
+    np.testing.assert_allclose(got["gradient_mass_error"], expected["gradient_mass_error"], rtol=1e-9)
+    for flag in BINARY:
+        np.testing.assert_allclose(got[f"{flag}_rate"], expected[f"{flag}_rate"], rtol=1e-12, atol=1e-15)
+    assert list(stored.index) == list(weights.sort_index().index)
+    np.testing.assert_allclose(stored, weights.sort_index(), rtol=1e-9)
+
+
+@pytest.mark.parametrize("action", ["mask", "clamp"])
+def test_bound_action_end_to_end_equals_numpy(logs, tmp_path, action):
+    """U = 1.05, which this fast policy's behaviour weights pass often: masking drops those tokens from the
+    gradient, clamping keeps them at weight U; the store holds exactly what DOMAIN.md 3b gives."""
+    db = tmp_path / "m.duckdb"
+    result = replay(str(logs), "--db", str(db), "--bound", "1.05", "--bound-action", action)
+    assert result.exit_code == EXIT_OK, result.output
+    values = reference_values(sorted(logs.glob("*.parquet")), bound=1.05, bound_action=action)
+    truth = values[values["method"] == "ground_truth"].groupby("metric")["value"].mean()
+    assert 0.05 < truth["bound_active"] < 0.95  # the bound decides on this log, both ways
+    assert_decisions_equal_numpy(db, values)
+
+
+def test_rows_without_advantage_are_judged_as_without_advantage(logs, tmp_path):
+    """A log whose advantage is null on a quarter of its sequences: those rows get |A| = 1 and a two-sided
+    clip, the others their own advantage's one-sided clip (DOMAIN.md 3b), end to end, with eps_high 0.28
+    so that the two clips differ."""
+    table = pq.read_table(logs / "p.parquet")
+    missing = table["seq_id"].to_numpy() % 4 == 0
+    advantage = pa.array(table["advantage"].to_numpy(), pa.float32(), mask=missing)
+    table = table.set_column(table.schema.get_field_index("advantage"), "advantage", advantage)
+    log = write_log_atomic(table, tmp_path / "logs" / "partial.parquet")
+    db = tmp_path / "m.duckdb"
+    result = replay(str(log), "--db", str(db), "--eps-high", "0.28")
+    assert result.exit_code == EXIT_OK, result.output
+    values = reference_values([log], eps_high=0.28)
+    assert 0.2 < missing.mean() < 0.3
+    assert_decisions_equal_numpy(db, values)

@@ -1,16 +1,23 @@
-"""The metric table of DOMAIN.md section 3: hand-worked values, coverage, and agreement with the store."""
+"""The metric table of DOMAIN.md section 3: hand-worked values, coverage, and agreement with the store (what
+replay stores is `metric_values` of the log's loss tokens)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 
+from evaluator.formulas.estimators import estimates
 from evaluator.formulas.loss import Loss, Rule
 from evaluator.formulas.metrics import metric_values
+from evaluator.logio import write_log_atomic
+from evaluator.replay import replay
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import METRIC_TABLE, VERL_DIAGNOSTICS, metrics_for
+from tests.reference import loss_tokens
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
@@ -118,3 +125,35 @@ def test_shape_mismatch_raises():
 def test_no_truth_at_all_gives_empty_error_metrics():
     out = metric_values("loglinear", a=np.zeros(2), b=np.zeros(2), t=np.zeros(2), g=np.full(2, np.nan))
     assert len(out["abs_error"]) == 0 and len(out["approx_logp"]) == 2
+
+
+def test_agreement_with_the_store(tmp_path):
+    """Replay summarises the log batch by batch, with shared terms, masks and its own version pairing;
+    the store must hold what `metric_values` gives on the whole log's loss tokens at once: for every
+    method and metric of run_summary, n exactly, min and max to the last bits, the mean to 1e-12. The log
+    records prox_logp on every other step, has proximal_t on resumed segments and an advantage."""
+    spec = SyntheticSpec(run_id="agree", tokens_per_step=1024, mean_length=24, prox_every=2, drift=0.3)
+    log = write_log_atomic(synthetic_steps(spec, 5, 6), tmp_path / "agree.parquet")
+    replay([log], tmp_path / "m.duckdb", progress=False)
+    with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
+        rows = con.execute("SELECT method, metric, n, mean, min, max FROM run_summary").fetchall()
+    stored = {(method, metric): stats for method, metric, *stats in rows}
+    df = loss_tokens([log])
+    col = {c: df[c].to_numpy(np.float64) for c in ("behave_logp", "theta_logp", "prox_logp", "advantage")}
+    per_method = estimates(
+        **{c: df[c].to_numpy() for c in ("behave_logp", "theta_logp", "prox_logp", "proximal_t_logp")},
+        **{c: df[c].to_numpy() for c in ("step", "behave_version", "minibatch", "n_minibatches")},
+        prev_version=df["prev_version"].to_numpy(),
+    )
+    expected = {}
+    for method, a in per_method.items():
+        on = ~np.isnan(a)  # the tokens where the method has an estimate
+        b, t, g, advantage = (col[c][on] for c in ("behave_logp", "theta_logp", "prox_logp", "advantage"))
+        for metric, v in metric_values(method, a=a[on], b=b, t=t, g=g, advantage=advantage).items():
+            expected[method, metric] = (len(v), v.mean(), v.min(), v.max())
+    assert set(stored) == set(expected)
+    for key, (n, mean, low, high) in expected.items():
+        got_n, got_mean, got_low, got_high = stored[key]
+        assert got_n == n, key
+        assert got_mean == pytest.approx(mean, rel=1e-12, abs=1e-300), key
+        assert (got_low, got_high) == pytest.approx((low, high), rel=1e-15, abs=1e-300), key
