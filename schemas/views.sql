@@ -274,8 +274,9 @@ CREATE OR REPLACE MACRO safe_staleness(max_gradient_mass_error := 0.01, max_clip
                                        min_tokens := 1000) AS TABLE
 WITH levels AS (
     SELECT run_id, method, staleness, n >= min_tokens AS enough,
-           -- no true gradient mass: nothing to move; a loss without a clip flips none
-           coalesce(gradient_mass_error, 0) <= max_gradient_mass_error
+           -- no true gradient mass: nothing to move (0 / 0 meets the tolerance, error mass over none does
+           -- not); a loss without a clip flips none
+           coalesce(gradient_mass_error <= max_gradient_mass_error, grad_weight_abs_error = 0, false)
            AND coalesce(clip_flip_rate, 0) <= max_clip_flip_rate AS ok
     FROM decision_staleness_summary
 )

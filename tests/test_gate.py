@@ -361,6 +361,7 @@ def decision_store(tmp_path) -> Path:
         flips = (np.arange(n) < n * 0.002).astype(float)  # 0.2% clip flips at every staleness
         samples["r", s, "ground_truth", "grad_weight"] = mass
         samples["r", s, "loglinear", "grad_weight_abs_error"] = error
+        samples["r", s, "loglinear", "true_grad_weight"] = mass  # the truth's W on loglinear's tokens
         samples["r", s, "loglinear", "clip_flip"] = flips
         samples["r", s, "loglinear", "behave_imp_weight"] = rng.lognormal(0, 0.3 + 0.1 * s, n)
     return build_store(tmp_path / "decisions.duckdb", samples)
@@ -447,6 +448,7 @@ def edge_samples(levels: dict[str, list[tuple]]) -> dict[tuple, np.ndarray]:
             error = np.zeros(n)
             error[: n if math.isinf(gme) else round(gme * 2 * n / 4) if math.isfinite(gme) else 0] = 4.0
             samples[run, staleness, "ground_truth", "grad_weight"] = mass
+            samples[run, staleness, "loglinear", "true_grad_weight"] = mass
             samples[run, staleness, "loglinear", "grad_weight_abs_error"] = error
             samples[run, staleness, "loglinear", "clip_flip"] = (np.arange(n) < round(flips * n)).astype(
                 float
@@ -461,7 +463,8 @@ def edge_expected(run: str) -> int | None:
         mass = samples[run, staleness, "ground_truth", "grad_weight"].sum()
         error = samples[run, staleness, "loglinear", "grad_weight_abs_error"].sum()
         flips = samples[run, staleness, "loglinear", "clip_flip"].mean()
-        gme = error / mass if mass else math.nan  # undefined: it meets no tolerance
+        # no true mass: nothing to move (0 / 0 meets the tolerance); error mass over none fails (inf)
+        gme = error / mass if mass else (math.inf if error else math.nan)
         rows.append((staleness, n, gme, flips))
     levels = pd.DataFrame(rows, columns=["staleness", "n", "gradient_mass_error", "clip_flip_rate"])
     return safe_staleness(levels, 0.01, 0.01, 1000)
@@ -474,7 +477,7 @@ def test_safe_staleness_edges_follow_the_definition(tmp_path):
     expected = {run: edge_expected(run) for run in EDGE_CASES}
     assert expected == {
         "few-tokens-first": 1, "all-fail": -1, "first-judged-fails": 0, "none-fail": 2, "gap": 3,
-        "gap-all-pass": 3, "fails-then-passes": 0, "zero-true-mass": 0, "zero-mass-no-error": 0,
+        "gap-all-pass": 3, "fails-then-passes": 0, "zero-true-mass": 0, "zero-mass-no-error": 2,
         "starved": None,
     }  # fmt: skip
     with duckdb.connect(str(store), read_only=True) as con:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from evaluator.formulas.estimators import estimates
+from evaluator.formulas.gradients import Sequences
 from evaluator.formulas.loss import Loss, Rule
 from evaluator.formulas.metrics import metric_values
 from evaluator.logio import write_log_atomic
@@ -145,11 +146,13 @@ def test_agreement_with_the_store(tmp_path):
         **{c: df[c].to_numpy() for c in ("step", "behave_version", "minibatch", "n_minibatches")},
         prev_version=df["prev_version"].to_numpy(),
     )
+    code = df.groupby(["run_id", "seq_id", "minibatch"], sort=False).ngroup().to_numpy()
+    sequences = Sequences(code, int(code.max()) + 1)
+    b, t, g, advantage = (col[c] for c in ("behave_logp", "theta_logp", "prox_logp", "advantage"))
     expected = {}
     for method, a in per_method.items():
-        on = ~np.isnan(a)  # the tokens where the method has an estimate
-        b, t, g, advantage = (col[c][on] for c in ("behave_logp", "theta_logp", "prox_logp", "advantage"))
-        for metric, v in metric_values(method, a=a[on], b=b, t=t, g=g, advantage=advantage).items():
+        got = metric_values(method, a=a, b=b, t=t, g=g, advantage=advantage, sequences=sequences)
+        for metric, v in got.items():
             expected[method, metric] = (len(v), v.mean(), v.min(), v.max())
     assert set(stored) == set(expected)
     for key, (n, mean, low, high) in expected.items():

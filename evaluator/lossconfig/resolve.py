@@ -84,8 +84,11 @@ def resolve(
     else:
         raise UsageError(f"--loss {loss!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
     keys: dict = {k: v for k, v in (("eps_low", eps_low), ("eps_high", eps_high)) if v is not None}
-    if bound is not None or bound_action is not None:
-        keys |= {"behave_weight": "token", "rules": (bound_rule(bound or 5.0, bound_action or "mask"),)}
+    if bound is not None or bound_action is not None:  # one token ratio rule; the loss's own fills the gaps
+        own = [r for r in choice.loss.rules if (r.level, r.statistic) == ("token", "ratio")]
+        upper = bound if bound is not None else own[0].upper if own and own[0].upper else 5.0
+        action = bound_action or (own[0].action if own else "mask")
+        keys |= {"behave_weight": "token", "rules": (bound_rule(upper, action),)}
     if not keys:
         return choice
     try:

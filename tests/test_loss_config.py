@@ -1,5 +1,6 @@
-"""The loss's thresholds of the decision metrics (eps_low, eps_high, U, bound action): given to `replay`
-by flags and/or a TOML file, recorded in the store, and never mixed in one store."""
+"""The loss the decision metrics are computed under: given to `replay` as a preset, a TOML file, the
+trainer's own config (`--loss-from`) or the shorthand flags, recorded in the store, never mixed in one
+store; and its figures end to end against numpy and autograd over the token log."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.cli.common import EXIT_OK, EXIT_USAGE
+from evaluator.formulas.loss import Loss, Rule
 from evaluator.logio import write_log_atomic
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
-from tests.reference import BINARY, decision_figures, reference_values
+from tests.reference import BINARY, decision_figures, estimates, loss_tokens, reference_values
+from tests.test_gradients import correction
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +36,10 @@ def replay(*args: str):
     return CliRunner().invoke(cli, ["replay", *args])
 
 
-def stored(db: Path) -> dict:
+def stored(db: Path) -> Loss:
     with duckdb.connect(str(db), read_only=True) as con:
-        row = con.execute("SELECT value FROM store_meta WHERE key = 'decision_params'").fetchone()
-    return json.loads(row[0])
+        row = con.execute("SELECT value FROM store_meta WHERE key = 'loss'").fetchone()
+    return Loss.from_dict(json.loads(row[0]))
 
 
 def grad_mass(db: Path) -> float:
@@ -48,7 +51,9 @@ def grad_mass(db: Path) -> float:
 def test_defaults_are_recorded(logs, tmp_path):
     db = tmp_path / "m.duckdb"
     assert replay(str(logs), "--db", str(db)).exit_code == EXIT_OK
-    assert stored(db) == {"eps_low": 0.2, "eps_high": 0.2, "bound": 5.0, "bound_action": "mask"}
+    loss = stored(db)
+    assert loss == Loss() and (loss.eps_low, loss.eps_high, loss.behave_weight) == (0.2, 0.2, "token")
+    assert loss.rules == (Rule("token", "ratio", upper=5.0, action="mask"),)
 
 
 def test_a_store_of_other_parameters_is_refused(logs, tmp_path):
@@ -57,7 +62,7 @@ def test_a_store_of_other_parameters_is_refused(logs, tmp_path):
     before = stored(db), grad_mass(db)
     result = replay(str(logs), "--db", str(db))  # the defaults, U = 5
     assert result.exit_code == EXIT_USAGE
-    assert "bound 3 (mask)" in result.output and "bound 5 (mask)" in result.output
+    assert "keep <= 3" in result.output and "keep <= 5" in result.output
     assert (stored(db), grad_mass(db)) == before
     assert replay(str(logs), "--db", str(db), "--bound", "3").exit_code == EXIT_OK  # the same: fine
 
@@ -68,23 +73,30 @@ def test_toml_file_and_flags(logs, tmp_path):
     db = tmp_path / "m.duckdb"
     result = replay(str(logs), "--db", str(db), "--params", str(params), "--bound", "4")
     assert result.exit_code == EXIT_OK, result.output
-    assert stored(db) == {"eps_low": 0.1, "eps_high": 0.28, "bound": 4.0, "bound_action": "clamp"}
+    assert stored(db) == Loss(eps_low=0.1, eps_high=0.28, rules=(Rule(upper=4.0, action="clamp"),))
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("eps = 0.2\n", "unknown key 'eps'"),
-        ("eps_low = 1.5\n", "eps_low < 1"),
-        ('bound_action = "drop"\n', "bound_action"),
+        ("eps = 0.2\n", "eps: unknown key"),
+        ("eps_low = 1.5\n", "eps_low <= 1"),
+        ('bound_action = "drop"\n', "bound_action: 'drop' must be one of mask, clamp"),
         ("bound = [\n", "TOML"),
+        ('eps_high = "0.3"\n', "eps_high: '0.3' must be a number"),
+        ("bound_action = 5\n", "bound_action: 5 must be one of"),
+        ('[[rule]]\nstatistic = "kl_k2"\naction = "clamp"\nupper = 1\n', "rule 1: clamp truncates"),
+        ('[[rule]]\nlevel = "row"\nupper = 1\n', "rule 1: level: 'row' must be one of"),
+        ('preset = "areal-nope"\n', "preset: 'areal-nope' must be one of"),
     ],
 )
 def test_bad_parameters_are_usage_errors(logs, tmp_path, text, message):
     params = tmp_path / "loss.toml"
     params.write_text(text)
     result = replay(str(logs), "--db", str(tmp_path / "m.duckdb"), "--params", str(params))
-    assert result.exit_code == EXIT_USAGE and message in result.output
+    assert result.exit_code == EXIT_USAGE and message in result.output, result.output
+    assert str(params) in result.output  # the file is named
+    assert "Traceback" not in result.output
     assert not (tmp_path / "m.duckdb").exists()
 
 
@@ -134,3 +146,80 @@ def test_rows_without_advantage_are_judged_as_without_advantage(logs, tmp_path):
     values = reference_values([log], eps_high=0.28)
     assert 0.2 < missing.mean() < 0.3
     assert_decisions_equal_numpy(db, values)
+
+
+AREAL_GSPO = """\
+experiment_name: gsm8k-gspo-rs
+actor:
+  eps_clip: 0.2
+  eps_clip_higher: 0.28
+  importance_sampling_level: sequence
+  use_decoupled_loss: true
+  prox_logp_method: loglinear
+  rejection_sampling:
+    level: sequence
+    metric: ratio
+    agg: mean
+    lower: 0.9
+    upper: 1.1
+  optimizer:
+    lr: 1.0e-6
+rollout:
+  max_head_offpolicyness: 4
+"""
+
+
+def autograd_weights(df: pd.DataFrame, x: np.ndarray, loss: Loss) -> np.ndarray:
+    """|d loss / d theta_logp| of every loss token through the plain torch loss of tests/test_gradients.py
+    (the docs' GSPO with AReaL's sequence-level rejection), per sequence (run_id, seq_id, minibatch)."""
+    import torch
+
+    from tests.test_gradients import reference_loss
+
+    code = codes(df)
+    theta = torch.tensor(df["theta_logp"].to_numpy(np.float64), requires_grad=True)
+    columns = (torch.tensor(v, dtype=torch.float64) for v in (x, df["behave_logp"], df["advantage"]))
+    total = reference_loss(loss, theta, *columns, code)
+    return np.abs(torch.autograd.grad(total, theta)[0].numpy())
+
+
+def test_loss_from_an_areal_config_end_to_end(logs, tmp_path):
+    """`--loss-from` AReaL's YAML with GSPO and sequence-level rejection: the keys read and ignored are
+    named, the loss is recorded, and every estimator's gradient mass error and sequence clip flips equal
+    autograd through the docs' loss on the token log."""
+    config = tmp_path / "gsm8k_gspo.yaml"
+    config.write_text(AREAL_GSPO)
+    db = tmp_path / "m.duckdb"
+    result = replay(str(logs), "--db", str(db), "--loss-from", str(config))
+    assert result.exit_code == EXIT_OK, result.output
+    assert "importance_sampling_level = 'sequence'" in result.output and "actor.optimizer" in result.output
+    assert "loglinear_shipped" in result.output  # the note: AReaL's loglinear is loglinear_shipped
+    loss = stored(db)
+    assert loss == Loss(
+        eps_high=0.28,
+        ratio_level="sequence",
+        behave_weight="sequence_mean",
+        rules=(Rule("sequence", "ratio", "mean", lower=0.9, upper=1.1),),
+    )
+    df = loss_tokens(sorted(logs.glob("*.parquet")))
+    per_method = estimates(df)
+    truth = autograd_weights(df, per_method["ground_truth"], loss)
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = con.sql("SELECT * FROM decision_summary").df().set_index("method")
+    kept = correction(loss, *(torch_column(df, c) for c in ("prox_logp", "behave_logp")), codes(df))[1]
+    assert 0.05 < 1 - kept.numpy().mean() < 0.95  # the rejection decides on this log
+    for method in ("loglinear_shipped", "loglinear_exact", "rollout"):
+        moved = np.abs(autograd_weights(df, per_method[method], loss) - truth).sum() / truth.sum()
+        assert got.loc[method, "gradient_mass_error"] == pytest.approx(moved, rel=1e-9), method
+    assert got["n_sequences"].iloc[0] == df.groupby(["seq_id", "minibatch"]).ngroups
+    assert (got["sequence_bound_flip_rate"] > 0).any() and got["dual_clip_flip_rate"].isna().all()
+
+
+def torch_column(df: pd.DataFrame, name: str):
+    import torch
+
+    return torch.tensor(df[name].to_numpy(np.float64))
+
+
+def codes(df: pd.DataFrame) -> np.ndarray:
+    return df.groupby(["run_id", "seq_id", "minibatch"], sort=False).ngroup().to_numpy()
