@@ -62,8 +62,8 @@ def test_a_file_of_interleaved_sequences_is_summarised_as_its_sorted_copy(log, t
     order = np.random.default_rng(0).permutation(table.num_rows // 50 + 1)
     rows = np.concatenate([np.arange(i * 50, min((i + 1) * 50, table.num_rows)) for i in order])
     shuffled = write_log_atomic(table.take(rows), tmp_path / "shuffled.parquet")
-    ordered = write_log_atomic(table.sort_by([(k, "ascending") for k in ("run_id", "seq_id", "minibatch", "pos")]),
-                               tmp_path / "sorted.parquet")  # fmt: skip
+    by_sequence = [(k, "ascending") for k in ("run_id", "seq_id", "minibatch", "pos")]
+    ordered = write_log_atomic(table.sort_by(by_sequence), tmp_path / "sorted.parquet")
     gspo = Loss(ratio_level="sequence")
     a, b = (check_and_summarise(p, gspo, batch_rows=100).summary for p in (shuffled, ordered))
     for name in ("moments", "sketch_by_step", "sketch_by_staleness", "file_tokens"):

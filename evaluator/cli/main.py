@@ -25,6 +25,8 @@ SUMMARY_VIEWS = {
     "decision-staleness": "the decision figures per staleness",
     "weights": "ESS, chi2 and KL estimators of the behaviour weights",
     "weights-staleness": "... per staleness",
+    "rollout-corr": "verl's rollout_corr diagnostics of each method's weights, by verl's names",
+    "rollout-corr-staleness": "... per staleness",
     "mismatch": "the engine mismatch floor and its share of each staleness's drift",
 }
 
