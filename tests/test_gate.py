@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.errors import StoreError, ThresholdsError
 from evaluator.formulas.sketch import bucket_code, sketch_quantile
-from evaluator.store.intervals import refresh_intervals
 from evaluator.gate.judge import GateResult, judge, run_gate, selection_stats
 from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
+from evaluator.store.intervals import refresh_intervals
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
 from tests.reference import QUANTILE_PERCENT, promised_value, safe_staleness, within_promise
