@@ -55,12 +55,21 @@ FROM moments m LEFT JOIN first_buckets q
     AND q.method = m.method AND q.metric = m.metric
 LEFT JOIN metric_definition d ON d.metric = m.metric;
 
+-- ... with the 95% interval of the error metrics' means (a bootstrap over steps: table mean_interval).
 CREATE OR REPLACE VIEW run_summary AS
-SELECT * EXCLUDE (staleness) FROM summary_over() ORDER BY run_id, method, metric;
+SELECT s.* EXCLUDE (staleness), i.lower AS mean_lower, i.upper AS mean_upper
+FROM summary_over() s
+LEFT JOIN mean_interval i ON i.run_id = s.run_id AND i.staleness IS NULL AND i.method = s.method
+                         AND i.metric = s.metric
+ORDER BY s.run_id, s.method, s.metric;
 
 CREATE OR REPLACE VIEW staleness_summary AS
-SELECT run_id, staleness, method, metric, n, mean, min, max, p50, p90, p99 FROM summary_over(by_staleness := true)
-ORDER BY run_id, staleness, method, metric;
+SELECT s.run_id, s.staleness, s.method, s.metric, s.n, s.mean, s.min, s.max, s.p50, s.p90, s.p99,
+       i.lower AS mean_lower, i.upper AS mean_upper
+FROM summary_over(by_staleness := true) s
+LEFT JOIN mean_interval i ON i.run_id = s.run_id AND i.staleness = s.staleness AND i.method = s.method
+                         AND i.metric = s.metric
+ORDER BY s.run_id, s.staleness, s.method, s.metric;
 
 -- The same per step, merging the step sketches (all staleness values).
 CREATE OR REPLACE VIEW step_summary AS
