@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 
-STORE_SCHEMA_VERSION = "3"
+STORE_SCHEMA_VERSION = "4"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (

@@ -266,7 +266,8 @@ def replay(
                     load_kernels()  # numba's start, while the files are checked
                 _check(slots, runner, bar)
                 checked = [s.checked for s in slots if s.checked is not None]
-                findings = judge_call(checked, max_staleness, duplicates=False)
+                judgement = judge_call(checked, max_staleness, duplicates=False)
+                findings = judgement.findings
                 summaries = _summaries([s for s in slots if s.to_summarise], runner, params, bar)
                 bar.reset()
                 for i, slot in enumerate(slots, 1):
@@ -285,7 +286,7 @@ def replay(
                     bar.set_description(f"replayed {i}/{len(files)} files")
                     if not store.unpublished:
                         report()
-                store.record_findings([f for f in findings if f.severity == "warning"])
+                store.record_findings([f for f in findings if f.severity == "warning"], judgement.checks)
         finally:
             report()  # after the last publish, also after an error or Ctrl-C (the store keeps its files)
     if all(o.status == "unreadable" for o in outcomes):
