@@ -73,12 +73,12 @@ def over_response(e: RunEvidence, _) -> Verdict:
     if long >= MIN_RESPONSES and edge >= EDGE_ONLY * long:
         return Finding(
             "advantage_misaligned", e.run_id, "advantage", int(edge),
-            f"in {int(edge):,} of {int(long):,} responses whose advantage varies, it is constant but for the "
-            "first or the last trained token: an advantage rolled by one token, the edge taking the "
+            f"in {int(edge):,} of {int(long):,} responses whose advantage varies, it is constant but for "
+            "the first or the last trained token: an advantage rolled by one token, the edge taking the "
             "neighbouring response's value",
             edge / long, f">= {EDGE_ONLY:.0%} of the varying responses", e.example("advantage_edge"),
-            "how per-response advantages are spread over the tokens: the roll against the log-probs, and the "
-            "response boundaries (cu_seqlens) of a packed batch",
+            "how per-response advantages are spread over the tokens: the roll against the log-probs, and "
+            "the response boundaries (cu_seqlens) of a packed batch",
         )  # fmt: skip
     share = varies / n
     if share <= CONSTANT or share >= TOKEN_LEVEL:
@@ -86,11 +86,11 @@ def over_response(e: RunEvidence, _) -> Verdict:
     return Finding(
         "advantage_varies", e.run_id, "advantage", int(varies),
         f"the advantage varies over the trained tokens of {share:.1%} of {int(n):,} responses and is "
-        "constant "
-        "over the others: neither an outcome advantage (constant) nor a token-level one (varies everywhere)",
+        "constant over the others: neither an outcome advantage (constant) nor a token-level one (varies "
+        "everywhere)",
         share, f"between {CONSTANT:.0%} and {TOKEN_LEVEL:.0%} of responses", e.example("advantage_varies"),
-        "the response boundaries where advantages are broadcast to tokens: a neighbour's advantage on some "
-        "tokens",
+        "the response boundaries where advantages are broadcast to tokens (a neighbour's advantage on some "
+        "tokens)",
     )  # fmt: skip
 
 
@@ -116,8 +116,8 @@ def alignment(e: RunEvidence, _) -> Verdict:
     return Finding(
         "advantage_misaligned", e.run_id, "advantage", int(n),
         f"the advantage fits theta's movement better shifted by {best:+d} token (correlation of their local "
-        f"detail {fit[best][1]:.3f} vs {fit[0][1]:.3f} at shift 0, over {int(n):,} tokens): advantage at pos "
-        f"i{best:+d} drives the token at pos i",
+        f"detail {fit[best][1]:.3f} vs {fit[0][1]:.3f} at shift 0, over {int(n):,} tokens): advantage at "
+        f"pos i{best:+d} drives the token at pos i",
         fit[best][1] - fit[0][1], f">= {ROLL_BEATS} over shift 0", e.example("advantage_varies"),
         "the roll of the advantages against the log-probs (next-token alignment)",
     )  # fmt: skip
@@ -227,24 +227,15 @@ def against_reward(e: RunEvidence, _) -> Verdict:
         f"within steps the advantage and the reward of the same responses correlate at {r:.2f} over "
         f"{int(whole['n_corr']):,} responses: the advantages do not belong to the rewards logged beside them",
         r, f"between {AGAINST_CORRELATION} and {IGNORED}", e.example("group_discordant:0"),
-        "that advantages and rewards are attached to the same responses (an ordering or a gather over "
-        "the batch that mixes responses)",
+        "that advantages and rewards are attached to the same responses (an ordering or a gather over the "
+        "batch that mixes responses)",
     )  # fmt: skip
 
 
 def _against(e: RunEvidence, rows: float, message: str, figure: float, threshold: str, kind: str) -> Finding:
-    return Finding(
-        "advantage_against_reward",
-        e.run_id,
-        "advantage",
-        int(rows),
-        message,
-        figure,
-        threshold,
-        e.example(kind),
-        "the advantage's sign: (reward - baseline), not its negative (and the reward's sign, if it is a "
-        "cost)",
-    )
+    advice = "the advantage's sign: reward - baseline, not its negative (and the reward's, if it is a cost)"
+    return Finding("advantage_against_reward", e.run_id, "advantage", int(rows), message, figure, threshold,
+                   e.example(kind), advice)  # fmt: skip
 
 
 def against_movement(e: RunEvidence, _) -> Verdict:
@@ -255,16 +246,15 @@ def against_movement(e: RunEvidence, _) -> Verdict:
     if trained is None:
         return Undecided(
             f"fewer than {MIN_RESPONSES // 2} responses of each advantage sign with prox_logp after "
-            "minibatch 0 "
-            "(one minibatch per step?)"
+            "minibatch 0 (one minibatch per step?)"
         )
     diff, z, _, n = trained
     if z >= WITH_MOVEMENT:
         return None
     if z > AGAINST_MOVEMENT:
         return Undecided(
-            f"theta moves {diff:+.3g} nats more on positive- than negative-advantage responses (z "
-            f"{z:.1f}): too little to tell"
+            f"theta moves {diff:+.3g} nats more on positive- than negative-advantage responses (z {z:.1f}): "
+            "too little to tell"
         )
     return Finding(
         "advantage_against_movement", e.run_id, "advantage", int(n),
@@ -290,6 +280,6 @@ def reward_over_response(e: RunEvidence, _) -> Verdict:
         f"the reward varies over the tokens of {int(varies):,} of {int(n):,} responses; it is the sequence "
         "reward, repeated on each of its tokens",
         varies / n, f">= {CONSTANT:.0%} of responses", e.example("reward_varies"),
-        "which reward tensor the adapter writes: the sequence score, not token-level rewards (a score on the "
-        "last token, zeros elsewhere)",
+        "which reward tensor the adapter writes: the sequence score, not token-level rewards (a score on "
+        "the last token, zeros elsewhere)",
     )  # fmt: skip

@@ -38,7 +38,7 @@ def exact_source(e: RunEvidence, _) -> Verdict:
                 "version (staleness >= 1): impossible for two policies of different versions",
                 same / n, f">= {EXACT_SHARE:.0%} of the stale tokens",
                 e.cell_examples(pl.col("staleness") >= 1),
-                f"where the trainer takes the behaviour log-probs: from the inference engine at generation, "
+                "where the trainer takes the behaviour log-probs: from the inference engine at generation, "
                 f"not from {source}",
             )  # fmt: skip
     return None
@@ -54,7 +54,7 @@ def engine_mismatch(e: RunEvidence, _) -> Verdict:
         return None
     return Finding(
         "engine_mismatch", e.run_id, "behave_logp", n,
-        f"at staleness 0 (one version: only the inference engine differs from the trainer) the mean "
+        "at staleness 0 (one version: only the inference engine differs from the trainer) the mean "
         f"|exp(prox) - exp(behave)| is {prob:.3g} (verl calls above {VERL_PROBLEM} a precision problem) and "
         f"the mean exp|prox - behave| {nemo:.4g} (NeMo-RL flags above {NEMO_FLAG}), over {n:,} tokens",
         prob, f"> {VERL_PROBLEM}",

@@ -51,10 +51,9 @@ def edges(e: RunEvidence, _) -> Verdict:
         tokens = "token" if k == 1 else f"{k} tokens"
         return Finding(
             "loss_mask_edge", e.run_id, "loss_mask", int(masked),
-            f"the {edge} {tokens} of {masked / responses:.0%} of {int(responses):,} responses have loss_mask "
-            f"false, against {others:.1%} of the other tokens: the fingerprint of a loss mask rolled or "
-            "offset "
-            f"(the {edge} token, often {where}, never learned)",
+            f"the {edge} {tokens} of {masked / responses:.0%} of {int(responses):,} responses have "
+            f"loss_mask false, against {others:.1%} of the other tokens: the fingerprint of a loss mask "
+            f"rolled or offset (the {edge} token, often {where}, never learned)",
             masked / responses, f">= {EDGE_MASKED:.0%} of responses, others <= {OTHER_MASKED:.0%}",
             e.example(f"mask_{kind}"),
             "the roll of loss_mask against the log-probs, and where the response starts in the mask",
@@ -76,9 +75,8 @@ def truncated(e: RunEvidence, _) -> Verdict:
         return None
     return Finding(
         "loss_mask_truncated", e.run_id, "loss_mask", int(n),
-        f"in {int(n):,} of {int(longer):,} responses longer than {k + 2} tokens the last trained token "
-        "sits at "
-        f"pos {k} and the rest is masked: the loss mask is cut at a fixed length",
+        f"in {int(n):,} of {int(longer):,} responses longer than {k + 2} tokens the last trained token sits "
+        f"at pos {k} and the rest is masked: the loss mask is cut at a fixed length",
         n / longer, f">= {TRUNCATED:.0%} of the longer responses", e.example("mask_cut"),
         "the mask's length against the response's: a max length from another setting, or a mask sliced to "
         "the prompt's length",
@@ -116,8 +114,7 @@ def movement(e: RunEvidence, _) -> Verdict:
     if masked is None:
         return Undecided(
             f"fewer than {MIN_RESPONSES // 2} responses of each advantage sign with masked tokens and "
-            "prox_logp "
-            "after minibatch 0"
+            "prox_logp after minibatch 0"
         )
     dm, zm, sm, n = masked
     dt, st = (trained[0], trained[2]) if trained is not None else (0.0, 0.0)
@@ -134,6 +131,6 @@ def movement(e: RunEvidence, _) -> Verdict:
         "ones marked masked",
         zm, f"z >= {MASKED_MOVES:g}, and {MORE_THAN_TRAINED:g} beyond the trained tokens'",
         e.example("masked_moves"),
-        "that loss_mask is true on the tokens the loss trains (not inverted, not the prompt's or the "
-        "tool outputs')",
+        "that loss_mask is true on the tokens the loss trains (not inverted, not the prompt's or the tool "
+        "outputs')",
     )  # fmt: skip

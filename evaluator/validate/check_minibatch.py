@@ -50,7 +50,7 @@ def theta_at_minibatch_0(e: RunEvidence, _) -> Verdict:
     later_text = f", {gap_later:.3g} at later minibatches" if gap_later is not None else ""
     return Finding(
         "theta_not_prox_at_minibatch_0", e.run_id, "theta_logp", n0,
-        f"at minibatch 0 theta_logp should equal prox_logp (a step starts from the proximal weights), but "
+        "at minibatch 0 theta_logp should equal prox_logp (a step starts from the proximal weights), but "
         f"their mean gap is {gap0:.3g} nats over {n0:,} tokens{later_text}",
         gap0, f"> {THETA_NOISE} nats and >= {THETA_LIKE_LATER} x the later minibatches'",
         e.cell_examples(pl.col("minibatch") == 0),
@@ -76,8 +76,7 @@ def theta_moves(e: RunEvidence, _) -> Verdict:
         return Finding(
             "theta_equals_prox", e.run_id, "theta_logp", k,
             f"at minibatch {where} theta_logp equals prox_logp bit for bit on {k:,} of {n:,} tokens: no "
-            "update "
-            "happened before those minibatches (or theta was recorded from the recompute pass)",
+            "update happened before those minibatches (or theta was recorded from the recompute pass)",
             k / n, f">= {EXACT_SHARE:.0%} of the tokens",
             e.cell_examples(pl.col("minibatch").is_in(same["minibatch"].to_list())),
             "that theta comes from the training forward after the step's earlier updates: the optimizer "
@@ -95,8 +94,7 @@ def _gap_order(e: RunEvidence) -> Verdict:
     if pairs.height < 10:
         return Undecided(
             f"{pairs.height} pairs of minibatches after minibatch 0 in one step, fewer than 10 (3+ "
-            "minibatches "
-            "a step needed)"
+            "minibatches a step needed)"
         )
     last = gap.filter(pl.col("minibatch") == gap["minibatch"].max())
     moved = last["theta_gap"].sum() / last["n_prox"].sum()
@@ -115,9 +113,8 @@ def _gap_order(e: RunEvidence) -> Verdict:
     return Finding(
         "theta_gap_order", e.run_id, "minibatch", int(gap["n_prox"].sum()),
         "theta_logp should move away from prox_logp as the minibatches of a step pass, but of "
-        f"{pairs.height:,} "
-        f"pairs of minibatches of one step, |theta - prox| is larger at the later one in only {rising:.0%} "
-        f"(up to {moved:.3g} nats at the last minibatch)",
+        f"{pairs.height:,} pairs of minibatches of one step, |theta - prox| is larger at the later one in "
+        f"only {rising:.0%} (up to {moved:.3g} nats at the last minibatch)",
         rising, f"< {RISING:.0%} of the pairs",
         e.cell_examples(pl.any_horizontal(at)),
         "that the minibatch index counts the optimizer updates of the step in order (not a data-parallel "
@@ -133,9 +130,8 @@ def prox_fixed(e: RunEvidence, _) -> Verdict:
         return Finding(
             "prox_differs_across_minibatches", e.run_id, "prox_logp", int(differs),
             f"{int(differs):,} of {int(repeated):,} responses recorded again in a later minibatch of their "
-            "step "
-            "carry another prox_logp there (by more than 1e-3 nats on average): prox is the weights at the "
-            "start of the step, the same for every minibatch",
+            "step carry another prox_logp there (by more than 1e-3 nats on average): prox is the weights "
+            "at the start of the step, the same for every minibatch",
             differs / repeated, f"> {REPEAT_DIFFERS:.0%} of the repeated responses",
             e.example("prox_repeat_differs"),
             "that prox_logp is computed once per step, before the first update, and reused by every "
@@ -172,9 +168,9 @@ def _prox_moves(e: RunEvidence) -> Verdict:
         return None
     return Finding(
         "prox_moves_with_theta", e.run_id, "prox_logp", int(row["n_prox"] + row["n_prox_last"]),
-        f"at staleness {row['staleness']}, |prox - behave| grows by {prox_move:.3g} nats from minibatch 0 to "
-        f"minibatch {last_mb}, {ratio:.2f} of theta's {theta_move:.3g}: prox follows theta through the step "
-        "instead of staying at the step's starting weights",
+        f"at staleness {row['staleness']}, |prox - behave| grows by {prox_move:.3g} nats from minibatch 0 "
+        f"to minibatch {last_mb}, {ratio:.2f} of theta's {theta_move:.3g}: prox follows theta through the "
+        "step instead of staying at the step's starting weights",
         ratio, f">= {PROX_LIKE_THETA} of theta's change",
         e.cell_examples((pl.col("minibatch") == last_mb) & (pl.col("staleness") == row["staleness"])),
         "that the recompute pass runs once per step before the first update, not per minibatch",

@@ -48,8 +48,8 @@ def refresh(e: RunEvidence, _) -> Verdict:
     if n >= MIN_TOKENS and same >= EXACT_SHARE * n:
         return Finding(
             "proximal_t_not_updated", e.run_id, "proximal_t_logp", same,
-            f"proximal_t_version says the resume prefill recomputed {n:,} tokens under the next version, but "
-            "proximal_t_logp equals behave_logp on nearly all of them: the update never happened",
+            f"proximal_t_version says the resume prefill recomputed {n:,} tokens under the next version, "
+            "but proximal_t_logp equals behave_logp on nearly all of them: the update never happened",
             same / n, f">= {EXACT_SHARE:.0%} of those tokens", e.example("pt_followed"),
             "the resume path of the inference engine (seeds/001: tokens of version v - 1 take the new "
             "log-prob)",
@@ -65,11 +65,10 @@ def refresh(e: RunEvidence, _) -> Verdict:
         "proximal_t_partial_update", e.run_id, "proximal_t_logp", int(stale),
         f"{int(stale):,} of {int(compared):,} tokens whose proximal_t claims the next version kept "
         f"behave_logp bit for bit ({share:.1%}): of {int(segments):,} resumed segments, {int(partial):,} "
-        "were "
-        f"refreshed on some tokens only and {int(wholly):,} on none",
+        f"were refreshed on some tokens only and {int(wholly):,} on none",
         share, f">= {PARTIAL_SHARE:.0%} of those tokens", e.example("pt_stale"),
-        "that a resume recomputes every token of the earlier segments (a prefix cache or a chunked "
-        "prefill must not keep their old log-probs)",
+        "that a resume recomputes every token of the earlier segments (a prefix cache or a chunked prefill "
+        "must not keep their old log-probs)",
     )  # fmt: skip
 
 
@@ -96,9 +95,9 @@ def values(e: RunEvidence, _) -> Verdict:
     if ratio is not None and expected <= TELLABLE and ratio >= AS_OLD_AS_BEHAVE:
         return Finding(
             "proximal_t_wrong_version", e.run_id, "proximal_t_logp", n_prox,
-            f"proximal_t_logp claims the version after behave_version, but on those {n_prox:,} tokens it "
-            f"is as far from prox_logp as behave_logp ({ratio:.3f} of behave's distance; one version "
-            f"fresher, about {expected:.2f} is expected): it was recomputed under the token's own version",
+            f"proximal_t_logp claims the version after behave_version, but on those {n_prox:,} tokens it is "
+            f"as far from prox_logp as behave_logp ({ratio:.3f} of behave's distance; one version fresher, "
+            f"about {expected:.2f} is expected): it was recomputed under the token's own version",
             ratio, f">= {AS_OLD_AS_BEHAVE} of behave's distance", e.example("pt_followed"),
             "that the resume prefill runs after the new weights are loaded",
         )  # fmt: skip
@@ -148,9 +147,8 @@ def last_segment(e: RunEvidence, _) -> Verdict:
     return Finding(
         "proximal_t_last_segment", e.run_id, "proximal_t_logp", int(moved),
         f"on {int(moved):,} of {int(tokens):,} tokens of the last segment of their response "
-        "(proximal_t_version "
-        "= behave_version) proximal_t_logp differs from behave_logp: no resume followed them, so they keep "
-        "their generation log-prob",
+        "(proximal_t_version = behave_version) proximal_t_logp differs from behave_logp: no resume "
+        "followed them, so they keep their generation log-prob",
         moved / tokens, f">= {LAST_MOVED:.0%} of those tokens", e.example("pt_last_moved"),
         "where the adapter fills proximal_t for tokens no resume recomputed: with the engine's generation "
         "log-prob, not the trainer's",

@@ -123,8 +123,8 @@ def version_stalled(e: RunEvidence, _) -> Verdict:
         f"tokens grew one version staler per step (staleness {int(step[end] - fresh[end])} at step {last})",
         float(length[end]), f">= {STALL_STEPS} steps",
         e.cell_examples((pl.col("step") == last) & (pl.col("step") - pl.col("staleness") == int(fresh[end]))),
-        "that the inference engine loads each new version and reports its number (a frozen counter, or "
-        "an engine that stopped syncing weights)",
+        "that the inference engine loads each new version and reports its number (a frozen counter, or an "
+        "engine that stopped syncing weights)",
     )  # fmt: skip
 
 
@@ -151,13 +151,13 @@ def drift_growth(e: RunEvidence, _) -> Verdict:
     return Finding(
         "drift_not_growing", e.run_id, "behave_version", n,
         f"|prox - behave| changes by {slope:.3g} nats per staleness level (levels "
-        f"{int(levels[0])}..{int(levels[-1])}) "
-        f"while theta moves {per_version:.3g} nats per version within a step: older versions are not farther "
-        "from prox, so behave_version does not count the weight updates",
+        f"{int(levels[0])}..{int(levels[-1])}) while theta moves {per_version:.3g} nats per version within "
+        "a step: older versions are not farther from prox, so behave_version does not count the weight "
+        "updates",
         slope / per_version, f"< {GROWTH} of the movement per version",
         e.cell_examples(pl.col("staleness") == int(levels[-1])),
-        "where behave_version comes from: the version of the weights that generated each token, counted "
-        "as step counts updates",
+        "where behave_version comes from: the version of the weights that generated each token, counted as "
+        "step counts updates",
     )  # fmt: skip
 
 

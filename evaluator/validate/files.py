@@ -212,7 +212,9 @@ def _row_rules(usable: frozenset[str]) -> list[_RowRule]:
         )
     for col in (c for c in ("advantage", "reward") if c in usable):
         rules.append(
-            _RowRule("non_finite_value", col, f"NOT isfinite({col})", f"`{col}` finite (or null): the loss uses it")
+            _RowRule(
+                "non_finite_value", col, f"NOT isfinite({col})", f"`{col}` finite (or null): the loss uses it"
+            )
         )
     for col in (c for c in VERSION_COLUMNS if c in usable):
         rules.append(
