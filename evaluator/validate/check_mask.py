@@ -20,11 +20,12 @@ responses longer than K + 2: a mask cut at a fixed length (clean: the last train
 response's last, or spread over positions)."""
 FRAGMENTED = 0.6
 """Mask changes per pair of neighbours in the responses that mix trained and masked tokens: a random
-choice of masked tokens changes at most every other pair (0.5, at half masked; clean runs 0.04); beyond
-0.6 the mask alternates, a stride or interleave error."""
+choice of masked tokens changes at most every other pair (0.5, at half masked; clean runs 0.04 to 0.25,
+the higher on 8-token responses); beyond 0.6 the mask alternates, a stride or interleave error."""
 MASKED_MOVES = 4.0
 """Welch's z of the movement theta - prox of the masked tokens of positive- against negative-advantage
-responses: at 4 or more the masked tokens move with the advantage, as only trained tokens should ..."""
+responses (clean: -1.1 to 0.4): at 4 or more the masked tokens move with the advantage, as only trained
+tokens should ..."""
 MORE_THAN_TRAINED = 3.0
 """... and that movement beats the trained tokens' by a z of 3 or more."""
 
@@ -48,10 +49,10 @@ def edges(e: RunEvidence, _) -> Verdict:
         if masked < EDGE_MASKED * responses or others > OTHER_MASKED:
             continue
         k = int(hist.filter(pl.col("value") >= 1).sort("n", descending=True)["value"][0])
-        tokens = "token" if k == 1 else f"{k} tokens"
+        tokens, verb = ("token", "has") if k == 1 else (f"{k} tokens", "have")
         return Finding(
             "loss_mask_edge", e.run_id, "loss_mask", int(masked),
-            f"the {edge} {tokens} of {masked / responses:.0%} of {int(responses):,} responses have "
+            f"the {edge} {tokens} of {masked / responses:.0%} of {int(responses):,} responses {verb} "
             f"loss_mask false, against {others:.1%} of the other tokens: the fingerprint of a loss mask "
             f"rolled or offset (the {edge} token, often {where}, never learned)",
             masked / responses, f">= {EDGE_MASKED:.0%} of responses, others <= {OTHER_MASKED:.0%}",

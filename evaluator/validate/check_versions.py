@@ -23,7 +23,7 @@ STALL_STEPS = 12
 runs (staleness up to 8); over 12 or more, the tokens of those steps grow one version staler per step."""
 GROWTH = 0.1
 """Drift should grow with staleness: per level, by about what the policy moves in one version (clean:
-0.45 to 0.9 of theta's movement per version within a step); under 0.1 of it, the versions do not count
+0.18 to 2.5 of theta's movement per version within a step); under 0.1 of it, the versions do not count
 the updates."""
 
 
