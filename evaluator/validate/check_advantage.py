@@ -8,6 +8,7 @@ import polars as pl
 
 from evaluator.problems import Finding
 from evaluator.validate.evidence import RunEvidence
+from evaluator.validate.groups import CENTRE
 from evaluator.validate.verdicts import (
     MIN_RESPONSES,
     MIN_TOKENS,
@@ -35,8 +36,7 @@ follow the advantage token by token and the test cannot decide."""
 MIN_PAIRS = 30
 """Pairs of equal rewards in one block needed to say whether blocks of that size are groups."""
 MIN_BLOCKS = 3
-"""Complete groups (or steps, for the whole step) needed to judge their centring, with MIN_RESPONSES
-responses among them."""
+"""Steps (or complete groups) needed to judge their centring, with MIN_RESPONSES responses among them."""
 SAME_GROUP = 0.01
 """Blocks of a size are groups when at most 1% of their pairs of equal rewards carry different
 advantages (clean runs: 0 at the group size and its divisors, 10% to 30% at other sizes)."""
@@ -151,33 +151,36 @@ def _constant(e: RunEvidence) -> Undecided | None:
 
 
 def _where(size: int) -> str:
-    return "the whole step" if size == 0 else f"groups of {size} consecutive seq_ids"
+    return "steps" if size == 0 else f"groups of {size} consecutive seq_ids"
+
+
+def _off(e: RunEvidence, size: int) -> tuple[float, float] | None:
+    """(blocks off centre, blocks) at a block size, None with too few to judge."""
+    at = _at(e, size)
+    enough = at["blocks"] >= MIN_BLOCKS and at["in_blocks"] >= MIN_RESPONSES
+    return (at["off_centre"], at["blocks"]) if enough else None
 
 
 def centred(e: RunEvidence, _) -> Verdict:
-    """advantage_not_centred: groups (or steps) whose mean advantage is off zero."""
+    """advantage_not_centred: steps, and the groups found in them, whose mean advantage is off zero. A
+    step of whole groups is centred whenever its groups are; blocks that cut groups are not, so the step
+    decides, and a group size found (a block of it can be part of a group) only confirms."""
     if undecided := _no_advantage(e) or _constant(e):
         return undecided
+    step = _off(e, 0)
+    if step is None:
+        return Undecided(f"fewer than {MIN_BLOCKS} steps or {MIN_RESPONSES} responses")
     size = _group_size(e)
-    sizes = [size] if size is not None else [s for s in e.groups["size"].unique().to_list()]
-    rates = {s: (_at(e, s)["off_centre"], _at(e, s)["blocks"], _at(e, s)["in_blocks"]) for s in sizes}
-    judged = {s: v[:2] for s, v in rates.items() if v[1] >= MIN_BLOCKS and v[2] >= MIN_RESPONSES}
-    if not judged:
-        return Undecided(f"fewer than {MIN_RESPONSES} responses in {MIN_BLOCKS}+ complete groups")
-    if any(off < OFF_CENTRE * blocks for off, blocks in judged.values()):
+    group = _off(e, size) if size else None
+    if any(off < OFF_CENTRE * blocks for off, blocks in filter(None, (step, group))):
         return None
-    chosen = size if size is not None else 0
-    off, blocks = judged.get(chosen, next(iter(judged.values())))
-    found = (
-        f"the advantage rises with the reward in {_where(chosen)}, but"
-        if size is not None
-        else "in no block size"
-    )
+    chosen, (off, blocks) = (size, group) if group else (0, step)
     return Finding(
         "advantage_not_centred", e.run_id, "advantage", int(off),
-        f"{found} {int(off):,} of {int(blocks):,} of them have a mean advantage off zero: no baseline (the "
+        f"{int(off):,} of {int(blocks):,} {_where(chosen)} have a mean advantage off zero (by more than "
+        f"{CENTRE} of the run's RMS advantage){' and so do the steps' if group else ''}: no baseline (the "
         "group's mean reward) was subtracted",
-        off / max(blocks, 1), f">= {OFF_CENTRE:.0%} of groups", e.example(f"group_off_centre:{chosen}"),
+        off / blocks, f">= {OFF_CENTRE:.0%} of them", e.example(f"group_off_centre:{chosen}"),
         "the advantage estimator: GRPO subtracts the group's mean reward (the responses to one prompt)",
     )  # fmt: skip
 
@@ -196,8 +199,8 @@ def against_reward(e: RunEvidence, _) -> Verdict:
             return _against(
                 e,
                 g["discordant"],
-                f"in {int(g['discordant']):,} of {int(pairs):,} pairs of responses of {_where(size)}, the "
-                "higher reward has the lower advantage",
+                f"in {int(g['discordant']):,} of {int(pairs):,} pairs of responses within {_where(size)}, "
+                "the higher reward has the lower advantage",
                 g["discordant"] / pairs,
                 f">= {AGAINST:.0%} of pairs",
                 f"group_discordant:{size}",
