@@ -75,7 +75,7 @@ def _findings(ctx: Context) -> None:
                 st.text(row.message)
     if not undecided.empty:
         with st.expander(f"{len(undecided)} checks of the findings could not decide on this run"):
-            st.dataframe(undecided, hide_index=True, width="stretch")
+            st.markdown("\n".join(f"- {plain(r.check_name)}: {plain(r.why)}" for r in undecided.itertuples()))
 
 
 def _pairing(ctx: Context) -> None:
