@@ -25,6 +25,7 @@ from evaluator.replay.pipeline import replay
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.trainer.train import Args, train
 from evaluator.validate import (
+    block_sample,
     check_advantage,
     check_logp,
     check_mask,
@@ -35,7 +36,6 @@ from evaluator.validate import (
     groups,
     segments,
     shapes,
-    step_sample,
     validate_paths,
     verdicts,
 )
@@ -335,7 +335,7 @@ def test_every_finding_is_documented(repo_root):
 
 THRESHOLD_MODULES = (
     verdicts, check_minibatch, check_logp, check_versions, check_proximal_t, check_mask, check_advantage,
-    groups, segments, shapes, step_sample,
+    groups, segments, shapes, block_sample,
 )  # fmt: skip
 
 

@@ -251,3 +251,18 @@ def test_each_column_bug_is_found_with_its_evidence(tmp_path, case):
         assert not any(r.ok for r in validation.reports)
     else:
         assert all(r.ok for r in validation.reports)
+
+
+def test_a_sampled_file_keeps_its_groups_whole(tmp_path, monkeypatch):
+    """A file over MAX_SAMPLE_ROWS is read on blocks of consecutive seq_ids: GRPO groups stay whole (no
+    false finding), the bugs still show, and the file's notes say so."""
+    from evaluator.validate import block_sample
+
+    monkeypatch.setattr(block_sample, "MAX_SAMPLE_ROWS", 6000)
+    table = synthetic_steps(replace(FAST, tokens_per_step=4096), 8, 8)  # 33k rows
+    clean = found(table, tmp_path / "clean", files=1)
+    assert clean.findings == [] and any("sample of whole blocks" in n for n in clean.reports[0].notes)
+    assert "advantage_reward" not in {c.check for c in clean.checks if c.status == "undecided"}
+    assert [f.rule for f in found(_advantage_negated(table), tmp_path / "bug", files=1).findings] == [
+        "advantage_against_reward"
+    ]

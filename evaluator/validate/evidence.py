@@ -6,9 +6,10 @@ computed by the validator after its rules, and pooled over the files of a call b
   exp|prox - behave|, |theta - prox|, |theta - behave|, how many tokens have behave exactly equal to prox
   or to theta and theta exactly equal to prox, the step's n_minibatches (least and most), and an example
   token.
-- from a sample of whole steps (`step_sample`; a file under `MAX_SAMPLE_ROWS` rows whole): the shape of
-  each response (`shapes`: loss mask, advantage, reward, movement, repeats), GRPO groups (`groups`) and
-  the proximal_t segments (`segments`), each as counts and sums per run, and a few example tokens per kind.
+- from a sample of whole blocks of consecutive responses (`block_sample`; a file under
+  `MAX_SAMPLE_ROWS` rows whole): the shape of each response (`shapes`: loss mask, advantage, reward,
+  movement, repeats), GRPO groups (`groups`) and the proximal_t segments (`segments`), each as counts
+  and sums per run, and a few example tokens per kind.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pyarrow as pa
 
 from evaluator.formulas.decisions import LOG_WEIGHT_MAX
 from evaluator.validate import groups, segments, shapes
-from evaluator.validate.step_sample import StepSample, load_step_sample
+from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
 
 KEYS: dict[str, tuple[str, ...]] = {
     "cells": ("run_id", "step", "minibatch", "staleness"),
@@ -77,24 +78,24 @@ def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
         FROM src GROUP BY run_id, step, minibatch, staleness""").to_arrow_table()
 
 
-def gather(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> tuple[Evidence, list[str]]:
-    """The file's evidence, from the view `src`, and a note when the shapes were read on a sample;
-    call only on a file that broke no rule."""
+def gather(con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int) -> tuple[Evidence, list[str]]:
+    """The file's evidence, from the view `src` (of `n_rows` rows), and a note when the shapes were read
+    on a sample; call only on a file that broke no rule."""
     cells = _cells(con, usable)
-    sample = load_step_sample(con, usable, cells)
+    sample = load_block_sample(con, usable, n_rows)
     evidence = from_sample(sample)
     evidence.tables["cells"] = cells
     notes = []
     if sample.sampled:
         notes.append(
             f"findings on the shape of responses, groups and proximal_t segments read a deterministic "
-            f"sample of whole steps: {len(sample.run):,} rows"
+            f"sample of whole blocks of {BLOCK} consecutive seq_ids: {len(sample.run):,} rows"
         )
     return evidence, notes
 
 
-def from_sample(sample: StepSample) -> Evidence:
-    """Every table but the cells, from a sample of whole steps."""
+def from_sample(sample: BlockSample) -> Evidence:
+    """Every table but the cells, from a sample of whole blocks of responses."""
     r = shapes.responses(sample)
     mask, mask_hist = shapes.mask_shape(sample, r)
     group_table, group_examples = groups.group_stats(sample, r)

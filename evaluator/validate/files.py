@@ -110,7 +110,7 @@ def check_file(path: Path) -> CheckedFile:
             checked.run_ids = sorted(set(facts.sequences["run_id"].to_pylist()))
         if not problems:
             checked.facts = facts
-            checked.evidence, notes = gather(con, usable)
+            checked.evidence, notes = gather(con, usable, n_rows)
             checked.report.notes += notes
     except duckdb.Error as error:
         problems.append(

@@ -1,5 +1,5 @@
-"""GRPO groups in a sample of whole steps (`evaluator.validate.step_sample`): the responses to one prompt,
-found from the log alone, and what the advantage does within them.
+"""GRPO groups in a sample of whole blocks of responses (`evaluator.validate.block_sample`): the
+responses to one prompt, found from the log alone, and what the advantage does within them.
 
 A log has no prompt id, but trainers number a group's responses consecutively (AReaL, the reference
 trainer), so a group is a block of `size` consecutive responses of a step in `seq_id` order (size 0: the
@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from evaluator.validate.block_sample import BlockSample
 from evaluator.validate.shapes import EXAMPLES, Responses, example_table
-from evaluator.validate.step_sample import StepSample
 
 SIZES = (*range(2, 17), 20, 24, 32, 48, 64, 128, 0)
 """Candidate group sizes (0: the whole step)."""
@@ -31,7 +31,7 @@ CENTRE = 0.1
 centred (the clean runs: 0 to 0.03, the float32 residue of `(r - mean) / (std + eps)` on equal rewards)."""
 
 
-def group_stats(s: StepSample, r: Responses) -> tuple[pa.Table, pa.Table]:
+def group_stats(s: BlockSample, r: Responses) -> tuple[pa.Table, pa.Table]:
     """(per (run, size): the counts above; examples of blocks off centre and of discordant pairs)."""
     first = np.ones(len(r.run), dtype=bool)  # a response's first minibatch only (PPO epochs repeat it)
     step, seq = s.first(s.x["step"]), s.first(s.x["seq_id"])

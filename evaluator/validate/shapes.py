@@ -1,5 +1,5 @@
-"""What the findings read from the shape of each response of a sample of whole steps
-(`evaluator.validate.step_sample`): the loss mask within a response, the advantage and reward over its
+"""What the findings read from the shape of each response of a sample of whole blocks of responses
+(`evaluator.validate.block_sample`): the loss mask within a response, the advantage and reward over its
 tokens, how the policy moved on it between prox and theta, and a response recorded in several minibatches.
 Each is reduced to small per-run tables of counts and sums, which pool over the files of a call by adding
 them up (`evaluator.validate.evidence`), plus a few example tokens per kind (`examples`).
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from evaluator.validate.step_sample import StepSample
+from evaluator.validate.block_sample import BlockSample
 
 HIST_CAP = 4096
 """Positions and lengths above this share one histogram bin."""
@@ -44,7 +44,7 @@ class Responses:
     switches: np.ndarray  # loss_mask changes along pos
 
 
-def responses(s: StepSample) -> Responses:
+def responses(s: BlockSample) -> Responses:
     """Every response's figures, vectorised over the sample's rows."""
     x, loss = s.x, s.x["loss_mask"] > 0
     pos = x["pos"]
@@ -84,20 +84,20 @@ def responses(s: StepSample) -> Responses:
     )
 
 
-def _mean(s: StepSample, values: np.ndarray, where: np.ndarray) -> np.ndarray:
+def _mean(s: BlockSample, values: np.ndarray, where: np.ndarray) -> np.ndarray:
     n = s.total(where)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, s.total(np.where(where, values, 0.0)) / n, np.nan)
 
 
-def _per_run(s: StepSample, run: np.ndarray, **values: np.ndarray) -> pa.Table:
+def _per_run(s: BlockSample, run: np.ndarray, **values: np.ndarray) -> pa.Table:
     """One row per run of the sample: each value summed over the responses (or rows) of `run`."""
     k = len(s.run_ids)
     sums = {name: np.bincount(run, v.astype(np.float64), minlength=k) for name, v in values.items()}
     return pa.table({"run_id": s.run_ids, **sums})
 
 
-def mask_shape(s: StepSample, r: Responses) -> tuple[pa.Table, pa.Table]:
+def mask_shape(s: BlockSample, r: Responses) -> tuple[pa.Table, pa.Table]:
     """(per run: rows, masked rows, the trained responses' leading/trailing masked tokens and how many
     switches their masks make; histograms by (run, kind, value) of `lead`, `tail`, `length` and
     `last_cut`: the last trained position of responses whose last 2+ tokens are masked)."""
@@ -143,7 +143,7 @@ def mask_shape(s: StepSample, r: Responses) -> tuple[pa.Table, pa.Table]:
     return shape, pa.concat_tables(parts)
 
 
-def advantage_shape(s: StepSample, r: Responses) -> pa.Table:
+def advantage_shape(s: BlockSample, r: Responses) -> pa.Table:
     """Per run: responses with 2+ trained tokens carrying an advantage, of which it varies, of which only
     at an edge (of those with 3+); responses with a reward, of which it varies."""
     with_a = np.isfinite(r.a_mean) & (r.n_loss >= 2)
@@ -159,7 +159,7 @@ def advantage_shape(s: StepSample, r: Responses) -> pa.Table:
     )
 
 
-def movement(s: StepSample, r: Responses) -> pa.Table:
+def movement(s: BlockSample, r: Responses) -> pa.Table:
     """Per (run, kind, sign): the responses at minibatch > 0 whose advantage has that sign, and the sum
     and sum of squares of their mean movement theta - prox over trained (`trained`) or masked
     (`masked`) tokens: Welch's test of the movement of positive against negative advantages."""
@@ -177,7 +177,7 @@ def movement(s: StepSample, r: Responses) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def roll(s: StepSample, r: Responses) -> pa.Table:
+def roll(s: BlockSample, r: Responses) -> pa.Table:
     """Per (run, shift): where the advantage varies within a response, sums for the correlation of its
     local detail at pos i+shift, A - (left + right) / 2, with that of the movement theta - prox at pos i
     (trained tokens at minibatch > 0): the alignment test of the log-probs, on the advantage."""
@@ -214,7 +214,7 @@ def _detail(values: np.ndarray, nxt: np.ndarray) -> np.ndarray:
     return values - (_shifted(values, nxt, -1) + _shifted(values, nxt, 1)) / 2
 
 
-def _repeated(s: StepSample, r: Responses) -> tuple[np.ndarray, np.ndarray]:
+def _repeated(s: BlockSample, r: Responses) -> tuple[np.ndarray, np.ndarray]:
     """(response repeats an earlier minibatch's response of its step, and carries another prox there)."""
     key = np.stack([s.first(s.x[c]) for c in ("step", "seq_id")] + [r.run.astype(np.float64)])
     again = np.zeros(len(r.run), dtype=bool)
@@ -223,14 +223,14 @@ def _repeated(s: StepSample, r: Responses) -> tuple[np.ndarray, np.ndarray]:
     return again & np.isfinite(r.prox), again & (np.abs(r.prox - r.prox[first]) > SAME_PROX)
 
 
-def repeats(s: StepSample, r: Responses) -> pa.Table:
+def repeats(s: BlockSample, r: Responses) -> pa.Table:
     """Per run: responses recorded again in a later minibatch of their step (PPO epochs), and of those,
     how many carry another prox_logp than in the first (prox is the weights at the start of the step)."""
     again, differs = _repeated(s, r)
     return _per_run(s, r.run, repeated=again, differs=differs)
 
 
-def examples(s: StepSample, r: Responses) -> pa.Table:
+def examples(s: BlockSample, r: Responses) -> pa.Table:
     """A few (run, step, seq_id, minibatch, pos) per kind of signal, for the findings' evidence."""
     trained = r.lead >= 0
     mixed = trained & (r.n_loss < r.length)
@@ -254,7 +254,7 @@ def examples(s: StepSample, r: Responses) -> pa.Table:
     return example_table(s, rows)
 
 
-def example_table(s: StepSample, rows: list[tuple[str, int, int]]) -> pa.Table:
+def example_table(s: BlockSample, rows: list[tuple[str, int, int]]) -> pa.Table:
     """(kind, response, pos) rows as the examples table."""
     first = s.starts[[i for _, i, _ in rows]] if rows else np.zeros(0, dtype=np.int64)
     return pa.table(

@@ -1,11 +1,13 @@
-"""A deterministic sample of whole steps of one file, what the findings read the shape of responses from
-(`evaluator.validate.shapes`, `groups`, `segments`): every row of the chosen steps, sorted by run, step,
-seq_id, minibatch and pos, as numpy arrays, with each response's rows located.
+"""A deterministic sample of whole blocks of responses of one file, what the findings read the shape of
+responses from (`evaluator.validate.shapes`, `groups`, `segments`): every row of the chosen blocks, sorted
+by run, step, seq_id, minibatch and pos, as numpy arrays, with each response's rows located.
 
-Whole steps, because a GRPO group (the responses to one prompt) and the minibatches of a step live
-within one step. Steps are taken in the order of a hash of (run, step) until about `MAX_SAMPLE_ROWS`
-rows, at least one; a file under that size is read whole. Only a file that broke no rule is sampled, so
-each response's positions are exactly 0..L-1 and its versions rise along pos.
+A block is the responses of one step whose `seq_id // BLOCK` is the same: consecutive seq_ids, so a GRPO
+group (the responses to one prompt, numbered consecutively by the trainers) stays whole when its size
+divides BLOCK, and a response stays whole in every minibatch that records it. Blocks are chosen by a hash
+of (step, seq_id // BLOCK) so that about `MAX_SAMPLE_ROWS` rows are read; a file under that size is read
+whole. Only a file that broke no rule is sampled, so each response's positions are exactly 0..L-1 and
+its versions rise along pos.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from dataclasses import dataclass
 
 import duckdb
 import numpy as np
-import polars as pl
-import pyarrow as pa
 import pyarrow.compute as pc
 
-MAX_SAMPLE_ROWS = 500_000
-"""Rows of whole steps a file hands the shape findings (a 20M-row file: about 1 step in 40)."""
+MAX_SAMPLE_ROWS = 300_000
+"""Rows of whole blocks of responses a file hands the shape findings (a 20M-row file: 1.5%)."""
+BLOCK = 128
+"""Consecutive seq_ids sampled together: groups of 2, 4, 8, ... 128 stay whole."""
+_HASH_BUCKETS = 1 << 16  # the hash modulo: the sampled share is buckets / this
 _NUMERIC = (
     "step", "minibatch", "n_minibatches", "seq_id", "pos", "loss_mask", "behave_logp", "behave_version",
     "prox_logp", "theta_logp", "proximal_t_logp", "proximal_t_version", "advantage", "reward",
@@ -27,7 +30,7 @@ _NUMERIC = (
 
 
 @dataclass
-class StepSample:
+class BlockSample:
     """The rows of the sampled steps. `run` codes index `run_ids`; nulls (and absent columns) are NaN."""
 
     run_ids: list[str]
@@ -72,39 +75,22 @@ class StepSample:
         return bool(np.isfinite(self.x[column]).any())
 
 
-def _chosen_steps(cells: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
-    """(run_id, step) of the sample, from the cells' token counts; and whether that is fewer than all."""
-    steps = cells.group_by("run_id", "step").agg((pl.col("n") + pl.col("n_masked")).sum().alias("rows"))
-    if steps["rows"].sum() <= MAX_SAMPLE_ROWS:
-        return steps.select("run_id", "step"), False
-    spread = (pl.col("step").cast(pl.UInt64) * 2654435761 % (1 << 32)).alias("order")  # Knuth's hash
-    ordered = steps.with_columns(spread).sort("order", "run_id", "step")
-    taken = ordered.filter(pl.col("rows").cum_sum().shift(1, fill_value=0) < MAX_SAMPLE_ROWS)
-    return taken.select("run_id", "step"), True
-
-
-def load_step_sample(con: duckdb.DuckDBPyConnection, usable: frozenset[str], cells: pa.Table) -> StepSample:
-    """The rows of the chosen steps of the view `src` (a file that broke no rule)."""
-    steps, sampled = _chosen_steps(pl.from_arrow(cells))
-    where = "TRUE"
-    if sampled:
-        con.register("chosen_steps", steps.to_arrow())
-        where = "(run_id, step) IN (SELECT (run_id, step) FROM chosen_steps)"
+def load_block_sample(con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int) -> BlockSample:
+    """The rows of the chosen blocks of the view `src` (a file that broke no rule, of `n_rows` rows)."""
+    sampled = n_rows > MAX_SAMPLE_ROWS
+    buckets = max(1, _HASH_BUCKETS * MAX_SAMPLE_ROWS // n_rows)
+    where = f"hash(step, seq_id // {BLOCK}) % {_HASH_BUCKETS} < {buckets}" if sampled else "TRUE"
     selected = ", ".join(f"{c}::DOUBLE AS {c}" if c in usable else f"NULL::DOUBLE AS {c}" for c in _NUMERIC)
-    try:
-        table = con.sql(f"""SELECT run_id, {selected} FROM src WHERE {where}
-            ORDER BY run_id, step, seq_id, minibatch, pos""").to_arrow_table()
-    finally:
-        if sampled:
-            con.unregister("chosen_steps")
+    table = con.sql(f"""SELECT run_id, {selected} FROM src WHERE {where}
+        ORDER BY run_id, step, seq_id, minibatch, pos""").to_arrow_table()
     codes = pc.dictionary_encode(table["run_id"]).combine_chunks()
-    x = {c: table[c].to_numpy().astype(np.float64) for c in _NUMERIC}  # nulls -> NaN
+    x = {c: table.column(c).to_numpy().astype(np.float64) for c in _NUMERIC}  # nulls -> NaN
     run = codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     key = np.stack([run, *(x[c] for c in ("step", "seq_id", "minibatch"))])  # (4, N)
     new = np.ones(len(run), dtype=bool)
     new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
     starts = np.flatnonzero(new)
-    return StepSample(
+    return BlockSample(
         run_ids=codes.dictionary.to_pylist(),
         run=run,
         x=x,
