@@ -60,6 +60,7 @@ SEVERITY: dict[str, Severity] = {
     "n_minibatches_varies": "warning",
     "behave_is_prox": "error",
     "behave_is_theta": "error",
+    "behave_placeholder": "warning",
     "proximal_t_not_updated": "error",
     "proximal_t_partial_update": "error",
     "proximal_t_misplaced": "error",

@@ -32,6 +32,7 @@ from evaluator.validate import (
     check_minibatch,
     check_proximal_t,
     check_versions,
+    evidence,
     findings,
     groups,
     segments,
@@ -335,7 +336,7 @@ def test_every_finding_is_documented(repo_root):
 
 THRESHOLD_MODULES = (
     verdicts, check_minibatch, check_logp, check_versions, check_proximal_t, check_mask, check_advantage,
-    groups, segments, shapes, block_sample,
+    groups, segments, shapes, block_sample, evidence,
 )  # fmt: skip
 
 

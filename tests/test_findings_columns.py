@@ -85,6 +85,11 @@ def _prox_recomputed_in_epoch_2(t):
     return set_column(t, "prox_logp", np.minimum(col(t, "prox_logp") + noise, 0.0))
 
 
+def _behave_placeholders(t):
+    """Tool-output tokens in the loss: the engine generated none of them, its log-prob is a 0 placeholder."""
+    return set_column(t, "behave_logp", np.where(col(t, "pos") % 5 == 4, 0.0, col(t, "behave_logp")))
+
+
 def _n_minibatches_doubled(t):
     return set_column(t, "n_minibatches", np.where(col(t, "minibatch") >= 2, 8, col(t, "n_minibatches")))
 
@@ -208,6 +213,7 @@ BUGS = {
     "prox_moves_with_theta": Bug("prox_logp", _prox_per_minibatch, "toy"),
     "prox_differs_across_minibatches": Bug("prox_logp", _prox_recomputed_in_epoch_2, clean=ppo_epochs),
     "n_minibatches_varies": Bug("n_minibatches", _n_minibatches_doubled),
+    "behave_placeholder": Bug("behave_logp", _behave_placeholders, "smollm2"),
     "proximal_t_partial_update": Bug("proximal_t_logp", _proximal_t_prefix_cached, "toy"),
     "proximal_t_partial_update:smollm2": Bug("proximal_t_logp", _proximal_t_prefix_cached, "smollm2"),
     "proximal_t_last_segment": Bug("proximal_t_logp", _last_segment_from_theta, "toy"),

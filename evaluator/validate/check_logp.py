@@ -7,9 +7,12 @@ from __future__ import annotations
 import polars as pl
 
 from evaluator.problems import Finding
-from evaluator.validate.evidence import RunEvidence
+from evaluator.validate.evidence import PLACEHOLDER_THETA, RunEvidence
 from evaluator.validate.verdicts import EXACT_SHARE, MIN_TOKENS, Verdict, too_few
 
+PLACEHOLDERS = 0.01
+"""Trained tokens with a placeholder behave_logp (`evidence.PLACEHOLDER_THETA`): none on the clean runs;
+1% is no rounding of a near-certain token."""
 VERL_PROBLEM, NEMO_FLAG = 0.01, 1.05
 """The engine mismatch references of DOMAIN.md 3b: verl's mean |p_rollout - p_train| (normal below
 0.005, a precision problem above 0.01) and NeMo-RL's mean exp(|logp_gen - logp_train|) flag (1.05). A
@@ -42,6 +45,24 @@ def exact_source(e: RunEvidence, _) -> Verdict:
                 f"not from {source}",
             )  # fmt: skip
     return None
+
+
+def placeholder(e: RunEvidence, _) -> Verdict:
+    """behave_placeholder: trained tokens with behave_logp exactly 0 that the trainer finds unlikely."""
+    n = int(e.cells["n"].sum())
+    if undecided := too_few(n, "loss tokens"):
+        return undecided
+    zero = int(e.cells["behave_zero"].sum())
+    if zero < PLACEHOLDERS * n:
+        return None
+    return Finding(
+        "behave_placeholder", e.run_id, "behave_logp", zero,
+        f"{zero:,} of {n:,} trained tokens have behave_logp exactly 0 (probability 1 under the engine) while "
+        f"theta_logp is below {PLACEHOLDER_THETA}: the engine gave them no log-prob",
+        zero / n, f">= {PLACEHOLDERS:.0%} of the loss tokens", e.cell_examples(pl.col("behave_zero") > 0),
+        "which tokens the loss trains: prompt, tool-output or padding tokens the engine did not generate "
+        "(their log-prob a placeholder 0), or an engine that returned no log-probs",
+    )  # fmt: skip
 
 
 def engine_mismatch(e: RunEvidence, _) -> Verdict:

@@ -4,8 +4,8 @@ computed by the validator after its rules, and pooled over the files of a call b
 - `cells`, per (run, step, minibatch, staleness), over every row: loss tokens, masked rows, tokens with
   `prox_logp`, the sums of |prox - behave| (drift), verl's |exp(prox) - exp(behave)|, NeMo-RL's
   exp|prox - behave|, |theta - prox|, |theta - behave|, how many tokens have behave exactly equal to prox
-  or to theta and theta exactly equal to prox, the step's n_minibatches (least and most), and an example
-  token.
+  or to theta, theta exactly equal to prox, and behave exactly 0 where theta is below -0.1 (a
+  placeholder), the step's n_minibatches (least and most), and an example token.
 - from a sample of whole blocks of consecutive responses (`block_sample`; a file under
   `MAX_SAMPLE_ROWS` rows whole): the shape of each response (`shapes`: loss mask, advantage, reward,
   movement, repeats), GRPO groups (`groups`) and the proximal_t segments (`segments`), each as counts
@@ -38,6 +38,9 @@ KEYS: dict[str, tuple[str, ...]] = {
     "groups": ("run_id", "size"),
 }
 """Each table of the evidence and its key; the other columns add up over files (`examples`: kept)."""
+PLACEHOLDER_THETA = -0.1
+"""A trained token whose behave_logp is exactly 0 (probability 1) while the trainer gives it under 0.9
+has no engine log-prob: a placeholder (0 on none of the clean runs' tokens)."""
 _NOT_SUMMED = {
     "n_minibatches": "max(n_minibatches)",
     "n_minibatches_min": "min(n_minibatches_min)",
@@ -74,6 +77,8 @@ def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
                count(*) FILTER (WHERE loss_mask AND behave_logp = {prox}) AS behave_is_prox,
                count(*) FILTER (WHERE loss_mask AND behave_logp = theta_logp) AS behave_is_theta,
                count(*) FILTER (WHERE loss_mask AND theta_logp = {prox}) AS theta_is_prox,
+               count(*) FILTER (WHERE loss_mask AND behave_logp = 0 AND theta_logp < {PLACEHOLDER_THETA})
+                   AS behave_zero,
                min(seq_id) AS example_seq, arg_min(pos, seq_id) AS example_pos
         FROM src GROUP BY run_id, step, minibatch, staleness""").to_arrow_table()
 

@@ -37,6 +37,7 @@ CHECKS = (
         "prox_fixed", ("prox_differs_across_minibatches", "prox_moves_with_theta"), check_minibatch.prox_fixed
     ),
     Check("behave_source", ("behave_is_prox", "behave_is_theta"), check_logp.exact_source),
+    Check("behave_placeholder", ("behave_placeholder",), check_logp.placeholder),
     Check("engine_mismatch", ("engine_mismatch",), check_logp.engine_mismatch),
     Check("version_count", ("version_count",), check_versions.version_count),
     Check("version_stalled", ("version_stalled",), check_versions.version_stalled),
@@ -69,6 +70,15 @@ CHECKS = (
 """Every check, in the order of the report."""
 
 EXPLAINS = {
+    "behave_placeholder": {
+        "prox_moves_with_theta",
+        "drift_not_growing",
+        "engine_mismatch",
+        "version_count",
+        "proximal_t_misplaced",
+        "proximal_t_wrong_version",
+        "proximal_t_last_segment",
+    },
     "theta_not_prox_at_minibatch_0": {"theta_equals_prox", "theta_gap_order"},
     "behave_is_prox": {"proximal_t_misplaced", "proximal_t_last_segment", "drift_not_growing"},
     "behave_is_theta": {"proximal_t_last_segment", "drift_not_growing"},
@@ -81,7 +91,8 @@ EXPLAINS = {
     "version_stalled": {"drift_not_growing", "engine_mismatch"},
     "loss_mask_movement": {"advantage_not_centred"},
 }
-"""A finding that explains another's signal, one cause, one finding: minibatch indices out of the
+"""A finding that explains another's signal, one cause, one finding: placeholder behave log-probs (0)
+put a nonsense drift into every check that reads |prox - behave|; minibatch indices out of the
 update order put theta's start (equal to prox) at a later index; behave_logp taken from prox (or
 theta) puts every proximal_t farther from prox than behave, the last segment's proximal_t (the
 engine's generation log-prob) apart from behave, and no drift at any staleness; a proximal_t left
