@@ -190,13 +190,15 @@ def _reward_on_last_token(t):
 @dataclass(frozen=True)
 class Bug:
     column: str
-    edit: Callable[[pa.Table], pa.Table]
+    edit: Callable[[pa.Table], pa.Table] | None = None
     base: str = "synthetic"
     """`toy` (the tiny model's recompute run), `smollm2` (SmolLM2's), or a synthetic log."""
     spec: SyntheticSpec = SPEC
     first_step: int = 8
     n_steps: int = 6
     clean: Callable[[pa.Table], pa.Table] = staticmethod(lambda t: t)
+    bug_spec: SyntheticSpec | None = None
+    """A bug the synthetic generator plants (instead of `edit`)."""
 
     def tables(self) -> tuple[pa.Table, pa.Table]:
         """(the clean log, the log with the bug)."""
@@ -204,6 +206,8 @@ class Bug:
             table = self.clean(synthetic_steps(self.spec, self.first_step, self.n_steps))
         else:
             table = _fixture_run({"toy": "toy/toy-recompute", "smollm2": "recompute"}[self.base])
+        if self.bug_spec is not None:
+            return table, synthetic_steps(self.bug_spec, self.first_step, self.n_steps)
         return table, self.edit(table)
 
 
@@ -221,6 +225,7 @@ BUGS = {
     "loss_mask_truncated:smollm2": Bug("loss_mask", _mask_cut, "smollm2"),
     "loss_mask_fragmented": Bug("loss_mask", _mask_alternating),
     "loss_mask_movement": Bug("loss_mask", _mask_inverted),
+    "version_count:weights_one_behind": Bug("behave_version", bug_spec=replace(SPEC, weights_offset=-1)),
     "version_stalled": Bug(
         "behave_version", _counter_frozen, spec=replace(FAST, max_staleness=3, tokens_per_step=768),
         first_step=0, n_steps=40,

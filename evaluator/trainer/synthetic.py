@@ -56,6 +56,9 @@ class SyntheticSpec:
     the log-prob of behave_version (recomputed, so not bit-equal to behave_logp); `overwritten` gives every
     earlier segment the log-prob of the last segment's version (every resume overwrote every token,
     seeds/001). The proximal_t findings catch both."""
+    weights_offset: int = 0
+    """A bug: the trainer's forward passes (prox and theta) run on the weights of version step +
+    weights_offset (-1: the step's update never loaded). The findings catch it (`version_count`)."""
     loss_mask_drop: float = 0.02
     """Fraction of tokens with `loss_mask` false."""
     group_size: int = 8
@@ -117,9 +120,10 @@ def synthetic_steps(spec: SyntheticSpec, first_step: int, n_steps: int) -> pa.Ta
     reward, advantage = _grpo(rng, n_steps, n_seq_per_step, spec.group_size)  # (S,) each
     loss_mask = rng.random(T) >= spec.loss_mask_drop
     behave_logp = logp(behave_version, spec.engine_mismatch)
-    prox_logp = logp(step.astype(float))
+    weights = step + float(spec.weights_offset)  # (T,) the version of the trainer's weights
+    prox_logp = logp(weights)
     within = mb / spec.n_minibatches  # theta's place in version time after `mb` updates of the step
-    theta_logp = logp(step + within, shift=spec.learning * advantage[seq_of] * within * loss_mask)
+    theta_logp = logp(weights + within, shift=spec.learning * advantage[seq_of] * within * loss_mask)
     has_prox = (step % spec.prox_every == 0) if spec.prox_every > 0 else np.zeros(T, bool)
     columns = {
         "run_id": np.full(T, spec.run_id, dtype=object),

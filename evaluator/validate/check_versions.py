@@ -28,6 +28,11 @@ the updates."""
 
 
 def version_count(e: RunEvidence, _) -> Verdict:
+    """version_count: the freshest tokens are not those labelled staleness 0 (an off-by-one between
+    behave_version and the weights the trainer's forward used)."""
+    drift = {k: v for k, v in e.drift_by_staleness().items() if v[0] >= MIN_TOKENS}
+    if 0 in drift and 1 in drift:
+        return _fresher_at_1(e, drift[0][1], drift[1][1])
     steps = e.cells.group_by("step").agg(pl.col("staleness").max())
     warm = int(steps["step"].min() + steps["staleness"].max())  # past the first max-staleness steps
     late = e.cells.filter(pl.col("step") > warm)
@@ -35,14 +40,9 @@ def version_count(e: RunEvidence, _) -> Verdict:
     if undecided := too_few(late["n"].sum(), f"loss tokens after step {warm} (the warm-up)"):
         return undecided
     if rows.filter(late["staleness"] == 0).sum() > 0:
-        return None
-    drift = e.drift_by_staleness()
+        return Undecided("too few tokens with prox_logp at staleness 0 and 1")
     lowest = int(late["staleness"].min())
-    if (
-        lowest not in drift
-        or lowest + 1 not in drift
-        or min(drift[lowest][0], drift[lowest + 1][0]) < MIN_TOKENS
-    ):
+    if lowest not in drift or lowest + 1 not in drift:
         return Undecided(f"too few tokens with prox_logp at staleness {lowest} and {lowest + 1}")
     low, step_up = drift[lowest][1], drift[lowest + 1][1] - drift[lowest][1]
     if step_up <= 0 or low >= FRESH_LIKE * step_up:
@@ -56,6 +56,22 @@ def version_count(e: RunEvidence, _) -> Verdict:
         e.cell_examples(pl.col("staleness") == lowest),
         "that behave_version counts weight versions as step does (step s starts from version s): an "
         "off-by-one?",
+    )  # fmt: skip
+
+
+def _fresher_at_1(e: RunEvidence, d0: float, d1: float) -> Verdict:
+    """Staleness 0 (the step's own weights) is the closest to prox, the engine mismatch alone."""
+    if d1 >= d0:
+        return None
+    return Finding(
+        "version_count", e.run_id, "behave_version", int(e.cells.filter(pl.col("staleness") <= 1)["n"].sum()),
+        f"the tokens labelled staleness 1 drift {d1:.3g} nats from prox, less than those labelled 0 "
+        f"({d0:.3g}): the step's own version should be the closest (the engine mismatch alone), so prox and "
+        "theta come from the weights one version before the step's, or behave_version counts one ahead",
+        d1 / d0, "< 1 (staleness 1 closer to prox than staleness 0)",
+        e.cell_examples(pl.col("staleness") == 0),
+        "that the recompute and training forwards of step s run on the weights of version s (the last "
+        "update loaded), and that behave_version counts as step does",
     )  # fmt: skip
 
 

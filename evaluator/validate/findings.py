@@ -87,7 +87,7 @@ EXPLAINS = {
     "advantage_against_reward": {"advantage_against_movement"},
     "prox_moves_with_theta": {"engine_mismatch"},
     "prox_differs_across_minibatches": {"engine_mismatch"},
-    "drift_not_growing": {"engine_mismatch"},
+    "drift_not_growing": {"engine_mismatch", "version_count"},
     "version_stalled": {"drift_not_growing", "engine_mismatch"},
     "loss_mask_movement": {"advantage_not_centred"},
 }
