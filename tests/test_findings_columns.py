@@ -104,6 +104,18 @@ def _proximal_t_prefix_cached(t):
     return set_column(t, "proximal_t_logp", np.where(kept, col(t, "behave_logp"), col(t, "proximal_t_logp")))
 
 
+def _proximal_t_from_the_recompute(t):
+    """The adapter fills proximal_t of the resumed tokens with the trainer's prox_logp."""
+    followed, prox = _followed(t), col(t, "prox_logp")
+    return set_column(
+        t, "proximal_t_logp", np.where(followed & ~np.isnan(prox), prox, col(t, "proximal_t_logp"))
+    )
+
+
+def _mask_all_false(t):
+    return set_column(t, "loss_mask", np.zeros(t.num_rows, bool))
+
+
 def _last_segment_from_theta(t):
     last = col(t, "proximal_t_version") == col(t, "behave_version")
     return set_column(t, "proximal_t_logp", np.where(last, col(t, "theta_logp"), col(t, "proximal_t_logp")))
@@ -129,12 +141,17 @@ def _counter_frozen(t):
 
 
 def _versions_shuffled(t):
-    """behave_version from another counter: each response a random staleness within the bound."""
+    """The stale responses' versions gathered in another order than the responses (the fresh ones, at
+    staleness 0, in order): a stale response carries another's version."""
     t = t.drop_columns(["proximal_t_logp", "proximal_t_version"])
     group, starts, _ = sequence_index(t)
-    step = col(t, "step")[starts]
-    staleness = np.random.default_rng(1).integers(0, np.minimum(step, 8) + 1)
-    return set_column(t, "behave_version", (step - staleness)[group])
+    step, version = col(t, "step")[starts], col(t, "behave_version")[starts]
+    stale = np.flatnonzero(version < step)
+    shuffled = version.copy()
+    for s in np.unique(step[stale]):  # within each step
+        chosen = stale[step[stale] == s]
+        shuffled[chosen] = np.random.default_rng(int(s)).permutation(version[chosen])
+    return set_column(t, "behave_version", shuffled[group])
 
 
 def _advantage_bleeds(t):
@@ -221,6 +238,8 @@ BUGS = {
     "proximal_t_partial_update": Bug("proximal_t_logp", _proximal_t_prefix_cached, "toy"),
     "proximal_t_partial_update:smollm2": Bug("proximal_t_logp", _proximal_t_prefix_cached, "smollm2"),
     "proximal_t_last_segment": Bug("proximal_t_logp", _last_segment_from_theta, "toy"),
+    "proximal_t_is_prox": Bug("proximal_t_logp", _proximal_t_from_the_recompute, "smollm2"),
+    "loss_mask_empty": Bug("loss_mask", _mask_all_false, "smollm2"),
     "loss_mask_truncated": Bug("loss_mask", _mask_cut),
     "loss_mask_truncated:smollm2": Bug("loss_mask", _mask_cut, "smollm2"),
     "loss_mask_fragmented": Bug("loss_mask", _mask_alternating),

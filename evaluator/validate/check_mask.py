@@ -34,6 +34,22 @@ def _hist(e: RunEvidence, kind: str) -> pl.DataFrame:
     return e.mask_hist.filter(pl.col("kind") == kind).group_by("value").agg(pl.col("n").sum()).sort("value")
 
 
+def trained(e: RunEvidence, _) -> Verdict:
+    """loss_mask_empty: no token of the run is in the loss."""
+    rows = int(e.cells["n"].sum() + e.cells["n_masked"].sum())
+    if undecided := too_few(rows, "rows"):
+        return undecided
+    if e.cells["n"].sum() > 0:
+        return None
+    return Finding(
+        "loss_mask_empty", e.run_id, "loss_mask", rows,
+        f"none of the run's {rows:,} rows has loss_mask true: nothing was trained, and nothing can be "
+        "measured",
+        0.0, "no row with loss_mask true", e.cell_examples(pl.col("n_masked") > 0),
+        "that loss_mask is true on the response tokens the loss trains (not inverted, not the padding's)",
+    )  # fmt: skip
+
+
 def edges(e: RunEvidence, _) -> Verdict:
     """loss_mask_edge: the first (or last) tokens of nearly every response masked."""
     m = e.mask

@@ -28,6 +28,9 @@ PROX_LIKE_THETA = 0.5
 """Between the first and the last minibatch, at the freshest staleness, |prox - behave| should not move
 (prox is fixed for the step) while |theta - behave| does; prox moving by half of theta's move or more
 follows theta (clean: -0.1 to 0.1; prox recomputed per minibatch: 1)."""
+PROX_MOVE_Z = 4.0
+"""... and by 4 standard errors of the two minibatches' different tokens: a drift dominated by another
+cause (an engine at another temperature) differs between minibatches by noise alone."""
 REPEAT_DIFFERS = 0.01
 """A response recorded in several minibatches of a step carries the same prox_logp in each; more than
 1% of them (and 3 at least) with another is no rounding."""
@@ -147,7 +150,9 @@ def _prox_moves(e: RunEvidence) -> Verdict:
     last_mb = int(cells["minibatch"].max()) if cells.height else 0
     if last_mb == 0:
         return Undecided("one minibatch per step (or prox_logp at minibatch 0 only)")
-    by = cells.group_by("staleness", "minibatch").agg(pl.col("n_prox", "drift", "theta_drift").sum())
+    by = cells.group_by("staleness", "minibatch").agg(
+        pl.col("n_prox", "drift", "drift_sq", "theta_drift").sum()
+    )
     first = by.filter(pl.col("minibatch") == 0)
     both = first.join(by.filter(pl.col("minibatch") == last_mb), on="staleness", suffix="_last")
     both = both.filter(pl.min_horizontal("n_prox", "n_prox_last") >= MIN_TOKENS).sort("staleness")
@@ -164,7 +169,7 @@ def _prox_moves(e: RunEvidence) -> Verdict:
             f"{row['staleness']}), too little to tell whether prox follows it"
         )
     ratio = prox_move / theta_move
-    if ratio < PROX_LIKE_THETA:
+    if ratio < PROX_LIKE_THETA or prox_move < PROX_MOVE_Z * _drift_se(row):
         return None
     return Finding(
         "prox_moves_with_theta", e.run_id, "prox_logp", int(row["n_prox"] + row["n_prox_last"]),
@@ -175,6 +180,16 @@ def _prox_moves(e: RunEvidence) -> Verdict:
         e.cell_examples((pl.col("minibatch") == last_mb) & (pl.col("staleness") == row["staleness"])),
         "that the recompute pass runs once per step before the first update, not per minibatch",
     )  # fmt: skip
+
+
+def _drift_se(row: dict) -> float:
+    """The standard error of the difference of the two minibatches' mean |prox - behave| (tokens as if
+    independent: the z threshold allows for their correlation within a response)."""
+    var = 0.0
+    for end in ("", "_last"):
+        n, mean = row[f"n_prox{end}"], row[f"drift{end}"] / row[f"n_prox{end}"]
+        var += max(row[f"drift_sq{end}"] / n - mean * mean, 0.0) / n
+    return var**0.5
 
 
 def minibatches_recorded(e: RunEvidence, _) -> Verdict:

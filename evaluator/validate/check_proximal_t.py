@@ -73,13 +73,24 @@ def refresh(e: RunEvidence, _) -> Verdict:
 
 
 def values(e: RunEvidence, _) -> Verdict:
-    """proximal_t_misplaced and proximal_t_wrong_version: proximal_t against prox."""
+    """proximal_t_is_prox, proximal_t_misplaced and proximal_t_wrong_version: proximal_t against prox."""
     if undecided := _no_proximal_t(e):
         return undecided
     pt = e.proximal_t
     n_prox = int(pt["n_prox"].sum())
     if undecided := too_few(n_prox, "tokens claiming the next version with prox_logp"):
         return undecided
+    older = pt.filter(pl.col("k") >= 1)  # proximal_t of a version before the step's: never prox itself
+    n_older, same = int(older["n_prox"].sum()), int(older["pt_is_prox"].sum())
+    if n_older >= MIN_TOKENS and same >= EXACT_SHARE * n_older:
+        return Finding(
+            "proximal_t_is_prox", e.run_id, "proximal_t_logp", same,
+            f"proximal_t_logp equals prox_logp bit for bit on {same:,} of {n_older:,} tokens whose "
+            "proximal_t version is older than the step: the log-prob of another version, and of the "
+            "engine, cannot be the trainer's recompute",
+            same / n_older, f">= {EXACT_SHARE:.0%} of those tokens", e.example("pt_followed"),
+            "where proximal_t comes from: the engine's resume prefill, not the trainer's recompute pass",
+        )  # fmt: skip
     error, rollout = pt["error"].sum(), pt["rollout_error"].sum()
     if error > PROXIMAL_T_WORSE * rollout:
         return Finding(

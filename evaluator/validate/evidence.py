@@ -2,10 +2,10 @@
 computed by the validator after its rules, and pooled over the files of a call by adding them up.
 
 - `cells`, per (run, step, minibatch, staleness), over every row: loss tokens, masked rows, tokens with
-  `prox_logp`, the sums of |prox - behave| (drift), verl's |exp(prox) - exp(behave)|, NeMo-RL's
-  exp|prox - behave|, |theta - prox|, |theta - behave|, how many tokens have behave exactly equal to prox
-  or to theta, theta exactly equal to prox, and behave exactly 0 where theta is below -0.1 (a
-  placeholder), the step's n_minibatches (least and most), and an example token.
+  `prox_logp`, the sums of |prox - behave| (drift) and of its square, verl's |exp(prox) - exp(behave)|,
+  NeMo-RL's exp|prox - behave|, |theta - prox|, |theta - behave|, how many tokens have behave exactly
+  equal to prox or to theta, theta exactly equal to prox, and behave exactly 0 where theta is below -0.1
+  (a placeholder), the step's n_minibatches (least and most), and an example token.
 - from a sample of whole blocks of consecutive responses (`block_sample`; a file under
   `MAX_SAMPLE_ROWS` rows whole): the shape of each response (`shapes`: loss mask, advantage, reward,
   movement, repeats), GRPO groups (`groups`) and the proximal_t segments (`segments`), each as counts
@@ -68,6 +68,7 @@ def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
                count(*) FILTER (WHERE NOT loss_mask) AS n_masked,
                count({prox}) FILTER (WHERE loss_mask) AS n_prox,
                coalesce(sum(abs({prox} - behave_logp)) FILTER (WHERE loss_mask), 0) AS drift,
+               coalesce(sum(({prox} - behave_logp) ** 2) FILTER (WHERE loss_mask), 0) AS drift_sq,
                coalesce(sum(abs(exp({prox}) - exp(behave_logp))) FILTER (WHERE loss_mask), 0) AS prob_drift,
                coalesce(sum(exp(least(abs({prox} - behave_logp), {LOG_WEIGHT_MAX})))
                         FILTER (WHERE loss_mask), 0) AS exp_abs_drift,

@@ -48,8 +48,13 @@ CHECKS = (
         ("proximal_t_not_updated", "proximal_t_partial_update"),
         check_proximal_t.refresh,
     ),
-    Check("proximal_t_values", ("proximal_t_misplaced", "proximal_t_wrong_version"), check_proximal_t.values),
+    Check(
+        "proximal_t_values",
+        ("proximal_t_is_prox", "proximal_t_misplaced", "proximal_t_wrong_version"),
+        check_proximal_t.values,
+    ),
     Check("proximal_t_last_segment", ("proximal_t_last_segment",), check_proximal_t.last_segment),
+    Check("loss_mask_trained", ("loss_mask_empty",), check_mask.trained),
     Check("loss_mask_edges", ("loss_mask_edge",), check_mask.edges),
     Check("loss_mask_truncated", ("loss_mask_truncated",), check_mask.truncated),
     Check("loss_mask_fragmented", ("loss_mask_fragmented",), check_mask.fragmented),
@@ -90,9 +95,11 @@ EXPLAINS = {
     "drift_not_growing": {"engine_mismatch", "version_count"},
     "version_stalled": {"drift_not_growing", "engine_mismatch"},
     "loss_mask_movement": {"advantage_not_centred"},
+    "advantage_ignores_reward": {"advantage_not_centred"},
 }
 """A finding that explains another's signal, one cause, one finding: placeholder behave log-probs (0)
-put a nonsense drift into every check that reads |prox - behave|; minibatch indices out of the
+put a nonsense drift into every check that reads |prox - behave|; advantages that do not belong to their
+responses are not centred in their groups either; minibatch indices out of the
 update order put theta's start (equal to prox) at a later index; behave_logp taken from prox (or
 theta) puts every proximal_t farther from prox than behave, the last segment's proximal_t (the
 engine's generation log-prob) apart from behave, and no drift at any staleness; a proximal_t left

@@ -5,7 +5,7 @@ version (DOMAIN.md section 4). Per run:
 
 - `proximal_t`, per (k = step - proximal_t_version, staleness) of the trained tokens whose proximal_t
   claims the next version (a later segment follows): |proximal_t - prox| and |behave - prox| sums over
-  the tokens with prox, and how many have proximal_t exactly equal to behave;
+  the tokens with prox, and how many have proximal_t exactly equal to behave or to prox;
 - `segment_pairs`: consecutive resumed segments of a response, and how often the earlier one's
   proximal_t is the closer to prox (it should be the farther);
 - `refresh`: tokens of such segments with a log-prob below `COMPARABLE` and how many of them kept
@@ -105,6 +105,7 @@ def _by_k(s: BlockSample, chosen: np.ndarray) -> pa.Table:
             "error": total(np.where(has_prox, np.abs(pt - prox), 0.0)),
             "rollout_error": total(np.where(has_prox, np.abs(behave - prox), 0.0)),
             "pt_is_behave": total(pt == behave),
+            "pt_is_prox": total(has_prox & (pt == prox)),
         }
     )
 
