@@ -85,6 +85,7 @@ SEVERITY: dict[str, Severity] = {
     "advantage_ignores_reward": "warning",
     "advantage_against_movement": "warning",
     "reward_varies": "warning",
+    "prox_logp_zero": "warning",
 }
 """Every data-driven finding (`evaluator.validate.findings`) and its severity (the docs list each; a test
 checks it)."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 
-STORE_SCHEMA_VERSION = "4"
+STORE_SCHEMA_VERSION = "5"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (
@@ -18,42 +17,140 @@ METHODS: tuple[str, ...] = (
     "loglinear_exact",
     "linear_exact",
     "rollout",
+    "reuse_train_logp",
     "proximal_t",
 )
 
-# Metric names (DOMAIN.md sections 3 and 3b); formulas and which methods have them live in
-# evaluator/formulas/metrics.py.
-METRICS: tuple[str, ...] = (
-    "approx_logp",
-    "abs_error",
-    "rel_error",
-    "squared_error",
-    "behave_imp_weight",
-    "behave_imp_weight_abs_error",
-    "behave_imp_weight_rel_error",
-    "importance_weight",
-    "importance_weight_abs_error",
-    "importance_weight_rel_error",
-    "behave_approx_kl",
-    "clip_active",
-    "clip_flip",
-    "bound_active",
-    "bound_flip",
-    "grad_weight",
-    "grad_weight_abs_error",
-    "drift",
-    "prob_drift",
-    "exp_abs_drift",
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric (DOMAIN.md sections 3, 3b and 3c): `a` = the method's estimate of log pi_prox, `g` =
+    `prox_logp`, `b` = `behave_logp`, `t` = `theta_logp`; `w(d)` = exp(min(d, 150)); `C`, `D`, `bound`,
+    `below` and `W` the loss's decisions and gradient weight (`evaluator.formulas.gradients`).
+    `evaluator.formulas.metrics` computes each by this name."""
+
+    name: str
+    formula: str
+    needs_truth: bool
+    """counted only where `prox_logp` is known; the others wherever the estimate exists"""
+    of: str = "all"
+    """the methods that have it: `all`, the `estimators` (for the ground truth it is 0), or `ground_truth`"""
+    binary: bool = False
+    """a 0/1 value: its mean is a rate, its quantiles follow from the mean (no sketch is kept)"""
+    sketch: bool = True
+    """keep a quantile sketch (binary metrics never do)"""
+    per: str = "token"
+    """`token`: one value per loss token; `sequence`: one per sequence (run_id, seq_id, minibatch), counted
+    at the staleness of its stalest token"""
+    when: str | None = None
+    """the loss property it needs (`evaluator.formulas.loss.Loss`): a loss without that decision has none"""
+
+
+def _flag(name: str, formula: str, of: str = "all", **keys) -> Metric:
+    return Metric(name, formula, True, of, binary=True, sketch=False, **keys)
+
+
+VERL_T = 2.0
+"""verl's rollout_is_threshold default: its diagnostics clamp or compare the weights at [1/T, T]."""
+
+
+def _verl(name: str, formula: str, per: str = "token", binary: bool = False) -> Metric:
+    return Metric(name, formula, False, binary=binary, sketch=False, per=per)
+
+
+# verl's rollout-correction diagnostics (`verl/trainer/ppo/rollout_corr_helper.py` at b178a3cd), with a - b
+# as verl's log ratio of the training policy to the rollout's, d = clamp(a - b, -20, 20) its safety bound.
+VERL_DIAGNOSTICS: tuple[Metric, ...] = (
+    _verl("is_weight", "exp(d)"),
+    _verl("is_weight_clamped", "clamp(exp(d), 1/T, T)"),
+    _verl("is_weight_high", "exp(d) > T", binary=True),
+    _verl("is_weight_low", "exp(d) < 1/T", binary=True),
+    _verl("approx_prob", "exp(a)"),
+    _verl("behave_prob", "exp(b)"),
+    _verl("prob_product", "exp(a) exp(b)"),
+    _verl("seq_is_weight", "exp(clamp(sum_S (a - b), -20, 20))", "sequence"),
+    _verl("seq_geo_weight", "exp(mean_S (a - b))", "sequence"),
+    _verl("seq_is_weight_low", "sum_S (a - b) < -log T", "sequence", binary=True),
+    _verl("seq_token_outside", "a token of S with exp(d) outside [1/T, T]", "sequence", binary=True),
+    _verl("seq_log_ppl_diff", "mean_S (b - a)", "sequence"),
+    _verl("seq_log_ppl_abs_diff", "abs(mean_S (b - a))", "sequence"),
+    _verl("seq_ppl_ratio", "exp(mean_S (b - a))", "sequence"),
+    *(
+        _verl(f"seq_{k}_{agg}", f"{agg}_S {formula}", "sequence")
+        for k, formula in (("k1", "(b - a)"), ("k2", "d^2 / 2"), ("k3", "(exp(d) - 1 - d)"))
+        for agg in ("sum", "mean", "max")
+        if (k, agg) != ("k1", "max")
+    ),
 )
-TRUTH_ONLY_METRICS = ("drift", "prob_drift", "exp_abs_drift")
-ESTIMATOR_ONLY_METRICS = ("clip_flip", "bound_flip", "grad_weight_abs_error")
+# The one definition of the metrics: the docs' table and the formulas follow it (tests check both).
+METRIC_TABLE: tuple[Metric, ...] = (
+    Metric("approx_logp", "a", False),
+    Metric("abs_error", "abs(a - g)", True),
+    Metric("rel_error", "abs(a - g) / (abs(g) + 1e-8)", True),
+    Metric("squared_error", "(a - g)^2", True),
+    Metric("behave_imp_weight", "w(a - b)", False),
+    Metric("behave_imp_weight_abs_error", "abs(w(a - b) - w(g - b))", True),
+    Metric("behave_imp_weight_rel_error", "abs(w(a - b) - w(g - b)) / (w(g - b) + 1e-8)", True),
+    Metric("importance_weight", "w(t - a)", False),
+    Metric("importance_weight_abs_error", "abs(w(t - a) - w(t - g))", True),
+    Metric("importance_weight_rel_error", "abs(w(t - a) - w(t - g)) / (w(t - g) + 1e-8)", True),
+    Metric("behave_approx_kl", "a - b", False),
+    _flag("clip_active", "C(a)", when="has_clip"),
+    _flag("clip_flip", "C(a) != C(g)", "estimators", when="has_clip"),
+    _flag("dual_clip_active", "D(a)", when="has_dual_clip"),
+    _flag("dual_clip_flip", "D(a) != D(g)", "estimators", when="has_dual_clip"),
+    _flag("bound_active", "bound(a)", when="has_rules"),
+    _flag("bound_flip", "bound(a) != bound(g)", "estimators", when="has_rules"),
+    _flag("bound_lower_flip", "below(a) != below(g)", "estimators", when="has_lower_bound"),
+    Metric("grad_weight", "W(a)", True),
+    Metric("grad_weight_abs_error", "abs(W(a) - W(g))", True, "estimators"),
+    Metric("true_grad_weight", "W(g)", True, "estimators", sketch=False),
+    Metric("drift", "abs(g - b)", True, "ground_truth"),
+    Metric("prob_drift", "abs(exp(g) - exp(b))", True, "ground_truth"),
+    Metric("exp_abs_drift", "w(abs(g - b))", True, "ground_truth"),
+    _flag("sequence_clip_active", "C(s(a))", per="sequence", when="has_sequence_clip"),
+    _flag("sequence_clip_flip", "C(s(a)) != C(s(g))", "estimators", per="sequence", when="has_sequence_clip"),
+    _flag(
+        "sequence_bound_active", "bound(a) on a token of the sequence", per="sequence", when="sequence_rules"
+    ),
+    _flag(
+        "sequence_bound_flip",
+        "sequence_bound_active(a) != sequence_bound_active(g)",
+        "estimators",
+        per="sequence",
+        when="sequence_rules",
+    ),
+    *VERL_DIAGNOSTICS,
+)
+METRICS: tuple[str, ...] = tuple(m.name for m in METRIC_TABLE)
+TRUTH_ONLY_METRICS = tuple(m.name for m in METRIC_TABLE if m.of == "ground_truth")
+ESTIMATOR_ONLY_METRICS = tuple(m.name for m in METRIC_TABLE if m.of == "estimators")
+
+
+def metrics_for(method: str, loss: object | None = None) -> tuple[Metric, ...]:
+    """The metrics reported for `method` under `loss` (an `evaluator.formulas.loss.Loss`: a metric whose
+    decision the loss does not have is left out); every metric any loss has for None."""
+    kind = "ground_truth" if method == "ground_truth" else "estimators"
+    return tuple(
+        m
+        for m in METRIC_TABLE
+        if m.of in ("all", kind) and (m.when is None or loss is None or getattr(loss, m.when))
+    )
+
 
 # Figures derived from the exact sums of several metrics (DOMAIN.md 3b), per run and staleness range:
 # what `decision_*` and `weight_*` views report, and what the gate can judge besides a metric's stat.
 FIGURES: dict[str, str] = {
-    "gradient_mass_error": "sum grad_weight_abs_error / the ground truth's sum grad_weight",
+    "gradient_mass_error": "sum grad_weight_abs_error / sum true_grad_weight (on the same tokens)",
     "clip_flip_rate": "mean clip_flip",
     "bound_flip_rate": "mean bound_flip",
+    "dual_clip_flip_rate": "mean dual_clip_flip",
+    "bound_lower_flip_rate": "mean bound_lower_flip",
+    "sequence_clip_flip_rate": "mean sequence_clip_flip (over sequences)",
+    "sequence_bound_flip_rate": "mean sequence_bound_flip (over sequences)",
+    "excess_gradient_mass_error": "gradient_mass_error minus the engine floor's (rollout at staleness 0)",
+    "excess_clip_flip_rate": "clip_flip_rate minus the engine floor's",
+    "excess_bound_flip_rate": "bound_flip_rate minus the engine floor's",
     "ess_fraction": "(sum w)^2 / (n sum w^2) of w = behave_imp_weight",
     "chi2": "n sum w^2 / (sum w)^2 - 1 of w = behave_imp_weight",
     "kl_k1": "mean -r of r = behave_approx_kl",
@@ -61,143 +158,43 @@ FIGURES: dict[str, str] = {
     "kl_k3": "mean exp(r) - 1 - r",
     "safe_staleness": "the largest staleness s such that every staleness <= s with enough tokens meets the "
     "tolerance",
+    "safe_staleness_beyond_floor": "the same, judging each staleness's excess over the engine floor",
+    "floor_gradient_mass_error": "the engine floor: rollout's gradient_mass_error at staleness 0; no method",
+    "floor_clip_flip_rate": "the engine floor: rollout's clip_flip_rate at staleness 0; no method",
     "warnings": "the number of data-driven warnings stored with the run (`run_findings`); no method",
 }
-ESTIMATOR_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate", "safe_staleness")
-RUN_FIGURES = ("warnings",)
+ESTIMATOR_FIGURES = (
+    "gradient_mass_error",
+    "clip_flip_rate",
+    "bound_flip_rate",
+    "dual_clip_flip_rate",
+    "bound_lower_flip_rate",
+    "sequence_clip_flip_rate",
+    "sequence_bound_flip_rate",
+    "excess_gradient_mass_error",
+    "excess_clip_flip_rate",
+    "excess_bound_flip_rate",
+    "safe_staleness",
+    "safe_staleness_beyond_floor",
+)
+RUN_FIGURES = ("warnings", "floor_gradient_mass_error", "floor_clip_flip_rate")
 """Figures of a whole run, judged without a method."""
 
 # Summary statistics every view carries for each (method, metric).
 STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
 
-PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
-    "run_summary": ("run_id", "method", "metric", *STATS),
-    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS),
-    "step_summary": ("run_id", "step", "method", "metric", *STATS),
-}
-# Views of store.sql that are a public interface too, with their columns (a test checks them).
-OTHER_PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
-    "step_staleness_summary": ("run_id", "step", "staleness", "method", "metric", "n", "mean", "min", "max"),
-    "pairing_summary": (
-        "run_id",
-        "interpolation",
-        "n",
-        "own_abs_error",
-        "shipped_abs_error",
-        "shipped_over_own",
-    ),
-    "mismatch_summary": ("run_id", "staleness", "n", "drift", "prob_drift", "exp_abs_drift", "floor_share"),
-    "run_findings": ("run_id", "rule", "column_name", "n_rows", "message", "found_at"),
-}
-
-QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
-
-
-def summary_sql(keys: Sequence[str], sketch_table: str, where: str = "TRUE") -> str:
-    """A query of `keys..., n, mean, min, max, p50, p90, p99` over the rows of the store that pass
-    `where` (SQL on the tables' columns), merged over every other column.
-
-    n, mean, min, max come from the exact moments (`metric_moments`). Quantiles (null for the 0/1 metrics,
-    which keep no sketch) merge the bucket counts of
-    `sketch_table` (`sketch_by_staleness` or `sketch_by_step`): the q-quantile is the representative value
-    of the first bucket, in value order, whose cumulative count exceeds the rank q * (n - 1), clamped to
-    the exact [min, max] (DDSketch's rule; `evaluator.formulas.sketch.sketch_quantile` is the numpy twin).
-    The public views and the gate's staleness-range checks all use this one query."""
-    k = ", ".join(keys)
-    r_keys, m_keys = (", ".join(f"{alias}.{key}" for key in keys) for alias in ("r", "m"))
-    ranks = ",\n           ".join(
-        f"min(r.bucket) FILTER (WHERE r.cum > {q:.2f} * (m.n - 1)) AS b_{name}"
-        for name, q in QUANTILES.items()
-    )
-    values = ",\n       ".join(
-        f"CASE WHEN q.b_{name} IS NOT NULL  -- greatest() and least() would skip a null\n"
-        f"            THEN least(greatest(proxaudit_bucket_value(q.b_{name}), m.min), m.max) END AS {name}"
-        for name in QUANTILES
-    )
-    return f"""
-WITH moments AS (
-    SELECT {k}, sum(n)::BIGINT AS n, sum(sum) / sum(n) AS mean, min(min) AS min, max(max) AS max
-    FROM metric_moments WHERE {where} GROUP BY {k}
-), buckets AS (
-    SELECT {k}, bucket, sum(count) AS c
-    FROM {sketch_table} WHERE {where} GROUP BY {k}, bucket
-), ranked AS (
-    SELECT *, sum(c) OVER (PARTITION BY {k} ORDER BY bucket
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum
-    FROM buckets
-), quantiles AS (
-    SELECT {r_keys},
-           {ranks}
-    FROM ranked r JOIN moments m USING ({k})
-    GROUP BY {r_keys}
+INTERVAL_FIGURES = (
+    "gradient_mass_error",
+    "clip_flip_rate",
+    "bound_flip_rate",
+    "dual_clip_flip_rate",
+    "bound_lower_flip_rate",
+    "sequence_clip_flip_rate",
+    "sequence_bound_flip_rate",
 )
-SELECT {m_keys}, m.n, m.mean, m.min, m.max,
-       {values}
-FROM moments m LEFT JOIN quantiles q USING ({k})"""
-
-
-def decision_sql(keys: Sequence[str], where: str = "TRUE") -> str:
-    """Per `keys` and estimator: the decision figures of DOMAIN.md 3b from the exact sums. n: tokens with
-    the ground truth; gradient_mass_error = sum grad_weight_abs_error / the ground truth's sum grad_weight
-    on the same cells; the flip and active rates are means of the 0/1 metrics; true_*_rate are the ground
-    truth's own clip and bound rates."""
-    k = ", ".join(keys)
-    rate = "sum(sum) FILTER (WHERE metric = '{0}') / sum(n) FILTER (WHERE metric = '{0}')"
-    return f"""
-WITH sums AS (
-    SELECT {k}, method,
-           coalesce(sum(n) FILTER (WHERE metric = 'grad_weight_abs_error'),
-                    sum(n) FILTER (WHERE metric = 'grad_weight'))::BIGINT AS n,
-           sum(sum) FILTER (WHERE metric = 'grad_weight') AS grad_weight,
-           sum(sum) FILTER (WHERE metric = 'grad_weight_abs_error') AS grad_weight_abs_error,
-           {rate.format("clip_flip")} AS clip_flip_rate,
-           {rate.format("bound_flip")} AS bound_flip_rate,
-           {rate.format("clip_active")} AS clip_active_rate,
-           {rate.format("bound_active")} AS bound_active_rate
-    FROM metric_moments
-    WHERE metric IN ('grad_weight', 'grad_weight_abs_error', 'clip_flip', 'bound_flip', 'clip_active',
-                     'bound_active') AND {where}
-    GROUP BY {k}, method
-)
-SELECT {", ".join(f"e.{key}" for key in keys)}, e.method, e.n,
-       e.grad_weight_abs_error / nullif(t.grad_weight, 0) AS gradient_mass_error,
-       e.clip_flip_rate, e.bound_flip_rate, e.clip_active_rate, e.bound_active_rate,
-       t.clip_active_rate AS true_clip_active_rate, t.bound_active_rate AS true_bound_active_rate
-FROM sums e JOIN sums t ON {" AND ".join(f"e.{key} = t.{key}" for key in keys)} AND t.method = 'ground_truth'
-WHERE e.method <> 'ground_truth'"""
-
-
-def weight_sql(keys: Sequence[str], where: str = "TRUE") -> str:
-    """Per `keys` and method (the ground truth too): weight diagnostics of DOMAIN.md 3b from the exact sums
-    of w = behave_imp_weight and r = behave_approx_kl = log w: ess_fraction = (sum w)^2 / (n sum w^2),
-    chi2 = n sum w^2 / (sum w)^2 - 1, and the KL estimators' means k1 = -r, k2 = r^2 / 2, k3 = w - 1 - r."""
-    k = ", ".join(keys)
-    return f"""
-WITH sums AS (
-    SELECT {k}, method,
-           sum(n) FILTER (WHERE metric = 'behave_imp_weight')::BIGINT AS n,
-           sum(sum) FILTER (WHERE metric = 'behave_imp_weight') AS w,
-           sum(sum_sq) FILTER (WHERE metric = 'behave_imp_weight') AS w2,
-           sum(sum) FILTER (WHERE metric = 'behave_approx_kl') AS r,
-           sum(sum_sq) FILTER (WHERE metric = 'behave_approx_kl') AS r2
-    FROM metric_moments WHERE metric IN ('behave_imp_weight', 'behave_approx_kl') AND {where}
-    GROUP BY {k}, method
-)
-SELECT {k}, method, n,
-       w * w / nullif(n * w2, 0) AS ess_fraction,
-       n * w2 / nullif(w * w, 0) - 1 AS chi2,
-       (0 - r) / n AS kl_k1,  -- not -r: a -0.0 when r is 0
-       r2 / (2 * n) AS kl_k2,
-       (w - r) / n - 1 AS kl_k3
-FROM sums"""
-
-
-DERIVED_VIEWS: dict[str, tuple[str, ...]] = {
-    "decision_summary": ("run_id",),
-    "decision_staleness_summary": ("run_id", "staleness"),
-    "weight_summary": ("run_id",),
-    "weight_staleness_summary": ("run_id", "staleness"),
-}
+"""The decision figures that carry a 95% interval (a bootstrap over steps)."""
+EXCESS_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate")
+"""... and an excess over the engine floor (the figure minus `rollout`'s at staleness 0)."""
 DECISION_COLUMNS = (
     "method",
     "n",
@@ -208,11 +205,87 @@ DECISION_COLUMNS = (
     "bound_active_rate",
     "true_clip_active_rate",
     "true_bound_active_rate",
+    "dual_clip_flip_rate",
+    "bound_lower_flip_rate",
+    "n_sequences",
+    "sequence_clip_flip_rate",
+    "sequence_bound_flip_rate",
+    "grad_weight_abs_error",
+    "true_grad_weight",
+    "n_steps",
+    *(f"{f}_{end}" for f in INTERVAL_FIGURES for end in ("lower", "upper")),
+    *(f"excess_{f}{end}" for f in EXCESS_FIGURES for end in ("", "_lower", "_upper")),
 )
 WEIGHT_COLUMNS = ("method", "n", "ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3")
-OTHER_PUBLIC_VIEWS |= {
-    view: (*keys, *(DECISION_COLUMNS if view.startswith("decision") else WEIGHT_COLUMNS))
-    for view, keys in DERIVED_VIEWS.items()
+ROLLOUT_CORR_COLUMNS = (
+    "method",
+    "n",
+    "n_sequences",
+    "rollout_is_mean",
+    "rollout_is_std",
+    "rollout_is_eff_sample_size",
+    "rollout_is_ratio_fraction_high",
+    "rollout_is_ratio_fraction_low",
+    "chi2_token",
+    "chi2_seq",
+    "rollout_is_seq_fraction_low",
+    "seq_is_ess_fraction",
+    "seq_geo_weight_mean",
+    "seq_geo_ess_fraction",
+    "log_ppl_diff",
+    "log_ppl_abs_diff",
+    "log_ppl_diff_max",
+    "log_ppl_diff_min",
+    "ppl_ratio",
+    "rollout_rs_token_k1_seq_masked_fraction",
+    "rollout_actor_probs_pearson_corr",
+    *(
+        f"rollout_rs_seq_{agg}_{k}_seq_{stat}"
+        for k in ("k1", "k2", "k3")
+        for agg in ("sum", "mean", "max")
+        if (k, agg) != ("k1", "max")
+        for stat in ("mean", "max")
+    ),
+)
+"""verl's names (its `rollout_corr/` keys without the prefix), with verl's definitions."""
+# The public views of views.sql, a stable interface, with their columns (a test checks them).
+PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
+    "run_summary": ("run_id", "method", "metric", *STATS),
+    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS),
+    "step_summary": ("run_id", "step", "method", "metric", *STATS),
+    "step_staleness_summary": ("run_id", "step", "staleness", "method", "metric", "n", "mean", "min", "max"),
+    "pairing_summary": (
+        "run_id",
+        "interpolation",
+        "n",
+        "own_abs_error",
+        "shipped_abs_error",
+        "shipped_over_own",
+    ),
+    "decision_summary": ("run_id", *DECISION_COLUMNS),
+    "decision_staleness_summary": ("run_id", "staleness", *DECISION_COLUMNS),
+    "weight_summary": ("run_id", *WEIGHT_COLUMNS),
+    "weight_staleness_summary": ("run_id", "staleness", *WEIGHT_COLUMNS),
+    "rollout_corr_summary": ("run_id", *ROLLOUT_CORR_COLUMNS),
+    "rollout_corr_staleness_summary": ("run_id", "staleness", *ROLLOUT_CORR_COLUMNS),
+    "mismatch_summary": ("run_id", "staleness", "n", "drift", "prob_drift", "exp_abs_drift", "floor_share"),
+    "engine_floor": (
+        "run_id",
+        "n",
+        "n_steps",
+        *(
+            f"{f}{end}"
+            for f in (
+                "gradient_mass_error",
+                "clip_flip_rate",
+                "bound_flip_rate",
+                "prob_drift",
+                "exp_abs_drift",
+            )
+            for end in ("", "_lower", "_upper")
+        ),
+    ),
+    "run_findings": ("run_id", "rule", "column_name", "n_rows", "message", "found_at"),
 }
 
 
@@ -225,63 +298,18 @@ class Tolerance:
     min_tokens: int = 1000
     """a staleness with fewer tokens is not judged"""
 
-    def sql(self) -> str:
-        """The call of the table macro `safe_staleness` with this tolerance."""
-        return (
-            f"safe_staleness(max_gradient_mass_error := {float(self.max_gradient_mass_error)!r}, "
-            f"max_clip_flip_rate := {float(self.max_clip_flip_rate)!r}, min_tokens := {int(self.min_tokens)})"
-        )
+    SQL = "safe_staleness(max_gradient_mass_error := ?, max_clip_flip_rate := ?, min_tokens := ?)"
+    """The call of the table macro `safe_staleness`, with `values()` as its parameters."""
+
+    def values(self) -> list[float | int]:
+        return [float(self.max_gradient_mass_error), float(self.max_clip_flip_rate), int(self.min_tokens)]
 
 
-# The safe staleness (DOMAIN.md 3b) for a tolerance: the largest staleness s such that every staleness
-# <= s with at least min_tokens tokens has gradient_mass_error <= max_gradient_mass_error and
-# clip_flip_rate <= max_clip_flip_rate; -1 when staleness 0 already fails; with no failure, the largest
-# staleness measured with enough tokens; null when no staleness has enough tokens.
-DEFAULT_TOLERANCE = _T = Tolerance()
-SAFE_STALENESS_MACRO = f"""
-CREATE OR REPLACE MACRO safe_staleness(max_gradient_mass_error := {_T.max_gradient_mass_error},
-                                       max_clip_flip_rate := {_T.max_clip_flip_rate},
-                                       min_tokens := {_T.min_tokens}) AS TABLE
-WITH levels AS (
-    SELECT run_id, method, staleness, n >= min_tokens AS enough,
-           coalesce(gradient_mass_error <= max_gradient_mass_error AND clip_flip_rate <= max_clip_flip_rate,
-                    false) AS ok
-    FROM decision_staleness_summary
-)
-SELECT run_id, method,
-       CASE WHEN NOT bool_or(enough) THEN NULL
-            ELSE coalesce(min(staleness) FILTER (WHERE enough AND NOT ok) - 1,
-                          max(staleness) FILTER (WHERE enough)) END::INTEGER AS safe_staleness,
-       count(*) FILTER (WHERE enough)::INTEGER AS measured_levels
-FROM levels GROUP BY run_id, method;
-"""
-
-
-def _public_views() -> str:
-    sketch_of = {
-        "run_summary": "sketch_by_staleness",
-        "staleness_summary": "sketch_by_staleness",
-        "step_summary": "sketch_by_step",
-    }
-    views = [
-        f"CREATE OR REPLACE VIEW {view} AS {summary_sql(columns[: -len(STATS)], sketch_of[view])};\n"
-        for view, columns in PUBLIC_VIEWS.items()
-    ]
-    views += [
-        f"CREATE OR REPLACE VIEW {view} AS "
-        f"{(decision_sql if view.startswith('decision') else weight_sql)(keys)};\n"
-        for view, keys in DERIVED_VIEWS.items()
-    ]
-    return "".join(views) + SAFE_STALENESS_MACRO
-
+DEFAULT_TOLERANCE = Tolerance()
 
 TABLE_DDL: str = (files("schemas") / "store.sql").read_text()
 """The tables (idempotent)."""
-VIEWS_DDL: str = (files("schemas") / "views.sql").read_text() + _public_views()
+VIEWS_DDL: str = (files("schemas") / "views.sql").read_text()
 """The macros and views, every statement a CREATE OR REPLACE."""
 STORE_DDL: str = TABLE_DDL + VIEWS_DDL
 """What a writer runs on every open of its working copy."""
-TEMP_VIEWS_DDL: str = VIEWS_DDL.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW").replace(
-    "CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"
-)
-"""What a reader runs: proxaudit's views and macros as temporary objects, which shadow the file's own."""

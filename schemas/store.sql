@@ -1,4 +1,4 @@
--- proxaudit metrics store (DuckDB), store schema version 4: the tables. Idempotent: run on every open for
+-- proxaudit metrics store (DuckDB), store schema version 5: the tables. Idempotent: run on every open for
 -- writing. Tables are internal; the views of views.sql (and schemas/store.py) are the public interface.
 -- A file is ingested in one transaction; its rows carry its file_id (but the staleness sketches, merged
 -- at publish) and its summaries merge with those of other files by plain sums.
@@ -104,4 +104,40 @@ CREATE TABLE IF NOT EXISTS run_check (
     why        VARCHAR NOT NULL,           -- the rule found, or why the data cannot decide
     checked_at TIMESTAMP NOT NULL,
     PRIMARY KEY (run_id, check_name)
+);
+
+-- Every metric's definition (schemas/store.py METRIC_TABLE), written by each replay: what a store's
+-- metrics mean, and which are 0/1 (their quantiles follow from their mean).
+CREATE TABLE IF NOT EXISTS metric_definition (
+    metric      VARCHAR PRIMARY KEY,
+    formula     VARCHAR NOT NULL,
+    needs_truth BOOLEAN NOT NULL,
+    methods     VARCHAR NOT NULL,          -- all, estimators or ground_truth
+    per         VARCHAR NOT NULL,          -- token, or sequence (n counts sequences)
+    is_binary   BOOLEAN NOT NULL
+);
+
+-- 95% intervals of the decision figures and of their excess over the engine floor (rollout at staleness
+-- 0), by a bootstrap over steps (evaluator/formulas/bootstrap.py), recomputed at every publish for each
+-- run (staleness NULL) and each (run, staleness); the views join them.
+CREATE TABLE IF NOT EXISTS decision_interval (
+    run_id       VARCHAR NOT NULL,
+    staleness    INTEGER,
+    method       VARCHAR NOT NULL,
+    n_steps      INTEGER NOT NULL,
+    figure       VARCHAR NOT NULL,
+    lower        DOUBLE,
+    upper        DOUBLE,
+    excess_lower DOUBLE,
+    excess_upper DOUBLE
+);
+
+-- ... and of the error metrics' means.
+CREATE TABLE IF NOT EXISTS mean_interval (
+    run_id    VARCHAR NOT NULL,
+    staleness INTEGER,
+    method    VARCHAR NOT NULL,
+    metric    VARCHAR NOT NULL,
+    lower     DOUBLE,
+    upper     DOUBLE
 );

@@ -7,15 +7,14 @@ Exit codes: 0 clean / pass, 1 a file broke a rule or a check failed, 2 usage err
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from evaluator import __version__
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
 from evaluator.cli.exchange import export_cmd, import_cmd
+from evaluator.cli.loss import loss_choice, loss_command, loss_options
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
-from evaluator.errors import UsageError
 
 SUMMARY_VIEWS = {
     "run": "every metric per run",
@@ -26,6 +25,8 @@ SUMMARY_VIEWS = {
     "decision-staleness": "the decision figures per staleness",
     "weights": "ESS, chi2 and KL estimators of the behaviour weights",
     "weights-staleness": "... per staleness",
+    "rollout-corr": "verl's rollout_corr diagnostics of each method's weights, by verl's names",
+    "rollout-corr-staleness": "... per staleness",
     "mismatch": "the engine mismatch floor and its share of each staleness's drift",
 }
 
@@ -127,37 +128,13 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """
     from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
     from evaluator.gate.report import render_table, write_reports
+    from evaluator.summary import gate_verdict_text
 
     result = run_gate(db, thresholds or DEFAULT_THRESHOLDS, run=run_id)
     say(render_table(result))
+    say("\n" + gate_verdict_text(result))
     write_reports(result, junit=junit, markdown=markdown, json_path=json_path)
     sys.exit(result.exit_code)
-
-
-def _decision_params(params_file: str | None, **flags) -> object:
-    """The loss's thresholds for the decision metrics: DOMAIN.md's defaults, then the TOML file's keys,
-    then the flags given."""
-    import tomllib
-
-    from evaluator.formulas.decisions import DecisionParams
-
-    values = {}
-    if params_file is not None:
-        try:
-            values = tomllib.loads(Path(params_file).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-            raise UsageError(f"--params {params_file}: cannot read it as TOML: {error}") from None
-        unknown = set(values) - set(DecisionParams.__dataclass_fields__)
-        if unknown:
-            allowed = ", ".join(DecisionParams.__dataclass_fields__)
-            raise UsageError(
-                f"--params {params_file}: unknown key {sorted(unknown)[0]!r}; allowed: {allowed}"
-            )
-    values |= {k: v for k, v in flags.items() if v is not None}
-    try:
-        return DecisionParams(**values)
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"decision parameters: {error}") from None
 
 
 @cli.command()
@@ -168,20 +145,7 @@ def _decision_params(params_file: str | None, **flags) -> object:
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a terminal)."
 )
-@click.option(
-    "--params",
-    "params_file",
-    type=click.Path(dir_okay=False),
-    help="TOML file of the loss's thresholds: eps_low, eps_high, bound, bound_action (flags win).",
-)
-@click.option("--eps-low", type=float, help="PPO clips the ratio below 1 - eps_low [default: 0.2].")
-@click.option("--eps-high", type=float, help="... and above 1 + eps_high [default: 0.2].")
-@click.option("--bound", type=float, help="U: the behaviour weight bound [default: 5.0].")
-@click.option(
-    "--bound-action",
-    type=click.Choice(["mask", "clamp"]),
-    help="Above U the token is masked, or its weight clamped to U [default: mask].",
-)
+@loss_options
 @_max_staleness
 @click.option(
     "--ray",
@@ -195,15 +159,14 @@ def _decision_params(params_file: str | None, **flags) -> object:
     "object-storage URIs only with a local Ray).",
 )
 @library_errors
-def replay(
-    paths, db, progress, params_file, eps_low, eps_high, bound, bound_action, max_staleness, ray_address
-) -> None:
+def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None:
     """Validate the token logs in PATHS (files, folders, or object-storage URIs such as s3://bucket/prefix/,
     copied to a temporary folder first), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
-    one transaction. The decision metrics (clip and bound flips, gradient mass error) use the loss's
-    thresholds given here; a DB keeps one set of them. The data-driven findings are judged on the files
-    of this call: an error skips the run's files, a warning is printed and stored with the run.
+    one transaction. The decision metrics (clip and bound flips, gradient mass error) are computed under
+    the loss given here (`proxaudit loss` lists the presets); a DB keeps one loss. The data-driven
+    findings are judged on the files of this call: an error skips the run's files, a warning is printed
+    and stored with the run.
 
     Exit code 0 when every file was ingested or already there, 1 when a file broke a validation rule (it
     is skipped, the others are ingested), 2 for a usage error, a DB of other thresholds, or when no file
@@ -212,16 +175,15 @@ def replay(
     from evaluator.replay.pipeline import replay as replay_paths
     from evaluator.validate.report import findings_lines
 
-    params = _decision_params(
-        params_file, eps_low=eps_low, eps_high=eps_high, bound=bound, bound_action=bound_action
-    )
+    choice = loss_choice(**loss_keys)
+    say("\n".join(choice.lines()))
     echo = lambda outcome: say(outcome.line())  # noqa: E731
     report = replay_paths(
         paths,
         db,
         on_file=echo,
         progress=progress,
-        params=params,
+        loss=choice.loss,
         max_staleness=max_staleness,
         ray=ray_address,
     )
@@ -270,12 +232,14 @@ def summary(
     """Print the public views of DB: n, mean, min, max, p50, p90, p99 of every metric (--by run,
     staleness or step), or the derived figures: AReaL's shipped pairing, the decision figures with each
     method's safe staleness, the weight diagnostics, the engine mismatch floor."""
-    from evaluator.summary import NOTES, render, summary_table
+    from evaluator.summary import NOTES, compact, render, summary_table, verdict_text
     from schemas.store import Tolerance
 
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
-    say(render(table, fmt), fmt)
+    say(render(compact(table, by) if fmt == "table" else table, fmt), fmt)
+    if fmt == "table" and by == "decision":
+        say("\n" + verdict_text(db, tolerance, run_id, method))
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
 
@@ -294,6 +258,7 @@ def query(db, sql, fmt) -> None:
 
 
 cli.add_command(import_cmd)
+cli.add_command(loss_command)
 cli.add_command(export_cmd)
 for command in (bench, train_demo, dashboard, demo):
     cli.add_command(command)

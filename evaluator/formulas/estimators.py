@@ -16,15 +16,9 @@ versions.
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
-F64 = NDArray[np.float64]
-
-
-def _same_shape(**arrays: np.ndarray) -> None:
-    shapes = {name: np.shape(a) for name, a in arrays.items()}
-    if len({s for s in shapes.values() if s != ()}) > 1:
-        raise ValueError(f"shapes differ: {shapes}")
+from evaluator.formulas import F64, check_shapes
 
 
 def alpha(v_prox: ArrayLike, v_behave: ArrayLike, v_theta: ArrayLike) -> F64:
@@ -33,7 +27,7 @@ def alpha(v_prox: ArrayLike, v_behave: ArrayLike, v_theta: ArrayLike) -> F64:
     `v_theta == v_behave` (theta is the behaviour policy) gives 0, so every estimate falls back to behave.
     """
     v_prox, v_behave, v_theta = (np.asarray(v, dtype=np.float64) for v in (v_prox, v_behave, v_theta))
-    _same_shape(v_prox=v_prox, v_behave=v_behave, v_theta=v_theta)
+    check_shapes(v_prox=v_prox, v_behave=v_behave, v_theta=v_theta)
     span = v_theta - v_behave
     ahead = span > 0
     ratio = np.divide(v_prox - v_behave, span, out=np.zeros(np.broadcast(v_prox, span).shape), where=ahead)
@@ -70,7 +64,7 @@ def loglinear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
     Exactly `behave` at alpha 0 and exactly `theta` at alpha 1 (no rounding).
     """
     behave, theta, alpha = (np.asarray(x, dtype=np.float64) for x in (behave, theta, alpha))
-    _same_shape(behave=behave, theta=theta, alpha=alpha)
+    check_shapes(behave=behave, theta=theta, alpha=alpha)
     return np.where(alpha == 1.0, theta, behave + alpha * (theta - behave))
 
 
@@ -82,7 +76,7 @@ def linear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
     (AReaL adds 1e-10 inside the log and floors at about -23.03; this form differs only below about -20.)
     """
     behave, theta, alpha = (np.asarray(x, dtype=np.float64) for x in (behave, theta, alpha))
-    _same_shape(behave=behave, theta=theta, alpha=alpha)
+    check_shapes(behave=behave, theta=theta, alpha=alpha)
     with np.errstate(divide="ignore"):
         return np.logaddexp(np.log1p(-alpha) + behave, np.log(alpha) + theta)
 
@@ -90,6 +84,13 @@ def linear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
 def rollout(behave: ArrayLike) -> F64:
     """rollout = behave: no correction at all (the baseline every estimator must beat)."""
     return np.asarray(behave, dtype=np.float64)
+
+
+def reuse_train_logp(theta: ArrayLike) -> F64:
+    """reuse_train_logp = theta: the training forward's log-prob as prox (AReaL's
+    `prox_logp_method: reuse_train_logp`, which forces one minibatch). Exact at minibatch 0 up to how far the
+    training forward is from the recompute forward (batch shapes, kernels, train-mode numerics)."""
+    return np.asarray(theta, dtype=np.float64)
 
 
 def proximal_t(proximal_t_logp: ArrayLike) -> F64:
@@ -133,6 +134,7 @@ def estimates(
         "loglinear_exact": loglinear(behave, theta, alpha_exact),
         "linear_exact": linear(behave, theta, alpha_exact),
         "rollout": rollout(behave),
+        "reuse_train_logp": reuse_train_logp(theta),
     }
     if proximal_t_logp is not None:
         out["proximal_t"] = proximal_t(proximal_t_logp)

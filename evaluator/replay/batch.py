@@ -16,25 +16,27 @@ batches costs one row of counts, not one per batch. `evaluator.replay.summarise`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.formulas.estimators import estimates
-from evaluator.formulas.metrics import Terms, Truth, metrics_for
+from evaluator.formulas.gradients import Sequences
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from evaluator.formulas.metrics import Coverage, Tokens, coverage, method_metrics, prox_terms
 from evaluator.formulas.sketch import bucket_code
 from evaluator.replay.accumulators import Moments, SketchCounts
 from evaluator.replay.pairing import previous_versions
-from schemas.store import METHODS
+from schemas.store import METHODS, metrics_for
 from schemas.token_log import LOGP_COLUMNS
 
 SERIES: tuple[tuple[str, str], ...] = tuple(
     (method, m.name) for method in METHODS for m in metrics_for(method)
 )
+"""Every (method, metric) any loss has; a replay fills those of its loss."""
 SERIES_ID: dict[tuple[str, str], int] = {s: i for i, s in enumerate(SERIES)}
 INPUT_COLUMNS = (
     "run_id",
@@ -53,29 +55,37 @@ INPUT_COLUMNS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
+class Cells:
+    """The (run, step, staleness) cells of a batch's tokens, in sorted order, and how they roll up into
+    (run, step) and (run, staleness) cells."""
+
+    labels: dict[str, np.ndarray]  # run, step, staleness of each cell, (G,)
+    step_labels: dict[str, np.ndarray]  # run, step of each (run, step) cell, (G_step,)
+    stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) cell, (G_stale,)
+    step_of_group: np.ndarray  # (G,) the (run, step) cell of each cell
+    stale_of_group: np.ndarray  # (G,) the (run, staleness) cell of each cell
+
+
+@dataclass(frozen=True)
 class Groups:
-    """Tokens of a batch grouped by (run, step, staleness): per-token ids and per-group labels."""
+    """Tokens sorted by cell: each token's cell id (ascending) and the extent of each nonempty cell."""
 
-    group: np.ndarray  # (T,) group id, sorted ascending
-    labels: dict[str, np.ndarray]  # run, step, staleness of each (run, step, staleness) group, (G,)
-    step_labels: dict[str, np.ndarray]  # run, step of each (run, step) group
-    stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) group
-    step_of_group: np.ndarray  # (G,) the (run, step) group of each (run, step, staleness) group
-    stale_of_group: np.ndarray  # (G,) the (run, staleness) group of each (run, step, staleness) group
+    group: np.ndarray  # (T,) cell id of each token, sorted ascending
+    cells: Cells
+    present: np.ndarray = field(init=False)  # ids of the nonempty cells
+    n: np.ndarray = field(init=False)  # their token counts
+    starts: np.ndarray = field(init=False)  # their first token
 
-    def extents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids of the nonempty groups, their token counts, their first token), computed once."""
-        if not hasattr(self, "_extents"):
-            n = np.bincount(self.group, minlength=len(self.labels["step"]))  # (G,)
-            present = np.flatnonzero(n)
-            self._extents = present, n[present], (np.cumsum(n) - n)[present]
-        return self._extents
+    def __post_init__(self) -> None:
+        n = np.bincount(self.group, minlength=len(self.cells.labels["step"]))  # (G,)
+        present = np.flatnonzero(n)
+        for name, value in (("present", present), ("n", n[present]), ("starts", (np.cumsum(n) - n)[present])):
+            object.__setattr__(self, name, value)
 
     def subset(self, keep: np.ndarray | None) -> Groups:
-        if keep is None:
-            return self
-        return replace(self, group=self.group[keep])
+        """The tokens where `keep` is true (all of them for None)."""
+        return self if keep is None else Groups(self.group[keep], self.cells)
 
 
 def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,35 +96,38 @@ def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.cumsum(new) - 1, np.flatnonzero(new)
 
 
-def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
-    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order.
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(codes, value of each code, number of codes): small nonnegative integers in the order of `values`,
+    `values - min` when their range is no wider than their count (the usual batch), else their rank among
+    the distinct values (steps or staleness values far apart), so that packed keys never overflow."""
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < len(values):
+        return values - lo, np.arange(lo, hi + 1, dtype=values.dtype), hi - lo + 1
+    distinct, codes = np.unique(values, return_inverse=True)
+    return codes, distinct, len(distinct)
 
-    One int64 key per token, run * steps * staleness values wide; when valid but far-apart steps would
-    overflow it, the steps are first numbered densely (same order, same groups)."""
-    stale0, n_stale = staleness.min(), int(staleness.max() - staleness.min()) + 1
-    step_values = None
-    if (int(run.max()) + 1) * (int(step.max()) - int(step.min()) + 1) * n_stale >= 1 << 62:
-        step_values, step = np.unique(step, return_inverse=True)
-    step0 = step.min()
-    step_key = run * (int(step.max() - step0) + 1) + (step - step0)  # (T,)
-    order = np.argsort(step_key * n_stale + (staleness - stale0), kind="stable")
-    run, step, staleness, step_key = run[order], step[order], staleness[order], step_key[order]
-    group, first = _first_of_runs(step_key * n_stale + (staleness - stale0))
-    step_of_group, first_of_step = _first_of_runs(step_key[first])  # (G,), (G_step,) over the groups
-    step_first = first[first_of_step]  # (G_step,) first token of each (run, step) group
-    stale_key = run[first] * n_stale + (staleness[first] - stale0)  # (G,)
-    stale_unique, stale_of_group = np.unique(stale_key, return_inverse=True)
-    if step_values is not None:  # back from the dense numbers to the steps
-        step = step_values[step]
-    groups = Groups(
-        group=group,
-        labels={"run": run[first], "step": step[first], "staleness": staleness[first]},
-        step_labels={"run": run[step_first], "step": step[step_first]},
-        stale_labels={"run": stale_unique // n_stale, "staleness": stale_unique % n_stale + stale0},
+
+def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
+    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order."""
+    step_code, step_value, n_steps = _codes(step)
+    stale_code, stale_value, n_stale = _codes(staleness)
+    step_key = run * n_steps + step_code  # (T,) one per (run, step)
+    key = step_key * n_stale + stale_code  # (T,) one per (run, step, staleness)
+    order = np.argsort(key, kind="stable")
+    key, step_key = key[order], step_key[order]
+    group, first = _first_of_runs(key)  # (T,), (G,)
+    step_of_group, first_of_step = _first_of_runs(step_key[first])  # (G,), (G_step,)
+    run_of, step_of = np.divmod(step_key[first], n_steps)  # (G,) run and step code of each cell
+    stale_of = key[first] % n_stale  # (G,) staleness code of each cell
+    stale_unique, stale_of_group = np.unique(run_of * n_stale + stale_of, return_inverse=True)
+    cells = Cells(
+        labels={"run": run_of, "step": step_value[step_of], "staleness": stale_value[stale_of]},
+        step_labels={"run": run_of[first_of_step], "step": step_value[step_of[first_of_step]]},
+        stale_labels={"run": stale_unique // n_stale, "staleness": stale_value[stale_unique % n_stale]},
         step_of_group=step_of_group,
         stale_of_group=stale_of_group,
     )
-    return order, groups
+    return order, Groups(group, cells)
 
 
 @dataclass
@@ -144,7 +157,7 @@ def add_series(
     (T,))."""
     if len(values) == 0:
         return
-    present, n, starts = groups.extents()
+    present, n, starts = groups.present, groups.n, groups.starts
     mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)  # (G,)
     sums, squares = np.add.reduceat(values, starts), np.add.reduceat(values * values, starts)
     acc.moments.add(series, rows.group[present], n, sums, squares, mins, maxs)
@@ -159,8 +172,8 @@ def add_series(
     by_step, by_stale = histograms(
         np.ascontiguousarray(values),  # the loop reads the floats' bits
         groups.group,
-        groups.step_of_group,
-        groups.stale_of_group,
+        groups.cells.step_of_group,
+        groups.cells.stale_of_group,
         int(lo),
         int(hi - lo) + 1,
         len(rows.step),
@@ -185,15 +198,45 @@ def _run_codes(batch: pa.RecordBatch, runs: dict[str, int]) -> np.ndarray:
     return to_file[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
+def _cell_rows(acc: Summaries, groups: Groups) -> CellRows:
+    """The accumulators' rows of the groups' cells (new cells get new rows)."""
+    return CellRows(
+        acc.moments.cells.rows(groups.cells.labels),
+        acc.by_step.cells.rows(groups.cells.step_labels),
+        acc.by_staleness.cells.rows(groups.cells.stale_labels),
+    )
+
+
+def sequences_of(
+    batch: pa.RecordBatch, kept: np.ndarray, run: np.ndarray, step: np.ndarray, staleness: np.ndarray
+) -> tuple[np.ndarray, Groups]:
+    """Each loss token's sequence code and the sequences' groups. `kept`: the loss tokens' rows in file
+    order (a sequence's rows are contiguous: `evaluator.replay.reading`), `run`, `step`, `staleness` theirs.
+    A sequence is counted at its step and the staleness of its stalest token; codes follow the groups'
+    order, so per-sequence arrays are sorted by group."""
+    seq, mb = (_column(batch, k, np.int64)[kept] for k in ("seq_id", "minibatch"))
+    new = np.ones(len(kept), dtype=bool)
+    new[1:] = (run[1:] != run[:-1]) | (seq[1:] != seq[:-1]) | (mb[1:] != mb[:-1])
+    code = np.cumsum(new) - 1  # (T,) in file order
+    first = np.flatnonzero(new)  # (S,)
+    stalest = np.full(len(first), np.iinfo(np.int64).min)
+    np.maximum.at(stalest, code, staleness)
+    order, groups = group_tokens(run[first], step[first], stalest)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[order] = np.arange(len(first))
+    return rank[code], groups
+
+
 def add_batch(
     acc: Summaries,
     batch: pa.RecordBatch,
     runs: dict[str, int],
     resumes: pl.DataFrame,
-    params: DecisionParams = DEFAULT_PARAMS,
+    loss: Loss = DEFAULT_LOSS,
 ) -> int:
-    """Summarise one record batch into `acc`; returns its number of loss tokens. `resumes` are the file's
-    resumed-segment starts (`evaluator.replay.pairing`), `params` the loss's thresholds (DOMAIN.md 3b)."""
+    """Summarise one record batch of whole sequences into `acc`; returns its number of loss tokens.
+    `resumes` are the file's resumed-segment starts (`evaluator.replay.pairing`), `loss` the loss the
+    decision metrics are computed under."""
     kept = np.flatnonzero(batch.column("loss_mask").to_numpy(zero_copy_only=False))  # (T,) loss tokens
     if len(kept) == 0:
         return 0
@@ -201,6 +244,7 @@ def add_batch(
     prev_version = previous_versions(batch, run, resumes)  # (rows,) from every row, masked or not
     step = _column(batch, "step", np.int64)[kept]
     staleness = step - _column(batch, "behave_version", np.int64)[kept]
+    sequence, seq_groups = sequences_of(batch, kept, run[kept], step, staleness)
     order, groups = group_tokens(run[kept], step, staleness)
     kept = kept[order]  # the loss tokens' rows, sorted by group
     cols = {
@@ -210,15 +254,12 @@ def add_batch(
     }
     b, t = cols["behave_logp"], cols["theta_logp"]
     g = cols.get("prox_logp", np.full(len(b), np.nan))
-    has_truth = ~np.isnan(g)  # (T,)
-    n_tokens = np.bincount(groups.group)
-    n_prox = np.bincount(groups.group, weights=has_truth).astype(np.int64)
-    rows = CellRows(
-        acc.moments.cells.rows(groups.labels),
-        acc.by_step.cells.rows(groups.step_labels),
-        acc.by_staleness.cells.rows(groups.stale_labels),
+    rows, seq_rows = _cell_rows(acc, groups), _cell_rows(acc, seq_groups)
+    acc.moments.add_tokens(
+        rows.group,
+        np.bincount(groups.group),
+        np.bincount(groups.group, weights=~np.isnan(g)).astype(np.int64),
     )
-    acc.moments.add_tokens(rows.group, n_tokens, n_prox)
     per_method = estimates(
         behave_logp=b,
         theta_logp=t,
@@ -230,17 +271,20 @@ def add_batch(
         prev_version=prev_version[kept],
         proximal_t_logp=cols.get("proximal_t_logp"),
     )
-    truth = Truth(b=b, t=t, g=g, advantage=cols.get("advantage"), params=params)
+    sequences = Sequences(sequence[order], len(seq_groups.group))
+    tokens = Tokens(b=b, t=t, g=g, advantage=cols.get("advantage"), sequences=sequences)
+    truth = prox_terms(g, tokens, loss)
     for method, a in per_method.items():
-        covered = ~np.isnan(a)
-        keep = None if covered.all() else covered
-        terms = Terms(a, truth, keep)
-        on_all = groups.subset(keep)
-        on_truth = on_all.subset(None if terms.all_truth else terms.has_truth)
-        for metric in metrics_for(method):
-            values = metric.value(terms)
-            on = on_truth if metric.needs_truth else on_all
-            add_series(acc, SERIES_ID[method, metric.name], values, on, rows, metric.sketch)
+        on = coverage(method, a, tokens, loss)
+        grouped = Coverage(
+            groups.subset(on.estimated),
+            groups.subset(on.judged),
+            seq_groups.subset(on.estimated_sequences),
+            seq_groups.subset(on.judged_sequences),
+        )
+        for metric, values in method_metrics(method, a, tokens, truth, loss, on):
+            cells = seq_rows if metric.per == "sequence" else rows
+            add_series(acc, SERIES_ID[method, metric.name], values, grouped.of(metric), cells, metric.sketch)
     acc.by_step.maybe_flush()
     acc.by_staleness.maybe_flush()
     return int(len(order))

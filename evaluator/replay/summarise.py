@@ -1,6 +1,8 @@
 """Mergeable summaries of one token log, streamed over record batches and spread over CPU cores.
 
-A file is read in record batches of `BATCH_ROWS` rows (`evaluator.replay.batch` summarises each). A
+A file is read in record batches of whole sequences, about `BATCH_ROWS` rows each
+(`evaluator.replay.reading`; `evaluator.replay.batch` summarises each). A file whose sequences are not
+contiguous is replayed from a copy sorted by sequence (the batches would cut its sequences). A
 long file is cut into contiguous ranges of whole batches, one per thread (Parquet decoding, numpy on
 whole arrays and the compiled sketch loop of `evaluator.replay.kernels` release the GIL), or one per task
 on a cluster; each reads only its rows. The caller merges the ranges in file order: sketch counts are
@@ -12,58 +14,29 @@ for bit.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluator.errors import FileFailed
-from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.replay.accumulators import Moments
 from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
 from evaluator.replay.pairing import resumes_frame
+from evaluator.replay.reading import iter_batches, sequence_starts, sorted_copy
+from evaluator.replay.tasks import SummariseRange
 from evaluator.store import FileSummary
 
 BATCH_ROWS = 1 << 18
 MIN_BATCHES_PER_WORKER = 8
 """A range costs a task on a cluster (and its share of the GIL here); give each at least 2M rows."""
 Rows = dict[str, np.ndarray]
-
-
-def iter_batches(
-    path, batch_rows: int = BATCH_ROWS, rows: tuple[int, int] | None = None
-) -> Iterator[pa.RecordBatch]:
-    """The file's record batches (only the columns replay needs), of rows [start, end) if given.
-
-    `start` must be a multiple of `batch_rows`: a range yields the very batches (same rows) that reading
-    the whole file yields there, so its sums are the same."""
-    # pre_buffer (the default) keeps every column chunk read so far until the reader is closed: 350 MiB
-    # held at the end of a 20M-token file, and 2.5x slower here than reading each chunk when it is needed
-    parquet = pq.ParquetFile(path, pre_buffer=False)
-    columns = [c for c in INPUT_COLUMNS if c in parquet.schema_arrow.names]
-    if rows is None:
-        yield from parquet.iter_batches(batch_size=batch_rows, columns=columns)
-        return
-    start, end = rows
-    sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
-    bounds = np.cumsum([0, *sizes])  # (R + 1,) first row of each row group
-    first = int(np.searchsorted(bounds, start, side="right")) - 1
-    last = int(np.searchsorted(bounds, end, side="left"))
-    skip, todo, pending = start - int(bounds[first]), end - start, []
-    for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, row_groups=range(first, last)):
-        taken = batch.slice(min(skip, batch.num_rows), todo)
-        skip, todo = max(0, skip - batch.num_rows), todo - taken.num_rows
-        pending.append(taken)
-        while (have := sum(b.num_rows for b in pending)) >= batch_rows or (todo == 0 and have):
-            table = pa.Table.from_batches(pending).combine_chunks()
-            yield from table.slice(0, batch_rows).to_batches()
-            pending = table.slice(batch_rows).to_batches()
-        if todo == 0:
-            return
 
 
 @dataclass
@@ -73,30 +46,26 @@ class RangeSummary:
     runs: list[str]
     n_rows: int = 0
     n_tokens: int = 0
+    n_sequence_runs: int = 0  # rows that start a sequence: the file's sequences if they are contiguous
     batch_moments: list[tuple[Rows, Rows]] = field(default_factory=list)  # per batch: tokens, moments
     by_step: list[Rows] = field(default_factory=list)
     by_staleness: list[Rows] = field(default_factory=list)
 
 
 def summarise_range(
-    path,
-    rows: tuple[int, int] | None,
-    resumes: pa.Table,
-    params: DecisionParams,
-    batch_rows: int = BATCH_ROWS,
-    on_batch: Callable | None = None,
-    stop: threading.Event | None = None,
+    task: SummariseRange, on_batch: Callable[[int], None] | None = None, stop: threading.Event | None = None
 ) -> RangeSummary:
-    """Summarise rows [start, end) of `path` (the whole file for None) with the file's resumed-segment
-    starts (`FileFacts.resumes`) and the loss's thresholds: what one worker does. Once `stop` is set it
-    returns at the next batch, unfinished (its caller has given up)."""
-    acc, runs, resumes = Summaries(), {}, resumes_frame(resumes)
+    """Summarise the task's rows with the file's resumed-segment starts and the loss's thresholds: what one
+    range worker does. Once `stop` is set it returns at the next batch, unfinished (its caller has given
+    up)."""
+    acc, runs, resumes = Summaries(), {}, resumes_frame(task.resumes)
     out = RangeSummary(runs=[])
-    for batch in iter_batches(path, batch_rows, rows):
+    for batch in iter_batches(task.path, INPUT_COLUMNS, task.batch_rows, task.rows):
         if stop is not None and stop.is_set():
             break
+        out.n_sequence_runs += int(sequence_starts(batch, None).sum())
         acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
-        out.n_tokens += add_batch(acc, batch, runs, resumes, params)
+        out.n_tokens += add_batch(acc, batch, runs, resumes, task.loss)
         out.n_rows += batch.num_rows
         out.batch_moments.append((acc.moments.token_rows(), acc.moments.moment_rows()))
         if on_batch is not None:
@@ -124,41 +93,39 @@ def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS, cores: int | None
     return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
 
 
-def _summarise_ranges(
-    path, resumes: pa.Table, params: DecisionParams, batch_rows: int, workers: int | None, on_batch, range_map
-) -> list[RangeSummary]:
-    """The file's summary in one range per worker: threads of this process (none when there is one
-    range), or the tasks of `range_map` (a cluster's ordered map)."""
-    n_rows = pq.ParquetFile(path).metadata.num_rows
-    workers = default_workers(n_rows, batch_rows) if workers is None else workers
-    ranges = batch_ranges(n_rows, batch_rows, workers)
-    if len(ranges) < 2:
-        return [summarise_range(path, None, resumes, params, batch_rows, on_batch)]
-    if range_map is not None:
-        tasks = [("summarise_range", (path, r, resumes, params, batch_rows)) for r in ranges]
-        parts = []
-        for (lo, hi), part in zip(ranges, range_map(tasks), strict=True):  # in file order
-            if isinstance(part, FileFailed):
-                raise part
-            parts.append(part)
-            if on_batch is not None:
-                on_batch(hi - lo)
-        return parts
+RangeMap = Callable[[list[SummariseRange]], Iterator[RangeSummary | FileFailed]]
+"""A cluster's ordered map over range tasks (`evaluator.replay.ray_runner.RayRunner.map`)."""
+
+
+def _in_threads(tasks: list[SummariseRange], on_batch: Callable[[int], None] | None) -> list[RangeSummary]:
+    """The ranges in threads of this process, returned in file order; a range's error is the file's."""
     stop = threading.Event()  # an error or Ctrl-C here: every range stops at its next batch
-    with ThreadPoolExecutor(len(ranges), thread_name_prefix="proxaudit-range") as threads:
-        summaries = [
-            threads.submit(summarise_range, path, r, resumes, params, batch_rows, stop=stop) for r in ranges
-        ]
+    with ThreadPoolExecutor(len(tasks), thread_name_prefix="proxaudit-range") as threads:
+        futures = [threads.submit(task.run, stop=stop) for task in tasks]
         try:
             parts = []
-            for summary, (lo, hi) in zip(summaries, ranges, strict=True):  # in file order
-                parts.append(summary.result())  # a range's error is the file's
+            for task, future in zip(tasks, futures, strict=True):
+                parts.append(future.result())
                 if on_batch is not None:
-                    on_batch(hi - lo)
+                    on_batch(task.rows[1] - task.rows[0])
             return parts
         except BaseException:
             stop.set()
             raise
+
+
+def _on_cluster(
+    tasks: list[SummariseRange], range_map: RangeMap, on_batch: Callable[[int], None] | None
+) -> list[RangeSummary]:
+    """The ranges as tasks of a cluster, returned in file order; a range's failure is the file's."""
+    parts = []
+    for task, part in zip(tasks, range_map(tasks), strict=True):
+        if isinstance(part, FileFailed):
+            raise part
+        parts.append(part)
+        if on_batch is not None:
+            on_batch(task.rows[1] - task.rows[0])
+    return parts
 
 
 def _table(rows: list[Rows], runs: list[str], columns: tuple[str, ...]) -> pa.Table:
@@ -187,20 +154,42 @@ def _with_runs(rows: Rows, codes: np.ndarray) -> Rows:
 def summarise_file(
     path,
     resumes: pa.Table,
-    params: DecisionParams = DEFAULT_PARAMS,
+    loss: Loss = DEFAULT_LOSS,
     *,
-    on_batch=None,
+    n_sequences: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
     batch_rows: int = BATCH_ROWS,
     workers: int | None = None,
-    range_map=None,
+    range_map: RangeMap | None = None,
 ) -> FileSummary:
-    """Stream `path` batch by batch into its mergeable summaries, on `workers` processes (default: one
-    per core for a long file, else none), or as `workers` range tasks of `range_map` (an ordered map over
+    """Stream `path` batch by batch into its mergeable summaries, on `workers` threads (default: one per
+    core for a long file, else none), or as `workers` range tasks of `range_map` (an ordered map over
     tasks, `evaluator.replay.ray_runner.RayRunner.map`). `resumes`: the file's `FileFacts.resumes`;
-    `params`: the loss's thresholds for the decision metrics. `on_batch(rows)` reports progress."""
+    `loss`: the loss the decision metrics are computed under; `n_sequences`: the file's sequences (its
+    `FileFacts.sequences` rows), to check that they are contiguous (if not, a sorted copy is replayed).
+    `on_batch(rows)` reports progress."""
+    n_rows = pq.ParquetFile(path).metadata.num_rows
+    workers = default_workers(n_rows, batch_rows) if workers is None else workers
+    ranges = batch_ranges(n_rows, batch_rows, workers)
+    whole = SummariseRange(path, None, resumes, loss, batch_rows)
+    if len(ranges) < 2:
+        parts = [summarise_range(whole, on_batch)]
+    elif range_map is not None:
+        parts = _on_cluster([replace(whole, rows=r) for r in ranges], range_map, on_batch)
+    else:
+        parts = _in_threads([replace(whole, rows=r) for r in ranges], on_batch)
+    if n_sequences is not None and sum(p.n_sequence_runs for p in parts) != n_sequences:
+        with tempfile.TemporaryDirectory(prefix="proxaudit-sorted-") as folder:
+            copy = os.path.join(folder, "sorted.parquet")
+            sorted_copy(path, copy)
+            return summarise_file(copy, resumes, loss, batch_rows=batch_rows, workers=workers, range_map=None)
+    return _merged(parts)
+
+
+def _merged(parts: list[RangeSummary]) -> FileSummary:
+    """A file's summary from its ranges' (in file order), every sum folded batch by batch in file order."""
     runs: dict[str, int] = {}
     moments, by_step, by_staleness = Moments(len(SERIES)), [], []
-    parts = _summarise_ranges(path, resumes, params, batch_rows, workers, on_batch, range_map)
     for part in parts:  # in file order
         codes = np.array([runs.setdefault(r, len(runs)) for r in part.runs], dtype=np.int64)
         for tokens, batch_moments in part.batch_moments:

@@ -4,8 +4,9 @@ computed by the validator after its rules, and pooled over the files of a call b
 - `cells`, per (run, step, minibatch, staleness), over every row: loss tokens, masked rows, tokens with
   `prox_logp`, the sums of |prox - behave| (drift) and of its square, verl's |exp(prox) - exp(behave)|,
   NeMo-RL's exp|prox - behave|, |theta - prox|, |theta - behave|, how many tokens have behave exactly
-  equal to prox or to theta, theta exactly equal to prox, and behave exactly 0 where theta is below -0.1
-  (a placeholder), the step's n_minibatches (least and most), and an example token.
+  equal to prox or to theta, theta exactly equal to prox, prox exactly 0, behave exactly 0 (with prox,
+  and where theta is below -0.1: a placeholder), the step's n_minibatches (least and most), and an
+  example token.
 - from a sample of whole blocks of consecutive responses (`block_sample`; a file under
   `MAX_SAMPLE_ROWS` rows whole): the shape of each response (`shapes`: loss mask, advantage, reward,
   movement, repeats), GRPO groups (`groups`) and the proximal_t segments (`segments`), each as counts
@@ -20,7 +21,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from evaluator.formulas.decisions import LOG_WEIGHT_MAX
+from evaluator.formulas.gradients import LOG_WEIGHT_MAX
 from evaluator.validate import groups, segments, shapes
 from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
 
@@ -80,6 +81,8 @@ def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
                count(*) FILTER (WHERE loss_mask AND theta_logp = {prox}) AS theta_is_prox,
                count(*) FILTER (WHERE loss_mask AND behave_logp = 0 AND theta_logp < {PLACEHOLDER_THETA})
                    AS behave_zero,
+               count(*) FILTER (WHERE loss_mask AND {prox} = 0) AS prox_is_zero,
+               count(*) FILTER (WHERE loss_mask AND {prox} IS NOT NULL AND behave_logp = 0) AS behave_is_zero,
                min(seq_id) AS example_seq, arg_min(pos, seq_id) AS example_pos
         FROM src GROUP BY run_id, step, minibatch, staleness""").to_arrow_table()
 

@@ -21,6 +21,7 @@ from evaluator.validate import (
     check_minibatch,
     check_proximal_t,
     check_versions,
+    zero_prox,
 )
 from evaluator.validate.evidence import Evidence, split_runs
 from evaluator.validate.verdicts import Check, Undecided
@@ -36,6 +37,7 @@ CHECKS = (
     Check(
         "prox_fixed", ("prox_differs_across_minibatches", "prox_moves_with_theta"), check_minibatch.prox_fixed
     ),
+    Check("prox_logp_zero", ("prox_logp_zero",), zero_prox.prox_logp_zero),
     Check("behave_source", ("behave_is_prox", "behave_is_theta"), check_logp.exact_source),
     Check("behave_placeholder", ("behave_placeholder",), check_logp.placeholder),
     Check("engine_mismatch", ("engine_mismatch",), check_logp.engine_mismatch),
@@ -75,6 +77,15 @@ CHECKS = (
 """Every check, in the order of the report."""
 
 EXPLAINS = {
+    "prox_logp_zero": {
+        "engine_mismatch",
+        "drift_not_growing",
+        "version_count",
+        "prox_moves_with_theta",
+        "theta_equals_prox",
+        "proximal_t_misplaced",
+        "proximal_t_wrong_version",
+    },
     "behave_placeholder": {
         "prox_moves_with_theta",
         "drift_not_growing",
@@ -97,17 +108,16 @@ EXPLAINS = {
     "loss_mask_movement": {"advantage_not_centred"},
     "advantage_ignores_reward": {"advantage_not_centred"},
 }
-"""A finding that explains another's signal, one cause, one finding: placeholder behave log-probs (0)
-put a nonsense drift into every check that reads |prox - behave|; advantages that do not belong to their
-responses are not centred in their groups either; minibatch indices out of the
-update order put theta's start (equal to prox) at a later index; behave_logp taken from prox (or
-theta) puts every proximal_t farther from prox than behave, the last segment's proximal_t (the
-engine's generation log-prob) apart from behave, and no drift at any staleness; a proximal_t left
-(wholly or partly) at behave_logp is as far from prox as behave; an advantage of the wrong sign moves
-the policy against the one logged; a prox that follows theta or changes between minibatches, or
+"""A finding that explains another's signal, one cause, one finding: a prox_logp of zeros is all drift (and
+theta equal to it); placeholder behave log-probs (0) put a nonsense drift into every check that reads
+|prox - behave|; advantages that do not belong to their responses are not centred in their groups either;
+minibatch indices out of the update order put theta's start (equal to prox) at a later index; behave_logp
+taken from prox (or theta) puts every proximal_t farther from prox than behave, the last segment's
+proximal_t (the engine's generation log-prob) apart from behave, and no drift at any staleness; a
+proximal_t left (wholly or partly) at behave_logp is as far from prox as behave; an advantage of the wrong
+sign moves the policy against the one logged; a prox that follows theta or changes between minibatches, or
 versions that do not count the updates (a stalled counter among them), put drift of moved weights at
-staleness 0; the advantages of a response none of whose tokens is trained are read from its masked
-tokens."""
+staleness 0; the advantages of a response none of whose tokens is trained are read from its masked tokens."""
 
 
 def run_findings(
