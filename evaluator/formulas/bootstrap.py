@@ -56,4 +56,4 @@ def steps_to_decide(value: float, lower: float, upper: float, threshold: float, 
     gap, half = abs(value - threshold), (upper - lower) / 2
     if not gap > 0 or not np.isfinite(half):
         return None
-    return max(1, int(np.ceil(n_steps * (half / gap) ** 2)) - n_steps)
+    return max(1, int(np.ceil(round(n_steps * (half / gap) ** 2, 9))) - n_steps)
