@@ -71,9 +71,6 @@ class BlockSample:
         same[:-1] = self.resp[1:] == self.resp[:-1]
         return same
 
-    def has(self, column: str) -> bool:
-        return bool(np.isfinite(self.x[column]).any())
-
 
 def load_block_sample(con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int) -> BlockSample:
     """The rows of the chosen blocks of the view `src` (a file that broke no rule, of `n_rows` rows)."""
