@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 
-STORE_SCHEMA_VERSION = "4"
+STORE_SCHEMA_VERSION = "5"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (

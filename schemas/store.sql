@@ -1,4 +1,4 @@
--- proxaudit metrics store (DuckDB), store schema version 4: the tables. Idempotent: run on every open for
+-- proxaudit metrics store (DuckDB), store schema version 5: the tables. Idempotent: run on every open for
 -- writing. Tables are internal; the views of views.sql (and schemas/store.py) are the public interface.
 -- A file is ingested in one transaction; its rows carry its file_id (but the staleness sketches, merged
 -- at publish) and its summaries merge with those of other files by plain sums.
@@ -85,9 +85,25 @@ CREATE TABLE IF NOT EXISTS run_finding (
     rule        VARCHAR NOT NULL,
     column_name VARCHAR,
     n_rows      BIGINT NOT NULL,           -- the tokens the evidence is about
-    message     VARCHAR NOT NULL,          -- what was seen and what to check in the trainer
+    message     VARCHAR NOT NULL,          -- what was seen, example tokens and what to check in the trainer
     found_at    TIMESTAMP NOT NULL,
+    figure      DOUBLE,                    -- the figure the threshold judged
+    threshold   VARCHAR NOT NULL,          -- the threshold it crossed, e.g. '>= 95% of the stale tokens'
+    examples    VARCHAR NOT NULL,          -- a few tokens carrying the signal, 'step 3 seq_id 7 minibatch 0 pos 2; ...'
+    advice      VARCHAR NOT NULL,          -- what to check in the trainer, one line
     PRIMARY KEY (run_id, rule)
+);
+
+-- What each check of the findings made of each run at the latest replay that judged it: passed, found
+-- (its finding is in run_finding, or was an error), or undecided, with why (a column absent, one
+-- minibatch, too few tokens). The dashboard's Overview lists the undecided ones.
+CREATE TABLE IF NOT EXISTS run_check (
+    run_id     VARCHAR NOT NULL,
+    check_name VARCHAR NOT NULL,
+    status     VARCHAR NOT NULL,           -- passed, found or undecided
+    why        VARCHAR NOT NULL,           -- the rule found, or why the data cannot decide
+    checked_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, check_name)
 );
 
 -- Every metric's definition (schemas/store.py METRIC_TABLE), written by each replay: what a store's

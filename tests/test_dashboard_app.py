@@ -410,6 +410,16 @@ def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
     at = run_app(tmp_path / "m.duckdb", monkeypatch, page="overview")
     no_exception(at)
     assert "1 data-driven warning about builder" in at.warning[0].value
-    assert frame_with(at, "rule")["rule"].tolist() == ["loss_mask_edge"]
+    shown = frame_with(at, "rule")
+    assert shown["rule"].tolist() == ["loss_mask_edge"]
+    assert shown["figure"].iloc[0] == 1.0 and shown["threshold"].iloc[0].startswith(">= 90%")
+    assert (
+        shown["examples"].iloc[0].startswith("step 8 seq_id ")
+        and shown["what to check in the trainer"].iloc[0]
+    )
+    labels = [e.label for e in at.expander]
+    assert "loss_mask_edge: what was seen" in labels
+    undecided = next(label for label in labels if "could not decide" in label)
+    assert undecided.split()[0].isdigit() and "no alignment to test" in texts(at)
     clean = run_app(tmp_path / "m.duckdb", monkeypatch, page="drift")
     assert not clean.warning  # the Overview only

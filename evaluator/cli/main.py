@@ -63,10 +63,14 @@ def cli() -> None:
     type=click.Choice(["table", "json"]),
     default="table",
     show_default=True,
-    help="A readable table, or JSON (per file: path, n_rows, ok, readable, problems, notes).",
+    help="A readable table, or JSON (per file: path, n_rows, ok, readable, problems, notes; per run: "
+    "findings with their evidence, and every check's outcome).",
 )
 @click.option(
-    "-v", "--verbose", is_flag=True, help="Table: also show notes (what the alignment audit compared)."
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Table: also show notes (what the alignment audit compared) and the checks that passed.",
 )
 @_max_staleness
 @library_errors
@@ -84,9 +88,11 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
     from evaluator.validate.report import render_json, render_table
 
     checked = validate_paths(paths, max_staleness)
-    reports, findings = checked.reports, checked.findings
+    reports, findings, checks = checked.reports, checked.findings, checked.checks
     text = (
-        render_json(reports, findings) if fmt == "json" else render_table(reports, findings, verbose=verbose)
+        render_json(reports, findings, checks)
+        if fmt == "json"
+        else render_table(reports, findings, checks, verbose=verbose)
     )
     say(text, fmt)
     require_readable(reports)

@@ -28,7 +28,8 @@ import pyarrow as pa
 
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from evaluator.problems import Finding, Problem
+from evaluator.problems import CheckOutcome, Finding, Problem
+from evaluator.store import findings as stored_findings
 from evaluator.store.files import publish_copy, sibling
 from evaluator.store.intervals import refresh_intervals
 from evaluator.store.reader import StoreBusy, check_db_path, check_store
@@ -217,29 +218,12 @@ class StoreWriter:
             self.publish()
         return True
 
-    def record_findings(self, findings: Sequence[Finding]) -> None:
+    def record_findings(self, findings: Sequence[Finding], checks: Sequence[CheckOutcome] = ()) -> None:
         """Store the warnings of one replay about runs the store holds (one row per run and rule: a
-        rule that fires again replaces its row; one that does not keeps the row of earlier files)."""
-        if not findings:
-            return
-        found = pa.table(
-            {
-                "run_id": [f.run_id for f in findings],
-                "rule": [f.rule for f in findings],
-                "column_name": pa.array([f.column for f in findings], pa.string()),
-                "n_rows": pa.array([f.rows for f in findings], pa.int64()),
-                "message": [f.message for f in findings],
-            }
-        )
-        self.con.register("found", found)
-        try:
-            self.con.execute(
-                "INSERT OR REPLACE INTO run_finding SELECT *, now() FROM found "
-                "WHERE run_id IN (SELECT run_id FROM file_tokens)"
-            )
-        finally:
-            self.con.unregister("found")
-        self._dirty = True
+        rule that fires again replaces its row; one that does not keeps the row of earlier files), and
+        what every check made of those runs (`evaluator.store.findings`)."""
+        if stored_findings.record(self.con, findings, checks):
+            self._dirty = True
 
     def _insert(self, location: str, digest: str, summary: FileSummary) -> None:
         con = self.con

@@ -110,7 +110,8 @@ def check_file(path: Path) -> CheckedFile:
             checked.run_ids = sorted(set(facts.sequences["run_id"].to_pylist()))
         if not problems:
             checked.facts = facts
-            checked.evidence = gather(con, usable)
+            checked.evidence, notes = gather(con, usable, n_rows)
+            checked.report.notes += notes
     except duckdb.Error as error:
         problems.append(
             Problem("unreadable", None, 0, f"cannot read the data (truncated or corrupt?): {error}")
@@ -208,6 +209,12 @@ def _row_rules(usable: frozenset[str]) -> list[_RowRule]:
         rules.append(_RowRule("non_finite_logp", col, f"NOT isfinite({col})", f"`{col}` finite (or null)"))
         rules.append(
             _RowRule("positive_logp", col, f"isfinite({col}) AND {col} > 0", f"`{col}` <= 0", f"max({col})")
+        )
+    for col in (c for c in ("advantage", "reward") if c in usable):
+        rules.append(
+            _RowRule(
+                "non_finite_value", col, f"NOT isfinite({col})", f"`{col}` finite (or null): the loss uses it"
+            )
         )
     for col in (c for c in VERSION_COLUMNS if c in usable):
         rules.append(
