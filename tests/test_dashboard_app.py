@@ -4,6 +4,8 @@ that change what is read, URL state, a busy database, the gate verdict, and that
 from __future__ import annotations
 
 import hashlib
+import socketserver
+import threading
 from pathlib import Path
 
 import pytest
@@ -377,3 +379,66 @@ def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
     assert frame_with(at, "rule")["rule"].tolist() == ["loss_mask_edge"]
     clean = run_app(tmp_path / "m.duckdb", monkeypatch, page="drift")
     assert not clean.warning  # the Overview only
+
+
+class _Listener(socketserver.ThreadingTCPServer):
+    """A TCP server on 127.0.0.1 that records every connection it accepts (HTTP, TLS, anything)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.connections: list[bytes] = []
+        super().__init__(("127.0.0.1", 0), socketserver.BaseRequestHandler)
+
+    def verify_request(self, request, client_address) -> bool:
+        request.settimeout(2)
+        try:
+            self.connections.append(request.recv(4096))  # e.g. b"HEAD /bucket/b.parquet ... Authorization"
+        except OSError:
+            self.connections.append(b"")
+        return False
+
+
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "AKIAFAKEKEYID0000000",
+    "AWS_SECRET_ACCESS_KEY": "fake",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+CRAFTED = {
+    "s3 endpoint option": "s3://bucket/b.parquet?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1",
+    "s3 credentials, host": "s3://AKIA:secret@127.0.0.1:{port}/b.parquet?scheme=http",
+    "gs endpoint option": "gs://bucket/b.parquet?endpoint_override=127.0.0.1:{port}&scheme=http&anonymous=true",
+    "http": "http://127.0.0.1:{port}/b.parquet",
+    "hdfs": "hdfs://127.0.0.1:{port}/b.parquet",
+}
+
+
+@pytest.mark.parametrize("uri", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, monkeypatch, uri):
+    """A store is data a colleague can hand you: the file URI it records for the token inspector must
+    never choose a host, a scheme, credentials or filesystem options. The user's (fake) AWS credentials
+    are in the environment; nothing may connect to the listener the URI names."""
+    import duckdb
+
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+
+    log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="c"), 3, 1), tmp_path / "c.parquet")
+    replay([log], tmp_path / "m.duckdb", progress=False)
+    listener = _Listener()
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    try:
+        with duckdb.connect(str(tmp_path / "m.duckdb")) as con:
+            con.execute("UPDATE ingested_file SET path = ?", [uri.format(port=listener.server_address[1])])
+        for key, value in FAKE_AWS.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        at = run_app(tmp_path / "m.duckdb", monkeypatch, page="tokens", step="3")
+        no_exception(at)
+        assert "not reachable" in at.warning[0].value
+    finally:
+        listener.shutdown()
+        listener.server_close()
+    assert listener.connections == []

@@ -220,6 +220,24 @@ class TestTamperedAndCraftedStores:
         finally:
             Path(path).write_bytes(original)
 
+    def test_the_inspector_hashes_no_file_but_a_parquet_file_of_the_recorded_rows(
+        self, store, tmp_path, monkeypatch
+    ):
+        """A crafted store's paths are data: relative, `file://`, a folder, a device, a file that is not
+        Parquet or has another row count are not reachable, and none of them is read whole."""
+        from dashboard import queries, raw_logs
+
+        hashed = []
+        monkeypatch.setattr(raw_logs, "file_digest", lambda path: hashed.append(path) or "0" * 64)
+        other = logs(tmp_path / "other", n=1, run_id="o", tokens_per_step=256)[0]
+        (tmp_path / "big.bin").write_bytes(b"x" * 100_000)
+        for path in ["logs/r-0.parquet", f"file://{tmp_path}/logs/r-0.parquet", str(tmp_path), "/dev/zero",
+                     str(tmp_path / "big.bin"), str(other), f"{tmp_path}/logs/r-*.parquet"]:  # fmt: skip
+            with duckdb.connect(str(store)) as con:
+                con.execute("UPDATE ingested_file SET path = ?", [path])
+            assert not queries.log_files(store, "r", 4)["reachable"].any(), path
+        assert hashed == []
+
 
 class TestReports:
     NASTY = "run\x1b[31m-red\x07\x00"
