@@ -84,6 +84,35 @@ class TestExtremeButValidValues:
         assert groups_far.labels["step"].tolist() == [0, 0, 7, 3_000_000_000, 3_000_000_000]
 
 
+class TestUnboundedStrings:
+    """The store repeats a run's id on every row of its summaries: a long one is refused by a rule, named
+    with the file and the column, before anything is summarised (replay of a 576-row file with a
+    20,000-character run_id peaked at 4.3 GB; BENCHMARKS.md)."""
+
+    def test_a_run_id_beyond_200_bytes_is_a_rule_in_validate_and_replay(self, tmp_path):
+        logs(tmp_path / "logs", n=1)
+        t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=64, mean_length=16), 4, 9).slice(0, 576)
+        for name, run_id in {"long": "r" * 20_000, "euro": "\u20ac" * 67, "accent": "\u00e9" * 100}.items():
+            write_log_atomic(
+                set_column(t, "run_id", pa.array([run_id] * 576)), tmp_path / "logs" / f"{name}.parquet"
+            )
+        long = tmp_path / "logs" / "long.parquet"
+        result = run("validate", str(long))
+        assert result.exit_code == EXIT_FINDINGS
+        assert f"{long}" in result.output and "run_id_too_long" in result.output
+        assert "at most 200 bytes" in result.output and "worst found 20000" in result.output
+        assert "pos_gap" not in result.output and "r" * 300 not in result.output
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        assert result.exit_code == EXIT_FINDINGS
+        lines = {line.split(":")[0]: line for line in result.output.splitlines()}
+        assert "skipped: run_id_too_long on run_id (576 rows)" in lines[str(long)]
+        assert (
+            "skipped: run_id_too_long on run_id (576 rows)" in lines[str(tmp_path / "logs" / "euro.parquet")]
+        )
+        stored = table(tmp_path / "m.duckdb", "SELECT DISTINCT run_id FROM file_tokens ORDER BY 1")
+        assert stored == [("r",), ("\u00e9" * 100,)]  # 200 bytes: within the limit
+
+
 def pc_add(column: pa.ChunkedArray, k: int) -> pa.Array:
     return pa.array(column.to_numpy() + k, pa.int64())
 

@@ -32,6 +32,7 @@ from schemas.token_log import (
     COLUMNS,
     COLUMNS_BY_NAME,
     LOGP_COLUMNS,
+    RUN_ID_MAX_BYTES,
     SCHEMA_VERSION_KEY,
     SUPPORTED_SCHEMA_VERSIONS,
     VERSION_COLUMNS,
@@ -100,6 +101,8 @@ def check_file(path: Path) -> CheckedFile:
     try:
         _open_source(con, path)
         problems += _row_problems(con, usable)
+        if any(p.rule == "run_id_too_long" for p in problems):
+            return checked  # every later pass groups by run_id: a long one costs memory per sequence
         problems += sequence_problems(con, usable)
         rows_ok = not problems
         audit_problems, notes, checked.audit = audit.audit_alignment(con, usable, n_rows)
@@ -204,6 +207,17 @@ def _row_rules(usable: frozenset[str]) -> list[_RowRule]:
         for c in COLUMNS
         if c.required and c.name in usable
     ]
+    if "run_id" in usable:
+        rules.append(
+            _RowRule(
+                "run_id_too_long",
+                "run_id",
+                f"strlen(run_id) > {RUN_ID_MAX_BYTES}",
+                f"`run_id` at most {RUN_ID_MAX_BYTES} bytes (UTF-8): the store repeats it on every row of "
+                "the run's summaries",
+                "max(strlen(run_id))",
+            )
+        )
     for col in (c for c in LOGP_COLUMNS if c in usable):
         rules.append(_RowRule("non_finite_logp", col, f"NOT isfinite({col})", f"`{col}` finite (or null)"))
         rules.append(
