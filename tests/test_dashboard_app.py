@@ -4,6 +4,7 @@ that change what is read, URL state, a busy database, the gate verdict, and that
 from __future__ import annotations
 
 import hashlib
+import re
 import socketserver
 import threading
 from pathlib import Path
@@ -213,7 +214,7 @@ def test_gate_verdict_on_the_overview(fixture_store, tmp_path, monkeypatch):
     bad.write_text("[[check]]\nmethod = 'no_such_method'\n")
     at = run_app(fixture_store, monkeypatch, page="overview", run="recompute", thresholds=bad)
     no_exception(at)
-    assert at.error[0].value.startswith("Gate:") and plain("bad.toml") in at.error[0].value
+    assert at.error[0].value.startswith("Gate:") and "bad.toml" in at.error[0].value
     assert len(at.get("plotly_chart")) == CHARTS["overview"]  # the rest of the page still renders
 
 
@@ -375,7 +376,7 @@ def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
     replay([tmp_path / "logs"], tmp_path / "m.duckdb", progress=False)
     at = run_app(tmp_path / "m.duckdb", monkeypatch, page="overview")
     no_exception(at)
-    assert "1 data-driven warning about builder" in at.warning[0].value
+    assert f"1 data-driven warning about {plain('builder')}" in at.warning[0].value
     assert frame_with(at, "rule")["rule"].tolist() == ["loss_mask_edge"]
     clean = run_app(tmp_path / "m.duckdb", monkeypatch, page="drift")
     assert not clean.warning  # the Overview only
@@ -442,3 +443,42 @@ def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, m
         listener.shutdown()
         listener.server_close()
     assert listener.connections == []
+
+
+HOSTILE = (
+    "see https://evil.example/x www.evil.example a@evil.example <a href='https://evil.example'>x</a> "
+    "[t](https://evil.example) ![i](https://evil.example/i.png) :red[**big**] $x$"
+)
+
+
+def outside_code(markdown: str) -> str:
+    """The text of `markdown` outside its inline code spans (a run of backticks up to the same run), its
+    backslash escapes resolved: what GitHub Markdown's autolinking then reads."""
+    text = re.sub(r"(?<!`)(`+)(?!`).*?(?<!`)\1(?!`)", "", markdown, flags=re.S)
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def test_values_from_the_data_are_inert_text(tmp_path, monkeypatch):
+    """A run_id and a file path that look like links, HTML, Markdown, an icon or a formula are shown as
+    code spans on every page (never a link: GitHub Markdown autolinks a URL even with its characters
+    escaped), and Plotly gets them HTML-escaped."""
+    import duckdb
+
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+
+    spec = SyntheticSpec(run_id=HOSTILE, prox_every=0, with_proximal_t=False)  # the pages say why empty
+    replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "h.parquet")], tmp_path / "m.duckdb")
+    with duckdb.connect(str(tmp_path / "m.duckdb")) as con:
+        con.execute("UPDATE ingested_file SET path = ?", [f"/nowhere/{HOSTILE}.parquet"])
+    named = set()
+    for page in PAGES:
+        at = run_app(tmp_path / "m.duckdb", monkeypatch, page=page)
+        no_exception(at)
+        shown = texts(at)
+        assert "evil.example" not in outside_code(shown), page
+        if HOSTILE in shown:  # inside a code span
+            named.add(page)
+        assert all("<a href" not in chart.proto.spec for chart in at.get("plotly_chart")), page
+    assert {"overview", "drift", "compare", "tokens"} <= named

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -83,14 +84,14 @@ def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
     return value
 
 
-_MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()#+-.!|<>~$:&"})
-
-
 def plain(value: object) -> str:
-    """A value from the store as literal Markdown: every Markdown character escaped and control
-    characters spelled out, so a crafted run_id or path shows as the text it is (never a link, an image,
-    a heading or an icon)."""
-    return printable(str(value)).translate(_MARKDOWN_SPECIAL)
+    """A value from the data as inert Markdown: an inline code span, whose text is shown as it is, never
+    as a link (Markdown's autolinks turn `www.x.org` or `a@b.org` into links even when escaped), an
+    image, HTML, an icon or a formula; control characters are spelled out (`printable`). (Streamlit
+    rewrites `:material/` to `:material_` before parsing, inside code too.)"""
+    text = printable(str(value))
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"  # CommonMark strips one space on each side of a code span
 
 
 def seed(key: str, default: Any, parse: Callable[[str], Any] = str) -> None:
