@@ -269,21 +269,33 @@ class TestTamperedAndCraftedStores:
 
 
 class TestReports:
-    NASTY = "run\x1b[31m-red\x07\x00"
+    # C0 and C1 controls (U+009B is a CSI on many terminals), a bidi override and isolate, a zero width, a
+    # line separator; then what Markdown would make a link of
+    NASTY = "run\x1b[31m-red\x07\x00\x9b31m\u202edne\u2066\u200b\u2028 https://evil.example [x](https://e.example)"
+    RAW = ("\x1b", "\x00", "\x07", "\x9b", "\u202e", "\u2066", "\u200b", "\u2028")
+    SPELLED = ("\\x1b[31m", "\\x9b31m", "\\u202e", "\\u2066", "\\u200b", "\\u2028")
 
-    def test_control_characters_never_reach_the_terminal_or_break_junit(self, tmp_path):
+    def test_control_and_format_characters_never_reach_the_terminal_or_break_reports(self, tmp_path):
         t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 4)
         nasty = t.set_column(0, "run_id", pa.array([self.NASTY] * t.num_rows))
         write_log_atomic(nasty, tmp_path / "logs" / "nasty.parquet")
         db = tmp_path / "m.duckdb"
         assert run("replay", str(tmp_path / "logs"), "--db", str(db)).exit_code == EXIT_OK
         reports = ["--junit", str(tmp_path / "j.xml"), "--markdown", str(tmp_path / "g.md")]
-        for args in (["summary", "--db", str(db)], ["gate", "--db", str(db), *reports]):
+        for args in (
+            ["summary", "--db", str(db)],
+            ["gate", "--db", str(db), *reports],
+            ["query", "--db", str(db), "SELECT DISTINCT run_id FROM run_summary"],
+        ):
             output = run(*args).output
-            assert "\x1b" not in output and "\x00" not in output and "\\x1b[31m" in output
+            assert not any(c in output for c in self.RAW), args[0]
+            assert all(c in output for c in self.SPELLED), args[0]
         cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")  # well-formed XML
-        assert any("\\x1b" in case.get("classname") for case in cases)
-        assert "\x1b" not in (tmp_path / "g.md").read_text()
+        assert any("\\x9b31m" in case.get("classname") for case in cases)
+        markdown = (tmp_path / "g.md").read_text()
+        assert not any(c in markdown for c in self.RAW)
+        # the run is a code span in the table (GitHub renders the step summary: no link, no image)
+        assert "` run\\x1b[31m-red" in markdown and "example) ` |" in markdown
 
     @pytest.mark.parametrize("value", ["1e308", "-1e308", "1e101"])
     def test_absurd_thresholds_are_exit_2(self, store, tmp_path, value):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +14,7 @@ import streamlit as st
 from dashboard import queries
 from dashboard.queries import Filters
 from evaluator.store import StoreBusy
-from evaluator.text_table import printable
+from evaluator.text_table import markdown_code
 from schemas.store import METHODS
 
 ESTIMATORS = tuple(m for m in METHODS if m != "ground_truth")
@@ -85,13 +84,11 @@ def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
 
 
 def plain(value: object) -> str:
-    """A value from the data as inert Markdown: an inline code span, whose text is shown as it is, never
+    """A value from the data as inert Markdown (`markdown_code`): shown as the characters it is, never
     as a link (Markdown's autolinks turn `www.x.org` or `a@b.org` into links even when escaped), an
-    image, HTML, an icon or a formula; control characters are spelled out (`printable`). (Streamlit
-    rewrites `:material/` to `:material_` before parsing, inside code too.)"""
-    text = printable(str(value))
-    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"  # CommonMark strips one space on each side of a code span
+    image, HTML, an icon or a formula. (Streamlit rewrites `:material/` to `:material_` before parsing,
+    inside code too.)"""
+    return markdown_code(str(value))
 
 
 def seed(key: str, default: Any, parse: Callable[[str], Any] = str) -> None:
