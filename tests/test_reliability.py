@@ -170,6 +170,41 @@ class TestPathsThatCannotHoldAStore:
         if before is not None:
             assert Path(target).read_bytes() == before
 
+    @pytest.mark.parametrize("where", ["/proc/no-such-folder/m.duckdb", "/proc/m.duckdb", "/sys/m.duckdb"])
+    def test_an_unwritable_place_is_exit_2_naming_it(self, tmp_path, where):
+        logs(tmp_path / "logs", n=1)
+        result = run("replay", str(tmp_path / "logs"), "--db", where)
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert f"--db {where}: cannot write a store there: " in result.output
+        assert "Traceback" not in result.output and not isinstance(result.exception, OSError)
+
+    @pytest.mark.skipif(os.geteuid() == 0, reason="root writes whatever a folder's mode")
+    def test_a_read_only_folder_is_exit_2_and_the_store_untouched(self, tmp_path):
+        logs(tmp_path / "logs", n=1)
+        (tmp_path / "ro").mkdir()
+        (tmp_path / "ro").chmod(0o555)
+        try:
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            assert result.exit_code == EXIT_USAGE and "Permission denied" in result.output, result.output
+            (tmp_path / "ro").chmod(0o755)
+            assert (
+                run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb")).exit_code
+                == 0
+            )
+            before = (tmp_path / "ro" / "m.duckdb").read_bytes()
+            logs(tmp_path / "logs", n=2)
+            (tmp_path / "ro").chmod(0o555)  # a store there already, the folder read-only since
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            assert result.exit_code == EXIT_USAGE and "cannot write a store there" in result.output
+            assert (tmp_path / "ro" / "m.duckdb").read_bytes() == before
+        finally:
+            (tmp_path / "ro").chmod(0o755)
+
+    def test_a_report_that_cannot_be_written_is_exit_2(self, store):
+        result = run("gate", "--db", str(store), "--junit", "/proc/no-such-folder/gate.xml")
+        assert result.exit_code == EXIT_USAGE and "/proc/no-such-folder" in result.output, result.output
+        assert not isinstance(result.exception, OSError)
+
     def test_a_foreign_duckdb_database_is_refused_an_empty_one_adopted(self, tmp_path):
         logs(tmp_path / "logs", n=1)
         foreign, empty = tmp_path / "foreign.duckdb", tmp_path / "empty.duckdb"

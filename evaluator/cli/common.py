@@ -23,7 +23,8 @@ def say(text: str, fmt: str = "table", err: bool = False) -> None:
 
 
 def library_errors(command: Callable) -> Callable:
-    """Turn the library's named exceptions into a one-line error and exit code 2."""
+    """Turn the library's named exceptions, and the file system's errors, into a one-line error and exit
+    code 2."""
 
     @wraps(command)
     def wrapper(*args, **kwargs):
@@ -31,6 +32,10 @@ def library_errors(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except ProxauditError as error:
             say(f"proxaudit: error: {error}", err=True)
+            sys.exit(EXIT_USAGE)
+        except OSError as error:  # a file the command writes or reads: a folder that is not writable, ...
+            where = f": {error.filename}" if error.filename else ""
+            say(f"proxaudit: error: {error.strerror or error}{where}", err=True)
             sys.exit(EXIT_USAGE)
 
     return wrapper

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from evaluator.cli.common import EXIT_USAGE
+from evaluator.cli.common import EXIT_USAGE, library_errors
 
 
 @click.command("import")
@@ -78,19 +78,15 @@ def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None, t
 @click.option("--project", default="proxaudit", show_default=True, help="W&B project.")
 @click.option("--online", is_flag=True, help="W&B: log to the server now instead of offline.")
 @click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+@library_errors
 def export_cmd(db: str, target: tuple[str, str], project: str, online: bool, run_id: str | None) -> None:
     """Every method x metric per step (`{method}/{metric}/avg|min|max`, AReaL's key style) and the
     decision figures per step (`{method}/decision/...`) as scalar series, one TensorBoard or W&B run per
     proxaudit run, so they line up with the trainer's own charts."""
-    from evaluator.errors import ProxauditError
     from evaluator.export import run_series, to_tensorboard, to_wandb
 
     kind, directory = target
-    try:
-        runs = run_series(db, run_id)
-    except ProxauditError as error:
-        click.echo(f"proxaudit: error: {error}", err=True)
-        sys.exit(EXIT_USAGE)
+    runs = run_series(db, run_id)
     if not runs:
         click.echo(
             f"proxaudit: error: {db} has no {'run ' + run_id if run_id else 'runs'} to export", err=True

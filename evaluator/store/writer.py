@@ -29,7 +29,7 @@ import pyarrow as pa
 from evaluator.errors import StoreError
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.problems import Finding, Problem
-from evaluator.store.files import publish_copy, sibling
+from evaluator.store.files import publish_copy, sibling, writing
 from evaluator.store.reader import StoreBusy, check_db_path, check_store
 from evaluator.validate.facts import duplicate_message, overlaps_sql
 from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION
@@ -99,11 +99,13 @@ class StoreWriter:
         self._merged_rows = self._unmerged_rows = 0  # staleness sketch rows at the last merge, and since
 
     def __enter__(self) -> StoreWriter:
-        self.db.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = open(sibling(self.db, "lock"), "a+b")
+        with writing(self.db, "cannot write a store there"):
+            self.db.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = open(sibling(self.db, "lock"), "a+b")
         self._take_lock()
         try:
-            self._open()
+            with writing(self.db, "cannot write a store there"):
+                self._open()
         except BaseException:
             self.close()
             raise
@@ -271,7 +273,8 @@ class StoreWriter:
         if self._unmerged_rows and (final or self._unmerged_rows >= self._merged_rows):
             self._merged_rows, self._unmerged_rows = self._merge_staleness_sketches(), 0
         self.con.execute("CHECKPOINT")
-        publish_copy(self.work, self.db)
+        with writing(self.db, "cannot publish the store"):
+            publish_copy(self.work, self.db)
         self._published_at, self._publish_s = time.monotonic(), time.monotonic() - started
         self._dirty = False
 
