@@ -71,6 +71,26 @@ class TestExtremeButValidValues:
         result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
         assert result.exit_code == EXIT_FINDINGS and "2 of 3 files ingested" in result.output
 
+    def test_a_file_without_rows_is_valid_and_ingested_as_empty_by_both(self, tmp_path):
+        """Decided once: a zero-row file with the schema is valid (a writer that flushed an empty buffer)
+        and replay records it without a token, so a second replay calls it already ingested."""
+        logs(tmp_path / "logs", n=1)
+        t = synthetic_steps(SyntheticSpec(run_id="r", tokens_per_step=256, mean_length=16), 40, 1)
+        empty = write_log_atomic(t.slice(0, 0), tmp_path / "logs" / "empty.parquet")
+        result = run("validate", "-v", str(empty))
+        assert result.exit_code == EXIT_OK and "empty file: no tokens" in result.output
+        db = tmp_path / "m.duckdb"
+        result = run("replay", str(tmp_path / "logs"), "--db", str(db))
+        assert result.exit_code == EXIT_OK, result.output
+        assert f"{empty}: ingested (0 loss tokens of 0 rows)" in result.output
+        assert "2 of 2 files ingested" in result.output
+        assert table(db, "SELECT n_rows, n_tokens FROM ingested_file WHERE path LIKE '%empty.parquet'") == [
+            (0, 0)
+        ]
+        assert table(db, "SELECT DISTINCT run_id FROM file_tokens") == [("r",)]
+        again = run("replay", str(empty), "--db", str(db))
+        assert again.exit_code == EXIT_OK and "already ingested" in again.output
+
     def test_far_apart_steps_group_like_near_ones(self, tmp_path):
         """Steps 0 and 3e9 in two runs would overflow one int64 key: the same groups as small steps."""
         run_ = np.array([0, 1, 1, 0, 1])
