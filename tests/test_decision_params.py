@@ -71,8 +71,13 @@ def test_toml_file_and_flags(logs, tmp_path):
     [
         ("eps = 0.2\n", "unknown key 'eps'"),
         ("eps_low = 1.5\n", "eps_low < 1"),
-        ('bound_action = "drop"\n', "bound_action"),
+        ('bound_action = "drop"\n', "bound_action must be 'mask' or 'clamp', got 'drop'"),
         ("bound = [\n", "TOML"),
+        # a type error names the file and the key (it was "'>=' not supported between 'str' and 'int'")
+        ('eps_high = "0.3"\n', "eps_high must be a number, got '0.3' (str)"),
+        ("bound_action = 5\n", "bound_action must be 'mask' or 'clamp', got 5 (int)"),
+        ("bound = true\n", "bound must be a number, got True (bool)"),
+        ("eps_low = [0.1]\n", "eps_low must be a number, got [0.1] (list)"),
     ],
 )
 def test_bad_parameters_are_usage_errors(logs, tmp_path, text, message):
@@ -80,6 +85,7 @@ def test_bad_parameters_are_usage_errors(logs, tmp_path, text, message):
     params.write_text(text)
     result = replay(str(logs), "--db", str(tmp_path / "m.duckdb"), "--params", str(params))
     assert result.exit_code == EXIT_USAGE and message in result.output
+    assert f"--params {params}" in result.output
     assert not (tmp_path / "m.duckdb").exists()
 
 

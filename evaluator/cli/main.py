@@ -131,27 +131,43 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
 def _decision_params(params_file: str | None, **flags) -> object:
     """The loss's thresholds for the decision metrics: DOMAIN.md's defaults, then the TOML file's keys,
     then the flags given."""
-    import tomllib
-
     from evaluator.formulas.decisions import DecisionParams
 
-    values = {}
-    if params_file is not None:
-        try:
-            values = tomllib.loads(Path(params_file).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-            raise UsageError(f"--params {params_file}: cannot read it as TOML: {error}") from None
-        unknown = set(values) - set(DecisionParams.__dataclass_fields__)
-        if unknown:
-            allowed = ", ".join(DecisionParams.__dataclass_fields__)
-            raise UsageError(
-                f"--params {params_file}: unknown key {sorted(unknown)[0]!r}; allowed: {allowed}"
-            )
-    values |= {k: v for k, v in flags.items() if v is not None}
+    values = {} if params_file is None else _params_toml(params_file, DecisionParams)
+    given = {k: v for k, v in flags.items() if v is not None}
     try:
-        return DecisionParams(**values)
+        return DecisionParams(**(values | given))
     except (TypeError, ValueError) as error:
-        raise UsageError(f"decision parameters: {error}") from None
+        sources = [f"--params {params_file}"] * bool(set(values) - set(given)) + ["the flags"] * bool(given)
+        raise UsageError(f"decision parameters ({' and '.join(sources) or 'defaults'}): {error}") from None
+
+
+def _params_toml(params_file: str, fields: type) -> dict:
+    """The keys of a `--params` TOML file, each of the type its field of `fields` (a dataclass) takes: an
+    error names the file, the key and what it must be."""
+    import tomllib
+    import typing
+
+    try:
+        values = tomllib.loads(Path(params_file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise UsageError(f"--params {params_file}: cannot read it as TOML: {error}") from None
+    hints = typing.get_type_hints(fields)
+    for key, value in values.items():
+        if key not in hints:
+            allowed = ", ".join(hints)
+            raise UsageError(f"--params {params_file}: unknown key {key!r}; allowed: {allowed}")
+        choices = typing.get_args(hints[key]) if typing.get_origin(hints[key]) is typing.Literal else None
+        if choices is not None and value not in choices:
+            want = " or ".join(repr(c) for c in choices)
+        elif choices is None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            want = "a number"
+        else:
+            continue
+        raise UsageError(
+            f"--params {params_file}: {key} must be {want}, got {value!r} ({type(value).__name__})"
+        )
+    return values
 
 
 @cli.command()
