@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.sources import DIGEST, is_uri, parquet_rows, verified_copy
 from evaluator.store import file_digest
@@ -76,7 +77,7 @@ def raw_frame(paths: list[str], sql: str, params: list) -> pd.DataFrame:
 
     try:
         schema = pa.unify_schemas([pq.read_schema(p) for p in paths], promote_options="permissive")
-        with duckdb.connect() as con:
+        with connect() as con:
             con.register("raw", ds.dataset(paths, schema=schema, format="parquet"))
             return con.execute(sql, params).df()
     except (duckdb.Error, OSError, pa.ArrowException) as error:

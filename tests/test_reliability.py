@@ -4,6 +4,9 @@ characters in the data, absurd thresholds. Readers during a replay: `tests/test_
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import subprocess
 import sys
@@ -321,6 +324,47 @@ class TestTamperedAndCraftedStores:
                 con.execute("UPDATE ingested_file SET path = ?", [path])
             assert not queries.log_files(store, "r", 4)["reachable"].any(), path
         assert hashed == []
+
+
+class TestMachineReadableOutput:
+    # Every DuckDB connection of the process shows its progress bar after 1 ms instead of 2 s: every
+    # query is as slow as one under load (a SET, under 1 ms, is not); proxaudit's own connections must
+    # switch the bar off.
+    SLOW = (
+        "import sys, duckdb\n"
+        "real = duckdb.connect\n"
+        "def connect(*args, **kwargs):\n"
+        "    con = real(*args, **kwargs)\n"
+        "    con.execute('SET progress_bar_time = 1')\n"
+        "    return con\n"
+        "duckdb.connect = connect\n"
+        "from evaluator.cli.main import main\n"
+        "sys.argv[0] = 'proxaudit'\n"
+        "main()\n"
+    )
+
+    def proxaudit_under_load(self, *args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", self.SLOW, *args], capture_output=True, text=True)
+        assert done.returncode in (EXIT_OK, EXIT_FINDINGS), done.stderr
+        return done.stdout
+
+    def test_json_and_csv_carry_nothing_but_their_format(self, store, tmp_path):
+        slow_sql = "SELECT count(*) AS n FROM range(20000000) t(x) WHERE x % 7 = 1"
+        for args in (["summary", "--db", str(store), "--format", "json"],
+                     ["summary", "--db", str(store), "--by", "decision", "--format", "json"],
+                     ["query", "--db", str(store), "--format", "json", slow_sql],
+                     ["validate", str(tmp_path / "logs"), "--format", "json"]):  # fmt: skip
+            json.loads(self.proxaudit_under_load(*args))
+        text = self.proxaudit_under_load("summary", "--db", str(store), "--format", "csv")
+        rows = list(csv.reader(io.StringIO(text)))
+        assert rows[0][:3] == ["run_id", "method", "metric"] and all(len(r) == len(rows[0]) for r in rows)
+
+    def test_every_connection_we_open_goes_through_duck_connect(self):
+        repo = Path(__file__).resolve().parents[1]
+        sources = [*repo.glob("evaluator/**/*.py"), *repo.glob("dashboard/**/*.py")]
+        # the one exception: the readers benchmark's "raw duckdb" reader is a user's own connection
+        own = {repo / "evaluator" / "duck.py", repo / "evaluator" / "bench" / "readers.py"}
+        assert [p for p in sources if p not in own and "duckdb.connect(" in p.read_text()] == []
 
 
 class TestReports:

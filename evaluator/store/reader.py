@@ -17,6 +17,7 @@ from pathlib import Path
 
 import duckdb
 
+from evaluator.duck import connect
 from evaluator.errors import StoreError
 from schemas.store import STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS_DDL
 
@@ -61,7 +62,7 @@ def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[tuple[str, str],
 @functools.cache
 def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
     """The store's tables and their (column, type), from the DDL (a reference in memory)."""
-    with duckdb.connect() as con:
+    with connect() as con:
         con.execute(TABLE_DDL)
         return _columns(con)
 
@@ -94,7 +95,7 @@ def _connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnect
     deadline, delay = time.monotonic() + wait_s, 0.02
     while True:
         try:
-            return duckdb.connect(str(db), read_only=read_only)
+            return connect(str(db), read_only=read_only)
         except duckdb.IOException as error:
             if "lock" not in str(error).lower():
                 raise StoreError(f"cannot open the metrics database {db}: {error}") from error

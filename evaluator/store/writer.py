@@ -26,6 +26,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.problems import Finding, Problem
@@ -138,7 +139,7 @@ class StoreWriter:
             stale.unlink(missing_ok=True)  # left by a killed replay: the published store is the truth
         fresh = not self.db.exists()
         if not fresh:
-            with duckdb.connect(str(self.db), read_only=True) as probe:
+            with connect(str(self.db), read_only=True) as probe:
                 empty = not probe.execute(
                     "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary"
                 ).fetchone()[0]
@@ -154,7 +155,7 @@ class StoreWriter:
             wal = self.db.with_name(self.db.name + ".wal")
             if wal.exists():  # written by another program: replayed when the copy is opened
                 shutil.copyfile(wal, self.work.with_name(self.work.name + ".wal"))
-        self.con = duckdb.connect(str(self.work))
+        self.con = connect(str(self.work))
         self.con.execute(STORE_DDL)
         self.con.execute(
             "INSERT INTO store_meta VALUES ('store_schema_version', ?) ON CONFLICT DO NOTHING",

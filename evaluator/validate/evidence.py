@@ -21,6 +21,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from evaluator.duck import connect
 from evaluator.formulas.decisions import LOG_WEIGHT_MAX
 
 
@@ -118,7 +119,7 @@ def pooled(evidences: list[Evidence]) -> Evidence:
         "edges": ("run_id",),
     }
     out = {}
-    with duckdb.connect() as con:
+    with connect() as con:
         for name, keys in sums.items():
             part = pa.concat_tables([getattr(e, name) for e in evidences], promote_options="permissive")
             con.register("part", part)

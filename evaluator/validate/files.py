@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from evaluator.duck import connect
 from evaluator.problems import FileReport, Problem, format_key
 from evaluator.validate import audit
 from evaluator.validate.evidence import Evidence, gather
@@ -95,8 +96,7 @@ def check_file(path: Path) -> CheckedFile:
         )
     if n_rows == 0:  # valid, and replay ingests it as empty: recorded once, it adds no token
         checked.report.notes.append("empty file: no tokens")
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")  # stderr belongs to the caller
+    con = connect()
     try:
         _open_source(con, path)
         problems += _row_problems(con, usable)
