@@ -290,6 +290,34 @@ class TestTamperedAndCraftedStores:
         result = run("query", "--db", str(store), f"SELECT * FROM read_csv('{secret}')")
         assert result.exit_code == EXIT_USAGE and "SECRET" not in result.output
 
+    @pytest.mark.parametrize(
+        "table, change, says",
+        [
+            (
+                "sketch_by_step",
+                "run_id = repeat('r', 20000)",
+                "sketch_by_step.run_id are longer than 200 bytes",
+            ),
+            ("metric_moments", "method = '<a href=\"https://evil.example\">x</a>'", "not a method"),
+            ("sketch_by_staleness", "metric = 'x'", "sketch_by_staleness.metric are not a metric"),
+            ("ingested_file", "digest = '../../etc' || file_id", "not a BLAKE2b digest"),
+            ("run_finding", "message = repeat('m', 9000)", "run_finding.message are over 8192 bytes"),
+        ],
+    )
+    def test_values_replay_never_writes_are_refused(self, store, tmp_path, table, change, says):
+        """A crafted store repeating a long or foreign value on every row would cost readers memory per
+        row (a 20,000-character run_id compresses to nothing on disk) and put foreign names on charts."""
+        from dashboard import queries
+
+        with duckdb.connect(str(store)) as con:
+            con.execute("INSERT INTO run_finding VALUES ('r', 'some_rule', NULL, 1, 'm', now())")
+            con.execute(f"UPDATE {table} SET {change} WHERE rowid IN (SELECT rowid FROM {table} LIMIT 3)")
+        for args in (["summary", "--db", str(store)], ["replay", str(tmp_path / "logs"), "--db", str(store)]):
+            result = run(*args)
+            assert result.exit_code == EXIT_USAGE and says in result.output, result.output
+        with pytest.raises(queries.StoreError, match=says):
+            queries.store_overview(store)
+
     def test_the_token_inspector_opens_only_the_bytes_replay_read(self, store, tmp_path):
         from dashboard import queries
 

@@ -19,10 +19,21 @@ import duckdb
 
 from evaluator.duck import connect
 from evaluator.errors import StoreError
-from schemas.store import STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS_DDL
+from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS_DDL
+from schemas.token_log import RUN_ID_MAX_BYTES
 
 READ_LOCK_WAIT_S = 3.0
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
+TEXT_MAX_BYTES = 8192
+"""The longest text a store may hold in a column without a rule of its own (a path, a finding's message)."""
+_VALUE_RULES = {
+    "run_id": (f"strlen(run_id) > {RUN_ID_MAX_BYTES}", f"longer than {RUN_ID_MAX_BYTES} bytes"),
+    "method": (f"method NOT IN ({', '.join(map(repr, METHODS))})", "not a method proxaudit computes"),
+    "metric": (f"metric NOT IN ({', '.join(map(repr, METRICS))})", "not a metric proxaudit computes"),
+    "digest": ("NOT regexp_full_match(digest, '[0-9a-f]{64}')", "not a BLAKE2b digest"),
+}
+_CHECKED: dict[tuple, None] = {}
+"""Published stores whose values passed `check_values` in this process: (path, inode, size, mtime)."""
 
 
 class StoreBusy(StoreError):
@@ -69,7 +80,8 @@ def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
 
 def check_store(con: duckdb.DuckDBPyConnection, db: Path) -> None:
     """A `StoreError` unless `con` holds a proxaudit store of this schema version: every table of the DDL
-    as a base table with its columns, and the schema version recorded."""
+    as a base table with its columns, the schema version recorded, and values replay writes
+    (`check_values`)."""
     found = _columns(con)
     base = {
         t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
@@ -88,6 +100,37 @@ def check_store(con: duckdb.DuckDBPyConnection, db: Path) -> None:
         if table not in base or found.get(table) != columns:
             got = "missing" if table not in found else "a view" if table not in base else "of other columns"
             raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
+    check_values(con, db)
+
+
+def check_values(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """A `StoreError` unless every text value is one replay writes: a run_id of at most
+    `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
+    store repeats these on every row, so a crafted one with long or foreign values would cost readers
+    memory per row (and put foreign names on charts). One scan per published file in a process."""
+    info = db.stat()
+    key = (str(db), info.st_ino, info.st_size, info.st_mtime_ns)
+    if key in _CHECKED:
+        return
+    for table, columns in expected_tables().items():
+        texts = [c for c, dtype in columns if dtype == "VARCHAR"]
+        rules = [
+            _VALUE_RULES.get(c, (f"strlen({c}) > {TEXT_MAX_BYTES}", f"over {TEXT_MAX_BYTES} bytes"))
+            for c in texts
+        ]
+        if not texts:
+            continue
+        counts = con.execute(
+            f"SELECT {', '.join(f'count_if({r[0]})' for r in rules)} FROM {table}"
+        ).fetchone()
+        for column, (_, what), count in zip(texts, rules, counts, strict=True):
+            if count:
+                raise StoreError(
+                    f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
+                )
+    if len(_CHECKED) >= 64:
+        _CHECKED.pop(next(iter(_CHECKED)))
+    _CHECKED[key] = None
 
 
 def _connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
