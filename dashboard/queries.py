@@ -26,7 +26,7 @@ import pandas as pd
 from dashboard import raw_logs
 from evaluator.errors import StoreError
 from evaluator.store import open_store
-from schemas.store import DEFAULT_TOLERANCE, METHODS, Tolerance, decision_sql
+from schemas.store import DEFAULT_TOLERANCE, METHODS, Tolerance
 
 RETRY_SECONDS = 3.0
 QUANTILE_STATS = ("p50", "p90", "p99")
@@ -196,18 +196,19 @@ def step_staleness(db: Path, filters: Filters, metric: str) -> pd.DataFrame:
 
 def decision(db: Path, filters: Filters, tolerance: Tolerance = DEFAULT_TOLERANCE) -> pd.DataFrame:
     """`decision_summary` of the selected runs and estimators, with each one's safe staleness at
-    `tolerance` (`safe_staleness(...)`), or, under a staleness or step range, the same figures over it."""
+    `tolerance` (`safe_staleness(...)`), or, under a staleness or step range, the same figures over it
+    (`decision_over(...)`)."""
     where, params = Filters(filters.runs, filters.methods).where()
-    if filters.staleness is None and filters.steps is None:
-        source, source_params = "decision_summary", []
-    else:  # the same figures from the sums of the selected cells
-        cells, source_params = Filters(staleness=filters.staleness, steps=filters.steps).where()
-        source = f"({decision_sql(['run_id'], cells)})"
+    first_step, last_step = filters.steps or (None, None)
+    lo, hi = filters.staleness or (None, None)
+    over = """(SELECT * EXCLUDE (step, staleness) FROM decision_over(
+        first_step := coalesce(?, -9223372036854775808), last_step := coalesce(?, 9223372036854775807),
+        lo := coalesce(?, -2147483648), hi := coalesce(?, 2147483647)))"""
     return _frame(
         db,
-        f"""SELECT d.*, s.safe_staleness, s.measured_levels FROM {source} d LEFT JOIN {tolerance.sql()} s
+        f"""SELECT d.*, s.safe_staleness, s.measured_levels FROM {over} d LEFT JOIN {Tolerance.SQL} s
             USING (run_id, method) WHERE {where} ORDER BY run_id, method""",
-        source_params + params,
+        [first_step, last_step, lo, hi, *tolerance.values(), *params],
     )
 
 

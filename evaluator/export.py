@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evaluator.store import open_store
-from schemas.store import decision_sql
 
 STAT_SUFFIX = {"mean": "avg", "min": "min", "max": "max"}
 DECISION_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate")
@@ -61,7 +60,7 @@ def run_series(db: str | Path, run_id: str | None = None) -> list[RunSeries]:
         )
         decisions = _long(
             con,
-            f"SELECT * FROM ({decision_sql(('run_id', 'step'))}) WHERE {where}",
+            f"SELECT * EXCLUDE (staleness) FROM decision_over(by_step := true) WHERE {where}",
             params,
             dict(zip(DECISION_FIGURES, DECISION_FIGURES, strict=True)),
             lambda t: (t["method"], pa.array(["decision"] * t.num_rows, pa.string())),

@@ -63,6 +63,7 @@ SEVERITY: dict[str, Severity] = {
     "staleness_beyond_max": "error",
     "staleness_gap": "warning",
     "engine_mismatch": "warning",
+    "prox_logp_zero": "warning",
 }
 """Every data-driven finding (`evaluator.validate.findings`) and its severity (the docs list each; a test
 checks it)."""

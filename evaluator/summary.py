@@ -80,8 +80,9 @@ def summary_table(
     params = [value for value in filters.values() if value is not None]
     source = VIEW_BY[by]
     if by == "decision":
-        source = f"""(SELECT d.*, s.safe_staleness FROM decision_summary d
-            LEFT JOIN {tolerance.sql()} s USING (run_id, method))"""
+        joined = f"decision_summary d LEFT JOIN {Tolerance.SQL} s USING (run_id, method)"
+        source = f"(SELECT d.*, s.safe_staleness FROM {joined})"
+        params = tolerance.values() + params
     order = ORDER_BY.get(by, ["run_id", *([by] if by != "run" else []), "method", "metric"])
     condition = "WHERE " + " AND ".join(where) if where else ""
     sql = f"SELECT * FROM {source} {condition} ORDER BY {', '.join(order)}"

@@ -67,8 +67,9 @@ def nemo_rl_dump(table: pa.Table, folder: Path, shift: int = 0) -> list[Path]:
 
 
 def prime_rl_dump(table: pa.Table, folder: Path, ranks: int = 2, shift: int = 0) -> list[Path]:
-    """`token_exports/step_{N}/rank_{R}.jsonl`: each sequence on one rank, prompt and response, padding
-    trimmed, prime-rl's schema_version 1 record fields."""
+    """`token_exports/step_{N}/rank_{R}.jsonl` (N = step + 1: prime-rl counts from 1): each sequence on
+    one rank, prompt and response, padding trimmed, the record fields of exports before 2026-06-27
+    (with `rewards`)."""
     files: dict[tuple[int, int], list[dict]] = {}
     for i, (step, _, rows) in enumerate(_sequences(table)):
         rank = i % ranks
@@ -76,7 +77,7 @@ def prime_rl_dump(table: pa.Table, folder: Path, ranks: int = 2, shift: int = 0)
         n = PROMPT + len(rows)
         records.append(
             {
-                "schema_version": 1, "step": step, "rank": rank, "micro_step": 0,
+                "schema_version": 1, "step": step + 1, "rank": rank, "micro_step": 0,
                 "micro_sequence_idx": len(records), "export_sequence_idx": len(records), "env_name": "math",
                 "training_mode": "rl",
                 "token_ids": [1] * PROMPT + rows["token_id"].astype(int).tolist(),
@@ -91,7 +92,7 @@ def prime_rl_dump(table: pa.Table, folder: Path, ranks: int = 2, shift: int = 0)
         )  # fmt: skip
     written = []
     for (step, rank), records in sorted(files.items()):
-        path = folder / "token_exports" / f"step_{step}" / f"rank_{rank}.jsonl"
+        path = folder / "token_exports" / f"step_{step + 1}" / f"rank_{rank}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
         written.append(path)
@@ -100,9 +101,10 @@ def prime_rl_dump(table: pa.Table, folder: Path, ranks: int = 2, shift: int = 0)
 
 def slime_dump(table: pa.Table, folder: Path, shift: int = 0, resumed: int = 0) -> list[Path]:
     """`--dump-details` as slime writes it: `rollout_data/{id}.pt` (`{"rollout_id", "samples":
-    [Sample.to_dict()]}`, response-only log-probs and masks, one weight version per generate call) and
-    `train_data/{id}.pt` (`format_version` 2, one dict per sample with tensors over the response). The
-    first `resumed` samples of each rollout list two versions (generated across a weight update)."""
+    [Sample.to_dict()]}`, response-only log-probs and masks, one weight version per generate call as
+    slime counts pushes: `behave_version + 1`, train.py's) and `train_data/{id}.pt` (`format_version` 2,
+    one dict per sample with tensors over the response). The first `resumed` samples of each rollout
+    list two versions (generated across a weight update)."""
     import torch
 
     written = []
@@ -119,9 +121,9 @@ def slime_dump(table: pa.Table, folder: Path, shift: int = 0, resumed: int = 0) 
                 if shift
                 else rows["behave_logp"].to_numpy(float)
             )
-            versions = sorted({str(v) for v in rows["behave_version"]})
+            versions = sorted({str(v + 1) for v in rows["behave_version"]})
             if i < resumed:
-                versions = [str(int(versions[0]) - 1), versions[0]]
+                versions = [versions[0], str(int(versions[0]) + 1)]
             rollout.append({
                 "group_index": i // 4, "index": i, "rollout_id": None, "prompt": "...", "tokens": tokens,
                 "response": "...", "response_length": n, "label": None,

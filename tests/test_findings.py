@@ -147,6 +147,12 @@ def _frozen_counter(t: pa.Table) -> pa.Table:
     return where(t, "behave_version", pc.equal(t["seq_id"], t["seq_id"][0]).to_numpy(), 0)
 
 
+def _recompute_skipped(t: pa.Table) -> pa.Table:
+    """prox and theta written as zeros (NeMo-RL's force_on_policy_ratio dump, imported)."""
+    zeros = pc.multiply(t["behave_logp"], 0)
+    return set_column(set_column(t, "prox_logp", zeros), "theta_logp", zeros)
+
+
 def _spec(**change) -> SyntheticSpec:
     return replace(SPEC, **change)
 
@@ -180,6 +186,7 @@ BUGS = {
     "staleness_gap": Bug("behave_version", _spec(max_staleness=2), _frozen_counter, first_step=30),
     "staleness_beyond_max": Bug("behave_version", max_staleness=4),
     "engine_mismatch": Bug("behave_logp", _spec(engine_mismatch=0.6)),
+    "prox_logp_zero": Bug("prox_logp", edit=_recompute_skipped),
 }
 
 

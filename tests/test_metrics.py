@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from evaluator.formulas.metrics import METRIC_TABLE, metric_values, metrics_for
-from schemas.store import METRICS
+from evaluator.formulas.metrics import metric_values
+from schemas.store import METRIC_TABLE, metrics_for
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
 
-def test_table_names_match_the_store_vocabulary():
-    assert tuple(m.name for m in METRIC_TABLE) == METRICS
+def test_the_docs_table_is_the_metric_table():
+    text = DOCS.read_text()
+    table = text[text.index("<!-- metric-table -->") : text.index("<!-- /metric-table -->")]
+    rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in table.splitlines()[3:]]
+    expected = [[m.name, m.formula, "yes" if m.needs_truth else "no", m.of] for m in METRIC_TABLE]
+    assert rows == expected
 
 
 def test_drift_belongs_to_ground_truth_only():

@@ -104,7 +104,7 @@ class TestExtremeButValidValues:
         order_near, groups_near = group_tokens(run_, near, staleness)
         np.testing.assert_array_equal(order_far, order_near)
         np.testing.assert_array_equal(groups_far.group, groups_near.group)
-        assert groups_far.labels["step"].tolist() == [0, 0, 7, 3_000_000_000, 3_000_000_000]
+        assert groups_far.cells.labels["step"].tolist() == [0, 0, 7, 3_000_000_000, 3_000_000_000]
 
 
 class TestUnboundedStrings:

@@ -9,6 +9,7 @@ import pytest
 from evaluator.errors import FileFailed
 from evaluator.replay.pipeline import DEFAULT_PARAMS
 from evaluator.replay.ray_runner import RayRunner
+from evaluator.replay.tasks import Check, Summarise
 from tests.test_replay_parallel import assert_same_store, folder, lines, sequential, stored  # noqa: F401
 
 ray = pytest.importorskip("ray", reason="needs proxaudit[ray] (make install has it)")
@@ -33,11 +34,7 @@ def test_ray_store_is_bit_identical_to_local(folder, sequential, tmp_path, local
 
 def test_a_failing_task_fails_its_file_only(folder, local_ray):  # noqa: F811
     good = next(folder.glob("a-000.parquet"))
-    tasks = [
-        ("check", (good,)),
-        ("summarise", (folder / "gone.parquet", {}, DEFAULT_PARAMS)),
-        ("check", (good,)),
-    ]
+    tasks = [Check(good), Summarise(folder / "gone.parquet", None, DEFAULT_PARAMS), Check(good)]
     with RayRunner() as runner:
         results = list(runner.map(tasks))
     assert results[0].report.ok and results[2].report.ok
@@ -68,7 +65,7 @@ def test_a_long_file_is_summarised_as_range_tasks_on_ray(
 
     def recording(self, tasks):
         tasks = list(tasks)
-        kinds.extend((kind, args[0].name) for kind, args in tasks)
+        kinds.extend((task.kind, task.path.name) for task in tasks)
         return original(self, tasks)
 
     monkeypatch.setattr(RayRunner, "map", recording)

@@ -19,6 +19,7 @@ from evaluator.replay.accumulators import CellIndex, SketchCounts
 from evaluator.replay.batch import SERIES_ID, CellRows, Summaries, add_series, group_tokens
 from evaluator.replay.kernels import histograms
 from evaluator.replay.pipeline import check_and_summarise
+from evaluator.replay.tasks import SummariseRange
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 
@@ -97,10 +98,10 @@ def test_a_failing_range_fails_the_file(tmp_path, monkeypatch):
     log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
     real = file_summary.summarise_range
 
-    def second_range_fails(path, rows, *args, **options):
-        if rows[0] > 0:
+    def second_range_fails(task, **options):
+        if task.rows[0] > 0:
             raise OSError("the disk went away")
-        return real(path, rows, *args, **options)
+        return real(task, **options)
 
     monkeypatch.setattr(file_summary, "summarise_range", second_range_fails)
     with pytest.raises(OSError, match="the disk went away"):
@@ -113,9 +114,10 @@ def test_a_range_stops_at_the_next_batch_once_its_caller_gives_up(tmp_path):
     log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
     resumes = check_and_summarise(log).checked.facts.resumes
     stop = threading.Event()
-    whole = file_summary.summarise_range(log, None, resumes, DEFAULT_PARAMS, 1000, None, stop)
+    task = SummariseRange(log, None, resumes, DEFAULT_PARAMS, 1000)
+    whole = file_summary.summarise_range(task, stop=stop)
     stop.set()
-    stopped = file_summary.summarise_range(log, None, resumes, DEFAULT_PARAMS, 1000, None, stop)
+    stopped = file_summary.summarise_range(task, stop=stop)
     assert whole.n_rows == pq.ParquetFile(log).metadata.num_rows and stopped.n_rows == 0
 
 
@@ -149,9 +151,9 @@ def test_a_nan_metric_value_is_an_error_naming_its_series():
     acc = Summaries()
     groups = group_tokens(np.zeros(3, np.int64), np.ones(3, np.int64), np.zeros(3, np.int64))[1]
     rows = CellRows(
-        acc.moments.cells.rows(groups.labels),
-        acc.by_step.cells.rows(groups.step_labels),
-        acc.by_staleness.cells.rows(groups.stale_labels),
+        acc.moments.cells.rows(groups.cells.labels),
+        acc.by_step.cells.rows(groups.cells.step_labels),
+        acc.by_staleness.cells.rows(groups.cells.stale_labels),
     )
     acc.moments.add_tokens(rows.group, np.array([3]), np.array([3]))
     with pytest.raises(ValueError, match=r"\('loglinear', 'abs_error'\) has a NaN"):

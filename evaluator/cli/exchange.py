@@ -22,12 +22,29 @@ from evaluator.cli.common import EXIT_USAGE, library_errors
     is_flag=True,
     help="skyrl: read its .pkl files (unpickling runs code named in the file).",
 )
-def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None, trust_pickle: bool) -> None:
+@click.option(
+    "--update-weights-interval", type=click.IntRange(min=1), default=1, show_default=True,
+    help="slime: the run's --update-weights-interval (train_async.py; train.py pushes after every rollout).",
+)  # fmt: skip
+@click.option(
+    "--resumed-at", type=click.IntRange(min=0), multiple=True, metavar="ROLLOUT",
+    help="slime: the first rollout of a restart of the run (its --start-rollout-id); once per restart.",
+)  # fmt: skip
+def import_cmd(
+    fmt: str,
+    paths: tuple[str, ...],
+    out: str,
+    run_id: str | None,
+    trust_pickle: bool,
+    update_weights_interval: int,
+    resumed_at: tuple[int, ...],
+) -> None:
     """Convert a trainer's per-token dump to schema v1 Parquet (one file per dump file, streamed), then
     `validate` and `replay` it as any log. FORMAT: nemo-rl (train_data_step{N}.jsonl), prime-rl
     (token_exports/step_{N}/rank_{R}.jsonl), slime (the --dump-details folder: train_data/{id}.pt with
-    rollout_data/{id}.pt, loaded with weights_only), skyrl (dumped_data/global_step_{N}_training_input.pkl,
-    only with --trust-pickle). docs/importers.md says what each dump lacks."""
+    rollout_data/{id}.pt, loaded with weights_only; Miles' too), skyrl
+    (dumped_data/global_step_{N}_training_input.pkl, only with --trust-pickle). docs/importers.md says
+    what each dump lacks."""
     from evaluator.importers import FORMATS
     from evaluator.importers.rows import ImportFormatError
 
@@ -42,6 +59,10 @@ def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None, t
             sys.exit(EXIT_USAGE)
         click.echo(f"warning: {module.PICKLE_WARNING}", err=True)
         convert = partial(module.convert, trust_pickle=True)
+    if fmt == "slime":
+        from evaluator.importers.slime_versions import Versions
+
+        convert = partial(module.convert, versions=Versions(update_weights_interval, resumed_at))
     run_id = run_id or Path(paths[0]).resolve().name
     try:
         files = module.find(paths)
@@ -51,17 +72,26 @@ def import_cmd(fmt: str, paths: tuple[str, ...], out: str, run_id: str | None, t
     if not files:
         click.echo(f"proxaudit: error: no {fmt} dump files in {', '.join(paths)}", err=True)
         sys.exit(EXIT_USAGE)
-    failed = 0
+    failed, names = 0, {}
     for path in files:
+        first = names.setdefault(module.out_name(path, run_id), path)
+        if first != path:  # two runs' dumps under one folder
+            failed += 1
+            click.echo(
+                f"{path}: failed: its log would replace that of {first}: import them with two --run-id"
+            )
+            continue
         try:
             result = convert(path, Path(out), run_id)
         except (ImportFormatError, OSError) as error:  # one file's trouble stops nothing
             failed += 1
-            click.echo(f"{path}: failed: {error}")
+            click.echo(f"{path}: failed: {str(error).removeprefix(f'{path}: ')}")
             continue
         where = result.out or "nothing written (no token in the loss)"
         skipped = "".join(f", {n:,} {why} skipped" for why, n in result.skipped.items())
         click.echo(f"{path}: {result.sequences:,} sequences, {result.rows:,} rows{skipped} -> {where}")
+        for note in sorted(result.notes):
+            click.echo(f"  note: {note}")
     click.echo(
         f"{len(files) - failed} of {len(files)} files imported into {out}; next: proxaudit validate {out}"
     )

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from numpy.typing import NDArray
 
-F64 = NDArray[np.float64]
+from evaluator.formulas import F64, Flags
+
 LOG_WEIGHT_MAX = 150.0
 """A weight exp(d) is computed as exp(min(d, 150)): 1.4e65 at most, so that a product of two weights and
 its square still fit a float64 sum. A token whose log-ratio passes 150 nats (a probability ratio beyond
@@ -63,7 +63,7 @@ def weight(log_ratio: F64) -> F64:
     return np.exp(np.minimum(log_ratio, LOG_WEIGHT_MAX))
 
 
-def clip_active(ratio: F64, advantage: F64 | None, p: DecisionParams) -> NDArray[np.bool_]:
+def clip_active(ratio: F64, advantage: F64 | None, p: DecisionParams) -> Flags:
     """True where PPO's clip turns the token's gradient off, for the ratio exp(theta - x): one-sided by
     the sign of A, two-sided where there is no advantage (None, or NaN on a row)."""
     above, below = ratio > 1 + p.eps_high, ratio < 1 - p.eps_low
@@ -73,13 +73,13 @@ def clip_active(ratio: F64, advantage: F64 | None, p: DecisionParams) -> NDArray
     return np.where(np.isnan(advantage), above | below, one_sided)
 
 
-def bound_active(behave_weight: F64, p: DecisionParams) -> NDArray[np.bool_]:
+def bound_active(behave_weight: F64, p: DecisionParams) -> Flags:
     """True where the behaviour weight exp(x - behave) passes the bound U."""
     return behave_weight > p.bound
 
 
 def grad_weight(
-    off_policy_weight: F64, ratio: F64, clipped: NDArray[np.bool_], bounded: NDArray[np.bool_],
+    off_policy_weight: F64, ratio: F64, clipped: Flags, bounded: Flags,
     abs_advantage: F64 | float, p: DecisionParams,
 ) -> F64:  # fmt: skip
     """The token's gradient coefficient W(x) from exp(theta - behave) (`off_policy_weight`, the same for

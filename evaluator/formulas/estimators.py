@@ -16,15 +16,9 @@ versions.
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
-F64 = NDArray[np.float64]
-
-
-def _same_shape(**arrays: np.ndarray) -> None:
-    shapes = {name: np.shape(a) for name, a in arrays.items()}
-    if len({s for s in shapes.values() if s != ()}) > 1:
-        raise ValueError(f"shapes differ: {shapes}")
+from evaluator.formulas import F64, check_shapes
 
 
 def alpha(v_prox: ArrayLike, v_behave: ArrayLike, v_theta: ArrayLike) -> F64:
@@ -33,7 +27,7 @@ def alpha(v_prox: ArrayLike, v_behave: ArrayLike, v_theta: ArrayLike) -> F64:
     `v_theta == v_behave` (theta is the behaviour policy) gives 0, so every estimate falls back to behave.
     """
     v_prox, v_behave, v_theta = (np.asarray(v, dtype=np.float64) for v in (v_prox, v_behave, v_theta))
-    _same_shape(v_prox=v_prox, v_behave=v_behave, v_theta=v_theta)
+    check_shapes(v_prox=v_prox, v_behave=v_behave, v_theta=v_theta)
     span = v_theta - v_behave
     ahead = span > 0
     ratio = np.divide(v_prox - v_behave, span, out=np.zeros(np.broadcast(v_prox, span).shape), where=ahead)
@@ -70,7 +64,7 @@ def loglinear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
     Exactly `behave` at alpha 0 and exactly `theta` at alpha 1 (no rounding).
     """
     behave, theta, alpha = (np.asarray(x, dtype=np.float64) for x in (behave, theta, alpha))
-    _same_shape(behave=behave, theta=theta, alpha=alpha)
+    check_shapes(behave=behave, theta=theta, alpha=alpha)
     return np.where(alpha == 1.0, theta, behave + alpha * (theta - behave))
 
 
@@ -82,7 +76,7 @@ def linear(behave: ArrayLike, theta: ArrayLike, alpha: ArrayLike) -> F64:
     (AReaL adds 1e-10 inside the log and floors at about -23.03; this form differs only below about -20.)
     """
     behave, theta, alpha = (np.asarray(x, dtype=np.float64) for x in (behave, theta, alpha))
-    _same_shape(behave=behave, theta=theta, alpha=alpha)
+    check_shapes(behave=behave, theta=theta, alpha=alpha)
     with np.errstate(divide="ignore"):
         return np.logaddexp(np.log1p(-alpha) + behave, np.log(alpha) + theta)
 

@@ -1,46 +1,23 @@
-"""The metrics of DOMAIN.md sections 3 and 3b: one documented table of name -> formula, pure numpy.
+"""The per-token metrics of DOMAIN.md sections 3 and 3b, computed by name: pure numpy.
 
-`a` = the method's estimate of log pi_prox, `g` = `prox_logp` (ground truth), `b` = `behave_logp`,
-`t` = `theta_logp`, `A` = `advantage` (|A| = 1 without it); float64 `[n_tokens]` arrays. `w(d)` =
-exp(min(d, 150)) (`evaluator.formulas.decisions.weight`), `clip`, `bound`, `W` the decisions of
-`evaluator.formulas.decisions`. Coverage: metrics that need `g` count only tokens with it; the others
-every token where the estimate exists. `for`: every method, the estimators only (`ground_truth` would
-be 0), or the ground truth only. Binary metrics keep no quantile sketch (their quantiles say nothing).
+`schemas.store.METRIC_TABLE` defines every metric (its formula, whether it needs the ground truth, which
+methods have it); `VALUES` here computes each from the terms of one estimate and of the truth.
 
-| metric | formula | needs g | for |
-| --- | --- | --- | --- |
-| `approx_logp` | `a` | no | all |
-| `abs_error` | `abs(a - g)` | yes | all |
-| `rel_error` | `abs(a - g) / (abs(g) + 1e-8)` | yes | all |
-| `squared_error` | `(a - g)^2` | yes | all |
-| `behave_imp_weight` | `w(a - b)` | no | all |
-| `behave_imp_weight_abs_error` | `abs(w(a - b) - w(g - b))` | yes | all |
-| `behave_imp_weight_rel_error` | `abs(w(a - b) - w(g - b)) / (w(g - b) + 1e-8)` | yes | all |
-| `importance_weight` | `w(t - a)` | no | all |
-| `importance_weight_abs_error` | `abs(w(t - a) - w(t - g))` | yes | all |
-| `importance_weight_rel_error` | `abs(w(t - a) - w(t - g)) / (w(t - g) + 1e-8)` | yes | all |
-| `behave_approx_kl` | `a - b`, the log behaviour weight (KL estimators follow from its moments) | no | all |
-| `clip_active` | `clip(a)`: 1 where PPO's clip turns the token's gradient off | yes | all |
-| `clip_flip` | `clip(a) != clip(g)` | yes | estimators |
-| `bound_active` | `bound(a)`: 1 where `w(a - b) > U` | yes | all |
-| `bound_flip` | `bound(a) != bound(g)` | yes | estimators |
-| `grad_weight` | `W(a)`, the token's gradient coefficient | yes | all |
-| `grad_weight_abs_error` | `abs(W(a) - W(g))` | yes | estimators |
-| `drift` | `abs(g - b)` | yes | ground_truth |
-| `prob_drift` | `abs(exp(g) - exp(b))` (verl's rollout-vs-train probability gap) | yes | ground_truth |
-| `exp_abs_drift` | `w(abs(g - b))` (NeMo-RL's exp of the absolute log-prob gap) | yes | ground_truth |
+The token sets (one mask model): a batch's loss tokens; of them, a method's **estimated** tokens (where its
+estimate of log pi_prox exists, not NaN) and its **judged** tokens (estimated, and `prox_logp` known). A
+metric that needs the truth is counted on the judged tokens, the others on the estimated ones.
+`coverage` gives both sets of a method, `method_metrics` every metric of it on its set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Literal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
-from numpy.typing import NDArray
 
+from evaluator.formulas import F64, Flags, check_shapes
 from evaluator.formulas.decisions import (
     DEFAULT_PARAMS,
     DecisionParams,
@@ -49,247 +26,160 @@ from evaluator.formulas.decisions import (
     grad_weight,
     weight,
 )
+from schemas.store import METRIC_TABLE, Metric, metrics_for
 
-F64 = NDArray[np.float64]
 EPS = 1e-8
-
-
-def _one_shape(**arrays: np.ndarray) -> None:
-    if len({np.shape(x) for x in arrays.values()}) != 1:
-        raise ValueError(
-            f"{', '.join(arrays)} must have one shape, got { {k: np.shape(x) for k, x in arrays.items()} }"
-        )
-
-
-class Truth:
-    """The ground truth's terms, shared by every method of one batch: computed once, on every token
-    (meaningless where `g` is NaN; methods take them on the tokens with `g` only)."""
-
-    def __init__(self, *, b: F64, t: F64, g: F64, advantage: F64 | None, params: DecisionParams) -> None:
-        _one_shape(b=b, t=t, g=g, **({} if advantage is None else {"advantage": advantage}))
-        self.b, self.t, self.g, self.advantage, self.params = b, t, g, advantage, params
-        self.has_truth = ~np.isnan(g)  # (T,)
-
-    @cached_property
-    def abs_advantage(self) -> F64 | float:  # |A|, 1 where there is none
-        return (
-            1.0 if self.advantage is None else np.where(np.isnan(self.advantage), 1.0, np.abs(self.advantage))
-        )
-
-    @cached_property
-    def behave_weight(self) -> F64:  # w(g - b)
-        return weight(self.g - self.b)
-
-    @cached_property
-    def ratio(self) -> F64:  # w(t - g)
-        return weight(self.t - self.g)
-
-    @cached_property
-    def off_policy_weight(self) -> F64:  # w(t - b)
-        return weight(self.t - self.b)
-
-    @cached_property
-    def clip(self) -> NDArray[np.bool_]:
-        return clip_active(self.ratio, self.advantage, self.params)
-
-    @cached_property
-    def bound(self) -> NDArray[np.bool_]:
-        return bound_active(self.behave_weight, self.params)
-
-    @cached_property
-    def grad_weight(self) -> F64:
-        return grad_weight(
-            self.off_policy_weight, self.ratio, self.clip, self.bound, self.abs_advantage, self.params
-        )
-
-
-class Terms:
-    """The shared terms of one method's metrics on the tokens where its estimate exists (`keep`: a mask
-    of the batch's tokens, None for all), each computed once on first use. Terms ending in `_g` live on
-    the tokens that also have the ground truth (`has_truth`)."""
-
-    def __init__(self, a: F64, truth: Truth, keep: NDArray[np.bool_] | None = None) -> None:
-        _one_shape(a=a, b=truth.b)
-        self.truth, self.keep = truth, keep
-        self.a_is = "g" if a is truth.g else "b" if a is truth.b else None  # ground truth, rollout
-        self.a = a if keep is None else a[keep]
-        self.b, self.t, self.g = (self._kept(x) for x in (truth.b, truth.t, truth.g))
-        self.has_truth = self._kept(truth.has_truth)  # (T,)
-        self.all_truth = bool(self.has_truth.all())
-        self.params = truth.params
-
-    def _kept(self, x):
-        return x if self.keep is None or np.ndim(x) == 0 else x[self.keep]
-
-    def _on_truth(self, x):
-        return x if self.all_truth or np.ndim(x) == 0 else x[self.has_truth]
-
-    def _truth_g(self, x):
-        """One of the ground truth's terms on this method's tokens with the truth."""
-        return self._on_truth(self._kept(x))
-
-    @cached_property
-    def behave_weight(self) -> F64:  # w(a - b), every token
-        if self.a_is == "g":  # the same numbers, computed once
-            return self._kept(self.truth.behave_weight)
-        return np.ones_like(self.a) if self.a_is == "b" else weight(self.a - self.b)  # w(0) = 1
-
-    @cached_property
-    def importance_weight(self) -> F64:  # w(t - a), every token
-        if self.a_is is not None:
-            return self._kept(self.truth.ratio if self.a_is == "g" else self.truth.off_policy_weight)
-        return weight(self.t - self.a)
-
-    @cached_property
-    def a_g(self) -> F64:
-        return self._on_truth(self.a)
-
-    @cached_property
-    def g_g(self) -> F64:
-        return self._on_truth(self.g)
-
-    @cached_property
-    def b_g(self) -> F64:
-        return self._on_truth(self.b)
-
-    @cached_property
-    def abs_error_g(self) -> F64:  # abs(a - g)
-        return np.abs(self.a_g - self.g_g)
-
-    @cached_property
-    def true_behave_weight_g(self) -> F64:  # w(g - b)
-        return self._truth_g(self.truth.behave_weight)
-
-    @cached_property
-    def true_importance_weight_g(self) -> F64:  # w(t - g)
-        return self._truth_g(self.truth.ratio)
-
-    @cached_property
-    def behave_weight_abs_error_g(self) -> F64:
-        return np.abs(self._on_truth(self.behave_weight) - self.true_behave_weight_g)
-
-    @cached_property
-    def importance_weight_abs_error_g(self) -> F64:
-        return np.abs(self._on_truth(self.importance_weight) - self.true_importance_weight_g)
-
-    @cached_property
-    def clip_g(self) -> NDArray[np.bool_]:  # clip(a)
-        advantage = None if self.truth.advantage is None else self._truth_g(self.truth.advantage)
-        return clip_active(self._on_truth(self.importance_weight), advantage, self.params)
-
-    @cached_property
-    def bound_g(self) -> NDArray[np.bool_]:  # bound(a)
-        return bound_active(self._on_truth(self.behave_weight), self.params)
-
-    @cached_property
-    def grad_weight_g(self) -> F64:  # W(a)
-        return grad_weight(
-            self._truth_g(self.truth.off_policy_weight),
-            self._on_truth(self.importance_weight),
-            self.clip_g,
-            self.bound_g,
-            self._truth_g(self.truth.abs_advantage),
-            self.params,
-        )
-
-
-For = Literal["all", "estimators", "ground_truth"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Metric:
-    name: str
-    formula: str
-    needs_truth: bool
-    value: Callable[[Terms], F64]
-    of: For = "all"
-    sketch: bool = True
-    """Keep a quantile sketch (False for 0/1 metrics, whose quantiles say nothing)."""
+class Tokens:
+    """The log's columns on one set of tokens, float64 `[n]`: `b` = `behave_logp`, `t` = `theta_logp`,
+    `g` = `prox_logp` (NaN where not recomputed), `advantage` (None: the log has none)."""
+
+    b: F64
+    t: F64
+    g: F64
+    advantage: F64 | None = None
+    off_policy_weight: F64 = field(init=False)  # w(t - b): the same for every estimate
+    abs_advantage: F64 | float = field(init=False)  # |A|, 1 where there is none
+
+    def __post_init__(self) -> None:
+        check_shapes(b=self.b, t=self.t, g=self.g, advantage=self.advantage)
+        object.__setattr__(self, "off_policy_weight", weight(self.t - self.b))
+        a = self.advantage
+        object.__setattr__(self, "abs_advantage", 1.0 if a is None else np.where(np.isnan(a), 1.0, np.abs(a)))
+
+    def take(self, mask: Flags | None) -> Tokens:
+        """These tokens where `mask` is true (all of them for None)."""
+        if mask is None:
+            return self
+        out = object.__new__(Tokens)
+        for name in ("b", "t", "g", "advantage", "off_policy_weight", "abs_advantage"):
+            value = getattr(self, name)
+            object.__setattr__(out, name, value if value is None or np.ndim(value) == 0 else value[mask])
+        return out
 
 
-def _flag(x: NDArray[np.bool_]) -> F64:
+@dataclass(frozen=True)
+class ProxTerms:
+    """What follows from one log pi_prox `x` (an estimate, or the truth `g`) on a set of tokens: the
+    behaviour weight w(x - b), the ratio w(t - x), the loss's clip and bound decisions and the gradient
+    weight W(x) (`evaluator.formulas.decisions`)."""
+
+    x: F64
+    tokens: Tokens
+    behave_weight: F64
+    ratio: F64
+    clip: Flags
+    bound: Flags
+    grad_weight: F64
+
+    def take(self, mask: Flags | None) -> ProxTerms:
+        """These terms where `mask` is true (all of them for None)."""
+        if mask is None:
+            return self
+        arrays = (self.x, self.behave_weight, self.ratio, self.clip, self.bound, self.grad_weight)
+        return ProxTerms(arrays[0][mask], self.tokens.take(mask), *(a[mask] for a in arrays[1:]))
+
+
+def prox_terms(
+    x: F64, tokens: Tokens, params: DecisionParams, *, behave_weight: F64 | None = None,
+    ratio: F64 | None = None,
+) -> ProxTerms:  # fmt: skip
+    """The terms of `x` on `tokens`; `behave_weight` and `ratio` may be given when already known (for
+    x = b they are 1 and the tokens' off-policy weight)."""
+    behave_weight = weight(x - tokens.b) if behave_weight is None else behave_weight
+    ratio = weight(tokens.t - x) if ratio is None else ratio
+    clip = clip_active(ratio, tokens.advantage, params)
+    bound = bound_active(behave_weight, params)
+    grad = grad_weight(tokens.off_policy_weight, ratio, clip, bound, tokens.abs_advantage, params)
+    return ProxTerms(x, tokens, behave_weight, ratio, clip, bound, grad)
+
+
+def _flag(x: Flags) -> F64:
     return x.astype(np.float64)
 
 
-METRIC_TABLE: tuple[Metric, ...] = (
-    Metric("approx_logp", "a", False, lambda x: x.a),
-    Metric("abs_error", "abs(a - g)", True, lambda x: x.abs_error_g),
-    Metric(
-        "rel_error", "abs(a - g) / (abs(g) + 1e-8)", True, lambda x: x.abs_error_g / (np.abs(x.g_g) + EPS)
+# Each metric of METRIC_TABLE from the estimate's terms `e` and the truth's `g` on the same tokens (`g` is
+# None for a metric that does not need the truth).
+Value = Callable[[ProxTerms, ProxTerms | None], F64]
+VALUES: dict[str, Value] = {
+    "approx_logp": lambda e, g: e.x,
+    "abs_error": lambda e, g: np.abs(e.x - g.x),
+    "rel_error": lambda e, g: np.abs(e.x - g.x) / (np.abs(g.x) + EPS),
+    "squared_error": lambda e, g: np.square(e.x - g.x),
+    "behave_imp_weight": lambda e, g: e.behave_weight,
+    "behave_imp_weight_abs_error": lambda e, g: np.abs(e.behave_weight - g.behave_weight),
+    "behave_imp_weight_rel_error": lambda e, g: (
+        np.abs(e.behave_weight - g.behave_weight) / (g.behave_weight + EPS)
     ),
-    Metric("squared_error", "(a - g)^2", True, lambda x: np.square(x.a_g - x.g_g)),
-    Metric("behave_imp_weight", "w(a - b)", False, lambda x: x.behave_weight),
-    Metric(
-        "behave_imp_weight_abs_error",
-        "abs(w(a - b) - w(g - b))",
-        True,
-        lambda x: x.behave_weight_abs_error_g,
-    ),
-    Metric(
-        "behave_imp_weight_rel_error",
-        "abs(w(a - b) - w(g - b)) / (w(g - b) + 1e-8)",
-        True,
-        lambda x: x.behave_weight_abs_error_g / (x.true_behave_weight_g + EPS),
-    ),
-    Metric("importance_weight", "w(t - a)", False, lambda x: x.importance_weight),
-    Metric(
-        "importance_weight_abs_error",
-        "abs(w(t - a) - w(t - g))",
-        True,
-        lambda x: x.importance_weight_abs_error_g,
-    ),
-    Metric(
-        "importance_weight_rel_error",
-        "abs(w(t - a) - w(t - g)) / (w(t - g) + 1e-8)",
-        True,
-        lambda x: x.importance_weight_abs_error_g / (x.true_importance_weight_g + EPS),
-    ),
-    Metric("behave_approx_kl", "a - b", False, lambda x: x.a - x.b),
-    Metric("clip_active", "clip(a)", True, lambda x: _flag(x.clip_g), sketch=False),
-    Metric(
-        "clip_flip",
-        "clip(a) != clip(g)",
-        True,
-        lambda x: _flag(x.clip_g != x._truth_g(x.truth.clip)),
-        of="estimators",
-        sketch=False,
-    ),
-    Metric("bound_active", "bound(a)", True, lambda x: _flag(x.bound_g), sketch=False),
-    Metric(
-        "bound_flip",
-        "bound(a) != bound(g)",
-        True,
-        lambda x: _flag(x.bound_g != x._truth_g(x.truth.bound)),
-        of="estimators",
-        sketch=False,
-    ),
-    Metric("grad_weight", "W(a)", True, lambda x: x.grad_weight_g),
-    Metric(
-        "grad_weight_abs_error",
-        "abs(W(a) - W(g))",
-        True,
-        lambda x: np.abs(x.grad_weight_g - x._truth_g(x.truth.grad_weight)),
-        of="estimators",
-    ),
-    Metric("drift", "abs(g - b)", True, lambda x: np.abs(x.g_g - x.b_g), of="ground_truth"),
-    Metric(
-        "prob_drift",
-        "abs(exp(g) - exp(b))",
-        True,
-        lambda x: np.abs(np.exp(x.g_g) - np.exp(x.b_g)),
-        of="ground_truth",
-    ),
-    Metric(
-        "exp_abs_drift", "w(abs(g - b))", True, lambda x: weight(np.abs(x.g_g - x.b_g)), of="ground_truth"
-    ),
-)
-METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRIC_TABLE}
+    "importance_weight": lambda e, g: e.ratio,
+    "importance_weight_abs_error": lambda e, g: np.abs(e.ratio - g.ratio),
+    "importance_weight_rel_error": lambda e, g: np.abs(e.ratio - g.ratio) / (g.ratio + EPS),
+    "behave_approx_kl": lambda e, g: e.x - e.tokens.b,
+    "clip_active": lambda e, g: _flag(e.clip),
+    "clip_flip": lambda e, g: _flag(e.clip != g.clip),
+    "bound_active": lambda e, g: _flag(e.bound),
+    "bound_flip": lambda e, g: _flag(e.bound != g.bound),
+    "grad_weight": lambda e, g: e.grad_weight,
+    "grad_weight_abs_error": lambda e, g: np.abs(e.grad_weight - g.grad_weight),
+    "drift": lambda e, g: np.abs(g.x - g.tokens.b),
+    "prob_drift": lambda e, g: np.abs(np.exp(g.x) - np.exp(g.tokens.b)),
+    "exp_abs_drift": lambda e, g: weight(np.abs(g.x - g.tokens.b)),
+}
+assert set(VALUES) == {m.name for m in METRIC_TABLE}, "every metric of the table has one formula here"
 
 
-def metrics_for(method: str) -> tuple[Metric, ...]:
-    """The metrics reported for `method`."""
-    kind = "ground_truth" if method == "ground_truth" else "estimators"
-    return tuple(m for m in METRIC_TABLE if m.of in ("all", kind))
+class Coverage(NamedTuple, Generic[T]):
+    """A method's two token sets, as masks of a batch's tokens (None: every token) or anything kept per
+    set (the tokens' groups)."""
+
+    estimated: T
+    """where its estimate of log pi_prox exists: metrics that do not need the truth are counted here"""
+    judged: T
+    """estimated, and `prox_logp` known: metrics that need the truth are counted here"""
+
+    def of(self, metric: Metric) -> T:
+        """The tokens `metric` is counted on."""
+        return self.judged if metric.needs_truth else self.estimated
+
+
+def coverage(method: str, estimate: F64, prox_logp: F64) -> Coverage[Flags | None]:
+    """The estimated and judged tokens of `method` (NaN marks a missing estimate or truth)."""
+    has_truth = ~np.isnan(prox_logp)
+    estimated = has_truth if method == "ground_truth" else ~np.isnan(estimate)
+    judged = estimated & has_truth
+    return Coverage(*(None if mask.all() else mask for mask in (estimated, judged)))
+
+
+def method_metrics(
+    method: str,
+    estimate: F64,
+    tokens: Tokens,
+    truth: ProxTerms,
+    params: DecisionParams,
+    on: Coverage[Flags | None],
+) -> Iterator[tuple[Metric, F64]]:
+    """Every metric of `method` (`schemas.store.metrics_for`) on `tokens`, each on its tokens of `on`
+    (`coverage`). `truth`: the terms of `prox_logp` on every token of `tokens`."""
+    if method == "ground_truth":  # the truth's own terms, computed once
+        est = truth.take(on.estimated)
+    elif method == "rollout":  # x = b on every token: w(x - b) = 1 and w(t - x) = w(t - b), known
+        ones = np.ones_like(estimate)
+        est = prox_terms(estimate, tokens, params, behave_weight=ones, ratio=tokens.off_policy_weight)
+    else:
+        x = estimate if on.estimated is None else estimate[on.estimated]
+        est = prox_terms(x, tokens.take(on.estimated), params)
+    judged_of_estimated = None
+    if on.judged is not None:
+        judged_of_estimated = on.judged if on.estimated is None else on.judged[on.estimated]
+    est_judged, truth_judged = est.take(judged_of_estimated), truth.take(on.judged)
+    for metric in metrics_for(method):
+        if metric.needs_truth:
+            yield metric, VALUES[metric.name](est_judged, truth_judged)
+        else:
+            yield metric, VALUES[metric.name](est, None)
 
 
 def metric_values(
@@ -302,6 +192,10 @@ def metric_values(
     advantage: F64 | None = None,
     params: DecisionParams = DEFAULT_PARAMS,
 ) -> dict[str, F64]:
-    """Every metric of `method` on the given tokens: truth metrics over tokens with `g`, others over all."""
-    terms = Terms(a, Truth(b=b, t=t, g=g, advantage=advantage, params=params))
-    return {m.name: m.value(terms) for m in metrics_for(method)}
+    """Every metric of `method` on the given tokens: those that need the truth on the tokens with `g`, the
+    others on every token where the estimate `a` exists."""
+    check_shapes(a=a, b=b)
+    tokens = Tokens(b=b, t=t, g=g, advantage=advantage)
+    truth = prox_terms(g, tokens, params)
+    on = coverage(method, a, g)
+    return {m.name: values for m, values in method_metrics(method, a, tokens, truth, params, on)}

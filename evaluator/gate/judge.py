@@ -14,7 +14,7 @@ import duckdb
 
 from evaluator.errors import ThresholdsError
 from evaluator.store import open_store
-from schemas.store import STATS, decision_sql, summary_sql, weight_sql
+from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
 
 __all__ = ["DEFAULT_THRESHOLDS", "GateResult", "Verdict", "judge", "run_gate", "selection_stats"]
@@ -32,18 +32,15 @@ OUTCOMES = (
     "not_selected",  # pinned to another run than --run, or --run selects the check's baseline
 )
 
-# n, mean, min, max and p50/p90/p99 per run over a staleness range, by the one query of the public
-# views; with the full range it equals `run_summary`, with one staleness `staleness_summary` (a test checks).
-_SELECTION_SQL = summary_sql(
-    ["run_id"],
-    "sketch_by_staleness",
-    where="method = $method AND metric = $metric AND staleness BETWEEN $lo AND $hi",
-)
+# n, mean, min, max and p50/p90/p99 per run over a staleness range, by the macro of the public views (with
+# the full range it is `run_summary`, with one staleness `staleness_summary`).
+_SELECTION_SQL = f"""
+    SELECT run_id, {", ".join(STATS)} FROM summary_over(lo := $lo, hi := $hi)
+    WHERE method = $method AND metric = $metric"""
 _ALL_STALENESS = (-(2**31), 2**31 - 1)
-_IN_RANGE = "staleness BETWEEN $lo AND $hi"
 _FIGURE_SQL = {
-    "decision": f"SELECT * FROM ({decision_sql(['run_id'], _IN_RANGE)}) WHERE method = $method",
-    "weight": f"SELECT * FROM ({weight_sql(['run_id'], _IN_RANGE)}) WHERE method = $method",
+    kind: f"SELECT * FROM {kind}_over(lo := $lo, hi := $hi) WHERE method = $method"
+    for kind in ("decision", "weight")
 }
 _SAFE_STALENESS_SQL = """
     SELECT s.run_id, s.safe_staleness,

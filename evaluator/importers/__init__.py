@@ -14,6 +14,7 @@ from evaluator.importers import nemo_rl, prime_rl, skyrl, slime
 from evaluator.importers.rows import ImportResult
 
 FORMATS = {"nemo-rl": nemo_rl, "prime-rl": prime_rl, "slime": slime, "skyrl": skyrl}
-"""Format name (the CLI's FORMAT) -> module with `find(paths)` and `convert(path, out_dir, run_id)`."""
+"""Format name (the CLI's FORMAT) -> module with `find(paths)`, `out_name(path, run_id)` and
+`convert(path, out_dir, run_id)`."""
 
 __all__ = ["FORMATS", "ImportResult"]

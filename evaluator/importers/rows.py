@@ -46,6 +46,8 @@ class ImportResult:
     rows: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     """Records left out, by why (e.g. "without a generated token": nothing to audit)."""
+    notes: set[str] = field(default_factory=set)
+    """What the user should check (an assumption the dump contradicts)."""
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -66,28 +68,62 @@ def dump_files(
     return sorted(found, key=lambda f: (order(f), str(f)))
 
 
-def jsonl(path: Path, keys: tuple[str, ...], trainer: str) -> Iterator[tuple[int, dict]]:
-    """(line number, record) of each non-blank line, read one at a time; a line that is not JSON, lacks
-    one of `keys` or has per-token arrays of different lengths is an `ImportFormatError`."""
+def jsonl(
+    path: Path, keys: tuple[str, ...], trainer: str, unwrap: Callable[[dict, str], dict] | None = None
+) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of each non-blank line, read one at a time; a line that is not a JSON object,
+    lacks one of `keys` or has per-token arrays that are not flat lists of one length is an
+    `ImportFormatError`. `unwrap(record, where)` first undoes a trainer's wrapping of the values."""
     with path.open(encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, 1):
+        for line_no, line in enumerate(_lines(path, lines), 1):
             if not line.strip():
                 continue
+            where = f"{path}: line {line_no}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise ImportFormatError(f"{path}: line {line_no}: not JSON ({error})") from None
+                raise ImportFormatError(f"{where}: not JSON ({error})") from None
+            if not isinstance(record, dict):
+                raise ImportFormatError(f"{where}: a JSON {type(record).__name__}, not an object")
             missing = [k for k in keys if k not in record]
             if missing:
-                raise ImportFormatError(
-                    f"{path}: line {line_no}: missing {', '.join(missing)} ({trainer} writes them)"
-                )
-            lengths = {k: len(record[k]) for k in keys}
-            if len(set(lengths.values())) != 1:
-                raise ImportFormatError(
-                    f"{path}: line {line_no}: per-token arrays differ in length: {lengths}"
-                )
+                raise ImportFormatError(f"{where}: missing {', '.join(missing)} ({trainer} writes them)")
+            if unwrap is not None:
+                record = unwrap(record, where)
+            lengths = {k: len(record[k]) if isinstance(record[k], list) else None for k in keys}
+            if None in lengths.values() or len(set(lengths.values())) != 1:
+                raise ImportFormatError(f"{where}: per-token arrays are not lists of one length: {lengths}")
             yield line_no, record
+
+
+def _lines(path: Path, lines: Iterable[str]) -> Iterator[str]:
+    """The file's lines; bytes that are not UTF-8 (a binary file) are an `ImportFormatError`."""
+    try:
+        yield from lines
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(f"{path}: not a text file of JSON lines ({error})") from None
+
+
+def numbers(record: dict, keys: Sequence[str], where: str) -> dict[str, np.ndarray]:
+    """`record[k]` as a flat float64 array for each of `keys` (JSON null -> nan); a value that is not a
+    flat list of numbers is an `ImportFormatError` naming `where` and the key."""
+    out = {}
+    for key in keys:
+        try:
+            array = np.asarray(record[key], dtype=float)
+        except (TypeError, ValueError):
+            array = None
+        if array is None or array.ndim != 1:
+            raise ImportFormatError(f"{where}: {key} is not a flat list of numbers")
+        out[key] = array
+    return out
+
+
+def number(value: object, where: str, key: str) -> float:
+    """One number (a bool or int counts); anything else is an `ImportFormatError`."""
+    if isinstance(value, (int, float)) and not isinstance(value, complex):
+        return float(value)
+    raise ImportFormatError(f"{where}: {key} is {value!r}, not a number")
 
 
 def response_rows(

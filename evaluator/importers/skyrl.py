@@ -11,8 +11,12 @@ with `weights_only=True`). A file that names anything else is refused.
 The batch (every tensor padded on the left): `sequences` (B, prompt + response), and over the response
 only `response_mask`, `loss_mask`, `rollout_logprobs` (behave; None unless the generator returned
 log-probs), `action_log_probs` (the training forward pass before the step's update: prox, and theta at
-minibatch 0), `advantages`, `rewards` (on the last token). `step = N - 1`, `seq_id = N * 10^6 + row`.
-No versions: `behave_version = step` is assumed (docs/importers.md).
+minibatch 0), `advantages`. The trainer pops `rewards` before dumping (`RayPPOTrainer.train`): the
+reward is read only from a dump that still has it (on the last token), else none. When the batch is not
+a multiple of the data-parallel size, `pad_training_input_batch` appends `metadata["pad_size"]` copies
+of row 0 (loss-masked): those last rows are dropped. `step = N - 1` (`global_step` starts at 1, from the
+initial weights), `seq_id = N * 10^6 + row`. No versions: `behave_version = step` is assumed
+(docs/importers.md). NovaSky-AI/SkyRL at a956457.
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ def _step_number(path: Path) -> int:
 
 
 class _Batch(dict):
-    """Stand-in for SkyRL's `TrainingInputBatch`: the tensors by key, as numpy arrays."""
+    """Stand-in for SkyRL's `TrainingInputBatch`: the tensors by key, as numpy arrays, and its metadata."""
+
+    metadata: dict
 
 
 def _tensor(value: dict | None) -> np.ndarray | None:
@@ -67,7 +73,9 @@ def _tensor(value: dict | None) -> np.ndarray | None:
 
 def _rebuild(cls, state: dict) -> _Batch:
     """Stand-in for SkyRL's `_rebuild_tensor_batch`: decode `__getstate__`'s tensors, run nothing."""
-    return _Batch({key: _tensor(value) for key, value in state["batch_dict"].items()})
+    batch = _Batch({key: _tensor(value) for key, value in state["batch_dict"].items()})
+    batch.metadata = state.get("metadata") or {}
+    return batch
 
 
 class _Unpickler(pickle.Unpickler):
@@ -83,11 +91,15 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused: the file names {module}.{name}")
 
 
+UNREADABLE = (pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError, AttributeError, RuntimeError)
+"""What a truncated or foreign pickle raises on load (torch's bytes inside it too)."""
+
+
 def _load(path: Path) -> _Batch:
     try:
         with path.open("rb") as f:
             batch = _Unpickler(f).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError) as error:
+    except UNREADABLE as error:
         raise ImportFormatError(
             f"{path}: not SkyRL's TrainingInputBatch as its current `save` writes it ({error})"
         ) from None
@@ -98,7 +110,23 @@ def _load(path: Path) -> _Batch:
         raise ImportFormatError(
             f"{path}: no {', '.join(missing)} (rollout_logprobs needs the generator to return log-probs)"
         )
+    shapes = {k: batch[k].shape for k in KEYS[1:]}
+    rows = shapes["response_mask"][:1]
+    if len(set(shapes.values())) != 1 or len(rows) != 1 or batch["sequences"].shape[:1] != rows:
+        raise ImportFormatError(f"{path}: response tensors of different shapes: {shapes}")
     return batch
+
+
+def _pad_size(path: Path, batch: _Batch) -> int:
+    """The rows `pad_training_input_batch` appended (0 in a dump written before SkyRL recorded it)."""
+    pad = batch.metadata.get("pad_size", 0) if isinstance(batch.metadata, dict) else 0
+    if not isinstance(pad, int) or not 0 <= pad < len(batch["sequences"]):
+        raise ImportFormatError(f"{path}: metadata pad_size {pad!r} is not a count of padding rows")
+    return pad
+
+
+def out_name(path: Path, run_id: str) -> str:
+    return f"{run_id}-global_step_{_step_number(path)}.parquet"
 
 
 def convert(path: Path, out_dir: Path, run_id: str, trust_pickle: bool = False) -> ImportResult:
@@ -107,12 +135,13 @@ def convert(path: Path, out_dir: Path, run_id: str, trust_pickle: bool = False) 
     if not trust_pickle:
         raise ImportFormatError(f"{path}: a pickle; give --trust-pickle to read it ({PICKLE_WARNING})")
     batch = _load(path)
-    response = batch["response_mask"]
+    real = len(batch["sequences"]) - _pad_size(path, batch)
+    response = batch["response_mask"][:real]
     width = response.shape[1]
     tokens = batch["sequences"][:, -width:]
     rewards = batch.get("rewards")
     result = ImportResult(path, None)
-    with LogWriter(out_dir / f"{run_id}-global_step_{n}.parquet", source=f"skyrl:{path.name}") as writer:
+    with LogWriter(out_dir / out_name(path, run_id), source=f"skyrl:{path.name}") as writer:
         for row in range(len(response)):
             generated = response[row] > 0
             rows = response_rows(
@@ -126,7 +155,7 @@ def convert(path: Path, out_dir: Path, run_id: str, trust_pickle: bool = False) 
             if rows is None:
                 result.skip("without a generated token")
                 continue
-            reward = float(rewards[row][generated].sum()) if rewards is not None else np.nan
+            reward = float(rewards[row][generated].sum()) if rewards is not None else np.nan  # older dumps
             writer.add(
                 rows, run_id=run_id, step=n - 1, minibatch=0, n_minibatches=1, seq_id=n * SEQ_STRIDE + row,
                 behave_version=n - 1, reward=reward,

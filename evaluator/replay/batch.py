@@ -16,7 +16,7 @@ batches costs one row of counts, not one per batch. `evaluator.replay.summarise`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -25,11 +25,11 @@ import pyarrow.compute as pc
 
 from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.formulas.estimators import estimates
-from evaluator.formulas.metrics import Terms, Truth, metrics_for
+from evaluator.formulas.metrics import Coverage, Tokens, coverage, method_metrics, prox_terms
 from evaluator.formulas.sketch import bucket_code
 from evaluator.replay.accumulators import Moments, SketchCounts
 from evaluator.replay.pairing import previous_versions
-from schemas.store import METHODS
+from schemas.store import METHODS, metrics_for
 from schemas.token_log import LOGP_COLUMNS
 
 SERIES: tuple[tuple[str, str], ...] = tuple(
@@ -53,29 +53,37 @@ INPUT_COLUMNS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
+class Cells:
+    """The (run, step, staleness) cells of a batch's tokens, in sorted order, and how they roll up into
+    (run, step) and (run, staleness) cells."""
+
+    labels: dict[str, np.ndarray]  # run, step, staleness of each cell, (G,)
+    step_labels: dict[str, np.ndarray]  # run, step of each (run, step) cell, (G_step,)
+    stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) cell, (G_stale,)
+    step_of_group: np.ndarray  # (G,) the (run, step) cell of each cell
+    stale_of_group: np.ndarray  # (G,) the (run, staleness) cell of each cell
+
+
+@dataclass(frozen=True)
 class Groups:
-    """Tokens of a batch grouped by (run, step, staleness): per-token ids and per-group labels."""
+    """Tokens sorted by cell: each token's cell id (ascending) and the extent of each nonempty cell."""
 
-    group: np.ndarray  # (T,) group id, sorted ascending
-    labels: dict[str, np.ndarray]  # run, step, staleness of each (run, step, staleness) group, (G,)
-    step_labels: dict[str, np.ndarray]  # run, step of each (run, step) group
-    stale_labels: dict[str, np.ndarray]  # run, staleness of each (run, staleness) group
-    step_of_group: np.ndarray  # (G,) the (run, step) group of each (run, step, staleness) group
-    stale_of_group: np.ndarray  # (G,) the (run, staleness) group of each (run, step, staleness) group
+    group: np.ndarray  # (T,) cell id of each token, sorted ascending
+    cells: Cells
+    present: np.ndarray = field(init=False)  # ids of the nonempty cells
+    n: np.ndarray = field(init=False)  # their token counts
+    starts: np.ndarray = field(init=False)  # their first token
 
-    def extents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids of the nonempty groups, their token counts, their first token), computed once."""
-        if not hasattr(self, "_extents"):
-            n = np.bincount(self.group, minlength=len(self.labels["step"]))  # (G,)
-            present = np.flatnonzero(n)
-            self._extents = present, n[present], (np.cumsum(n) - n)[present]
-        return self._extents
+    def __post_init__(self) -> None:
+        n = np.bincount(self.group, minlength=len(self.cells.labels["step"]))  # (G,)
+        present = np.flatnonzero(n)
+        for name, value in (("present", present), ("n", n[present]), ("starts", (np.cumsum(n) - n)[present])):
+            object.__setattr__(self, name, value)
 
     def subset(self, keep: np.ndarray | None) -> Groups:
-        if keep is None:
-            return self
-        return replace(self, group=self.group[keep])
+        """The tokens where `keep` is true (all of them for None)."""
+        return self if keep is None else Groups(self.group[keep], self.cells)
 
 
 def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,35 +94,38 @@ def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.cumsum(new) - 1, np.flatnonzero(new)
 
 
-def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
-    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order.
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(codes, value of each code, number of codes): small nonnegative integers in the order of `values`,
+    `values - min` when their range is no wider than their count (the usual batch), else their rank among
+    the distinct values (steps or staleness values far apart), so that packed keys never overflow."""
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < len(values):
+        return values - lo, np.arange(lo, hi + 1, dtype=values.dtype), hi - lo + 1
+    distinct, codes = np.unique(values, return_inverse=True)
+    return codes, distinct, len(distinct)
 
-    One int64 key per token, run * steps * staleness values wide; when valid but far-apart steps would
-    overflow it, the steps are first numbered densely (same order, same groups)."""
-    stale0, n_stale = staleness.min(), int(staleness.max() - staleness.min()) + 1
-    step_values = None
-    if (int(run.max()) + 1) * (int(step.max()) - int(step.min()) + 1) * n_stale >= 1 << 62:
-        step_values, step = np.unique(step, return_inverse=True)
-    step0 = step.min()
-    step_key = run * (int(step.max() - step0) + 1) + (step - step0)  # (T,)
-    order = np.argsort(step_key * n_stale + (staleness - stale0), kind="stable")
-    run, step, staleness, step_key = run[order], step[order], staleness[order], step_key[order]
-    group, first = _first_of_runs(step_key * n_stale + (staleness - stale0))
-    step_of_group, first_of_step = _first_of_runs(step_key[first])  # (G,), (G_step,) over the groups
-    step_first = first[first_of_step]  # (G_step,) first token of each (run, step) group
-    stale_key = run[first] * n_stale + (staleness[first] - stale0)  # (G,)
-    stale_unique, stale_of_group = np.unique(stale_key, return_inverse=True)
-    if step_values is not None:  # back from the dense numbers to the steps
-        step = step_values[step]
-    groups = Groups(
-        group=group,
-        labels={"run": run[first], "step": step[first], "staleness": staleness[first]},
-        step_labels={"run": run[step_first], "step": step[step_first]},
-        stale_labels={"run": stale_unique // n_stale, "staleness": stale_unique % n_stale + stale0},
+
+def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
+    """The permutation that sorts tokens by (run, step, staleness), and the groups in that order."""
+    step_code, step_value, n_steps = _codes(step)
+    stale_code, stale_value, n_stale = _codes(staleness)
+    step_key = run * n_steps + step_code  # (T,) one per (run, step)
+    key = step_key * n_stale + stale_code  # (T,) one per (run, step, staleness)
+    order = np.argsort(key, kind="stable")
+    key, step_key = key[order], step_key[order]
+    group, first = _first_of_runs(key)  # (T,), (G,)
+    step_of_group, first_of_step = _first_of_runs(step_key[first])  # (G,), (G_step,)
+    run_of, step_of = np.divmod(step_key[first], n_steps)  # (G,) run and step code of each cell
+    stale_of = key[first] % n_stale  # (G,) staleness code of each cell
+    stale_unique, stale_of_group = np.unique(run_of * n_stale + stale_of, return_inverse=True)
+    cells = Cells(
+        labels={"run": run_of, "step": step_value[step_of], "staleness": stale_value[stale_of]},
+        step_labels={"run": run_of[first_of_step], "step": step_value[step_of[first_of_step]]},
+        stale_labels={"run": stale_unique // n_stale, "staleness": stale_value[stale_unique % n_stale]},
         step_of_group=step_of_group,
         stale_of_group=stale_of_group,
     )
-    return order, groups
+    return order, Groups(group, cells)
 
 
 @dataclass
@@ -144,7 +155,7 @@ def add_series(
     (T,))."""
     if len(values) == 0:
         return
-    present, n, starts = groups.extents()
+    present, n, starts = groups.present, groups.n, groups.starts
     mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)  # (G,)
     sums, squares = np.add.reduceat(values, starts), np.add.reduceat(values * values, starts)
     acc.moments.add(series, rows.group[present], n, sums, squares, mins, maxs)
@@ -159,8 +170,8 @@ def add_series(
     by_step, by_stale = histograms(
         np.ascontiguousarray(values),  # the loop reads the floats' bits
         groups.group,
-        groups.step_of_group,
-        groups.stale_of_group,
+        groups.cells.step_of_group,
+        groups.cells.stale_of_group,
         int(lo),
         int(hi - lo) + 1,
         len(rows.step),
@@ -214,9 +225,9 @@ def add_batch(
     n_tokens = np.bincount(groups.group)
     n_prox = np.bincount(groups.group, weights=has_truth).astype(np.int64)
     rows = CellRows(
-        acc.moments.cells.rows(groups.labels),
-        acc.by_step.cells.rows(groups.step_labels),
-        acc.by_staleness.cells.rows(groups.stale_labels),
+        acc.moments.cells.rows(groups.cells.labels),
+        acc.by_step.cells.rows(groups.cells.step_labels),
+        acc.by_staleness.cells.rows(groups.cells.stale_labels),
     )
     acc.moments.add_tokens(rows.group, n_tokens, n_prox)
     per_method = estimates(
@@ -230,17 +241,14 @@ def add_batch(
         prev_version=prev_version[kept],
         proximal_t_logp=cols.get("proximal_t_logp"),
     )
-    truth = Truth(b=b, t=t, g=g, advantage=cols.get("advantage"), params=params)
+    tokens = Tokens(b=b, t=t, g=g, advantage=cols.get("advantage"))
+    truth = prox_terms(g, tokens, params)
     for method, a in per_method.items():
-        covered = ~np.isnan(a)
-        keep = None if covered.all() else covered
-        terms = Terms(a, truth, keep)
-        on_all = groups.subset(keep)
-        on_truth = on_all.subset(None if terms.all_truth else terms.has_truth)
-        for metric in metrics_for(method):
-            values = metric.value(terms)
-            on = on_truth if metric.needs_truth else on_all
-            add_series(acc, SERIES_ID[method, metric.name], values, on, rows, metric.sketch)
+        on = coverage(method, a, g)
+        grouped = Coverage(*(groups.subset(mask) for mask in on))
+        for metric, values in method_metrics(method, a, tokens, truth, params, on):
+            series = SERIES_ID[method, metric.name]
+            add_series(acc, series, values, grouped.of(metric), rows, not metric.binary)
     acc.by_step.maybe_flush()
     acc.by_staleness.maybe_flush()
     return int(len(order))

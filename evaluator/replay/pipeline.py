@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -36,6 +36,7 @@ from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.problems import Finding, Problem
 from evaluator.replay.outcomes import FileOutcome, ReplayReport
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
+from evaluator.replay.tasks import Check, Summarise
 from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
 from evaluator.sources import Staging
 from evaluator.store import StoreWriter, file_digest
@@ -160,7 +161,7 @@ def _digests(files: list[Path], known: set[str], staged: dict[Path, str]) -> lis
 def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
     """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
     todo = [s for s in slots if s.to_check]
-    results = runner.map(("check", (s.path,)) for s in todo)
+    results = runner.map(Check(s.path) for s in todo)
     for i, (slot, checked) in enumerate(zip(todo, results, strict=True), 1):
         if isinstance(checked, FileFailed):
             slot.outcome = _failed(slot.path, checked)
@@ -172,37 +173,42 @@ def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
 
 def _summaries(
     slots: list[_Slot], runner, params: DecisionParams, bar: tqdm
-) -> Iterator[FileSummary | FileFailed]:
-    """The summary of each slot, in order: runs of small files on the runner, a file long enough for
-    ranges (`default_workers`) once the files before it are done: in threads of this process, or on a
-    cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
+) -> Iterator[tuple[_Slot, FileSummary | FileFailed | None]]:
+    """Each slot in order with its summary (None: a slot that is not summarised): runs of small files on
+    the runner, a file long enough for ranges (`default_workers`) once the files before it are done: in
+    threads of this process, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
     cpus = getattr(runner, "cpus", None)
-    range_map = runner.map if cpus else None
 
-    def workers(slot: _Slot) -> int:
-        return default_workers(slot.checked.report.n_rows, cores=cpus)
+    def kind(slot: _Slot) -> str:
+        if slot.outcome is not None or not slot.to_summarise:
+            return "none"
+        return "long" if default_workers(slot.checked.report.n_rows, cores=cpus) > 1 else "small"
 
-    for is_long, group in itertools.groupby(slots, key=lambda s: workers(s) > 1):
+    for how, group in itertools.groupby(slots, key=kind):
         group = list(group)
-        if is_long:
-            for slot in group:
-                resumes = slot.checked.facts.resumes
-                try:
-                    yield summarise_file(
-                        slot.path,
-                        resumes,
-                        params,
-                        on_batch=bar.update,
-                        workers=workers(slot),
-                        range_map=range_map,
-                    )
-                except Exception as error:  # one file's trouble never stops the others
-                    yield FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
-            continue
-        tasks = (("summarise", (s.path, s.checked.facts.resumes, params)) for s in group)
-        for slot, summary in zip(group, runner.map(tasks), strict=True):
-            bar.update(slot.checked.report.n_rows)
-            yield summary
+        if how == "none":
+            yield from ((slot, None) for slot in group)
+        elif how == "small":
+            tasks = (Summarise(s.path, s.checked.facts.resumes, params) for s in group)
+            for slot, summary in zip(group, runner.map(tasks), strict=True):
+                bar.update(slot.checked.report.n_rows)
+                yield slot, summary
+        else:
+            yield from ((slot, _summarise_long(slot, runner, params, bar)) for slot in group)
+
+
+def _summarise_long(slot: _Slot, runner, params: DecisionParams, bar: tqdm) -> FileSummary | FileFailed:
+    """A long file in ranges: threads here, or range tasks on a cluster's CPUs (a runner with `cpus`)."""
+    cpus = getattr(runner, "cpus", None)
+    workers = default_workers(slot.checked.report.n_rows, cores=cpus)
+    range_map = runner.map if cpus else None
+    try:
+        return summarise_file(
+            slot.path, slot.checked.facts.resumes, params, on_batch=bar.update, workers=workers,
+            range_map=range_map,
+        )  # fmt: skip
+    except Exception as error:  # one file's trouble never stops the others
+        return FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
 
 
 def file_workers(n_files: int) -> int:
@@ -239,26 +245,10 @@ def replay(
                 "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
                 "replay them without --ray ADDRESS (or with a local --ray)"
             )
-        workers = file_workers(len(files)) if workers is None else workers
-        outcomes, pending = [], []  # pending: known, but the store does not show them yet
-        ingest_s = 0.0
+        announcer = _Announcer(staging, on_file)
         findings: list[Finding] = []
-
-        def report() -> None:
-            """Hand the outcomes to `on_file` once the store shows them ("ingested" means readers see it)."""
-            while pending:
-                outcome = pending.pop(0)
-                outcome.path = staging.location(outcome.path)
-                outcomes.append(outcome)
-                if on_file is not None:
-                    on_file(outcome)
-
-        if ray is not None:
-            from evaluator.replay.ray_runner import RayRunner
-
-            runner = RayRunner(ray)
-        else:
-            runner = WorkerPool(workers) if workers > 1 else LocalRunner()
+        ingest_s = 0.0
+        runner = _runner(ray, file_workers(len(files)) if workers is None else workers)
         try:
             with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
                 slots = _digests(files, store.digests(), staging.digests)
@@ -267,27 +257,64 @@ def replay(
                 _check(slots, runner, bar)
                 checked = [s.checked for s in slots if s.checked is not None]
                 findings = judge_call(checked, max_staleness, duplicates=False)
-                summaries = _summaries([s for s in slots if s.to_summarise], runner, params, bar)
                 bar.reset()
-                for i, slot in enumerate(slots, 1):
-                    if slot.outcome is None and slot.to_summarise:
-                        summary = next(summaries)
-                        start = time.perf_counter()
-                        slot.outcome = (
-                            _failed(slot.path, summary)
-                            if isinstance(summary, FileFailed)
-                            else _outcome(slot, summary, staging.location(slot.path), store)
-                        )
-                        ingest_s += time.perf_counter() - start
-                    elif slot.outcome is None:
-                        slot.outcome = slot.resolve()
-                    pending.append(slot.outcome)
+                for i, (slot, summary) in enumerate(_summaries(slots, runner, params, bar), 1):
+                    start = time.perf_counter()
+                    slot.outcome = _settled(slot, summary, staging.location(slot.path), store)
+                    ingest_s += time.perf_counter() - start if summary is not None else 0.0
+                    announcer.add(slot.outcome, published=not store.unpublished)
                     bar.set_description(f"replayed {i}/{len(files)} files")
-                    if not store.unpublished:
-                        report()
                 store.record_findings([f for f in findings if f.severity == "warning"])
         finally:
-            report()  # after the last publish, also after an error or Ctrl-C (the store keeps its files)
+            announcer.flush()  # after the last publish, an error or Ctrl-C too (the store keeps its files)
+    outcomes = announcer.outcomes
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes, findings, ingest_s)
+
+
+def _runner(ray: str | None, workers: int):
+    """Where files are checked and summarised: Ray (`"local"` starts one, else a cluster address), worker
+    processes, or this process."""
+    if ray is not None:
+        from evaluator.replay.ray_runner import RayRunner
+
+        return RayRunner(ray)
+    return WorkerPool(workers) if workers > 1 else LocalRunner()
+
+
+def _settled(
+    slot: _Slot, summary: FileSummary | FileFailed | None, location: Path | str, store: StoreWriter
+) -> FileOutcome:
+    """The slot's outcome: ingested from its summary, its summary's failure, or known without one (from its
+    digest, or its check)."""
+    if summary is None:
+        return slot.outcome or slot.resolve()
+    if isinstance(summary, FileFailed):
+        return _failed(slot.path, summary)
+    return _outcome(slot, summary, location, store)
+
+
+@dataclass
+class _Announcer:
+    """Hands each outcome to `on_file` once the store shows it ("ingested" means readers see it), with
+    the location the file was read from (its URI for a staged copy)."""
+
+    staging: Staging
+    on_file: Callable[[FileOutcome], None] | None
+    outcomes: list[FileOutcome] = field(default_factory=list)
+    waiting: list[FileOutcome] = field(default_factory=list)
+
+    def add(self, outcome: FileOutcome, published: bool) -> None:
+        """One more outcome; `published`: the store shows every outcome so far."""
+        self.waiting.append(outcome)
+        if published:
+            self.flush()
+
+    def flush(self) -> None:
+        for outcome in self.waiting:
+            outcome.path = self.staging.location(outcome.path)
+            self.outcomes.append(outcome)
+            if self.on_file is not None:
+                self.on_file(outcome)
+        self.waiting = []

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from evaluator.errors import FileFailed, UsageError
-from evaluator.replay.workers import Task, ordered_map, run_task
+from evaluator.replay.tasks import Task
+from evaluator.replay.workers import failed, ordered_map, run_task
 
 MAX_RETRIES = 3
 LOCAL = "local"
@@ -67,4 +68,4 @@ class RayRunner:
             return self._ray.get(ref)
         except Exception as error:  # RayTaskError, WorkerCrashedError after the retries
             first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            return FileFailed(f"{task[0]} {task[1][0]} failed on Ray: {type(error).__name__}: {first}")
+            return failed(task, f"{type(error).__name__}: {first}", " on Ray")

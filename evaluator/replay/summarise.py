@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,7 @@ from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.replay.accumulators import Moments
 from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
 from evaluator.replay.pairing import resumes_frame
+from evaluator.replay.tasks import SummariseRange
 from evaluator.store import FileSummary
 
 BATCH_ROWS = 1 << 18
@@ -79,24 +80,18 @@ class RangeSummary:
 
 
 def summarise_range(
-    path,
-    rows: tuple[int, int] | None,
-    resumes: pa.Table,
-    params: DecisionParams,
-    batch_rows: int = BATCH_ROWS,
-    on_batch: Callable | None = None,
-    stop: threading.Event | None = None,
+    task: SummariseRange, on_batch: Callable[[int], None] | None = None, stop: threading.Event | None = None
 ) -> RangeSummary:
-    """Summarise rows [start, end) of `path` (the whole file for None) with the file's resumed-segment
-    starts (`FileFacts.resumes`) and the loss's thresholds: what one worker does. Once `stop` is set it
-    returns at the next batch, unfinished (its caller has given up)."""
-    acc, runs, resumes = Summaries(), {}, resumes_frame(resumes)
+    """Summarise the task's rows with the file's resumed-segment starts and the loss's thresholds: what one
+    range worker does. Once `stop` is set it returns at the next batch, unfinished (its caller has given
+    up)."""
+    acc, runs, resumes = Summaries(), {}, resumes_frame(task.resumes)
     out = RangeSummary(runs=[])
-    for batch in iter_batches(path, batch_rows, rows):
+    for batch in iter_batches(task.path, task.batch_rows, task.rows):
         if stop is not None and stop.is_set():
             break
         acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
-        out.n_tokens += add_batch(acc, batch, runs, resumes, params)
+        out.n_tokens += add_batch(acc, batch, runs, resumes, task.params)
         out.n_rows += batch.num_rows
         out.batch_moments.append((acc.moments.token_rows(), acc.moments.moment_rows()))
         if on_batch is not None:
@@ -124,41 +119,39 @@ def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS, cores: int | None
     return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
 
 
-def _summarise_ranges(
-    path, resumes: pa.Table, params: DecisionParams, batch_rows: int, workers: int | None, on_batch, range_map
-) -> list[RangeSummary]:
-    """The file's summary in one range per worker: threads of this process (none when there is one
-    range), or the tasks of `range_map` (a cluster's ordered map)."""
-    n_rows = pq.ParquetFile(path).metadata.num_rows
-    workers = default_workers(n_rows, batch_rows) if workers is None else workers
-    ranges = batch_ranges(n_rows, batch_rows, workers)
-    if len(ranges) < 2:
-        return [summarise_range(path, None, resumes, params, batch_rows, on_batch)]
-    if range_map is not None:
-        tasks = [("summarise_range", (path, r, resumes, params, batch_rows)) for r in ranges]
-        parts = []
-        for (lo, hi), part in zip(ranges, range_map(tasks), strict=True):  # in file order
-            if isinstance(part, FileFailed):
-                raise part
-            parts.append(part)
-            if on_batch is not None:
-                on_batch(hi - lo)
-        return parts
+RangeMap = Callable[[list[SummariseRange]], Iterator[RangeSummary | FileFailed]]
+"""A cluster's ordered map over range tasks (`evaluator.replay.ray_runner.RayRunner.map`)."""
+
+
+def _in_threads(tasks: list[SummariseRange], on_batch: Callable[[int], None] | None) -> list[RangeSummary]:
+    """The ranges in threads of this process, returned in file order; a range's error is the file's."""
     stop = threading.Event()  # an error or Ctrl-C here: every range stops at its next batch
-    with ThreadPoolExecutor(len(ranges), thread_name_prefix="proxaudit-range") as threads:
-        summaries = [
-            threads.submit(summarise_range, path, r, resumes, params, batch_rows, stop=stop) for r in ranges
-        ]
+    with ThreadPoolExecutor(len(tasks), thread_name_prefix="proxaudit-range") as threads:
+        futures = [threads.submit(task.run, stop=stop) for task in tasks]
         try:
             parts = []
-            for summary, (lo, hi) in zip(summaries, ranges, strict=True):  # in file order
-                parts.append(summary.result())  # a range's error is the file's
+            for task, future in zip(tasks, futures, strict=True):
+                parts.append(future.result())
                 if on_batch is not None:
-                    on_batch(hi - lo)
+                    on_batch(task.rows[1] - task.rows[0])
             return parts
         except BaseException:
             stop.set()
             raise
+
+
+def _on_cluster(
+    tasks: list[SummariseRange], range_map: RangeMap, on_batch: Callable[[int], None] | None
+) -> list[RangeSummary]:
+    """The ranges as tasks of a cluster, returned in file order; a range's failure is the file's."""
+    parts = []
+    for task, part in zip(tasks, range_map(tasks), strict=True):
+        if isinstance(part, FileFailed):
+            raise part
+        parts.append(part)
+        if on_batch is not None:
+            on_batch(task.rows[1] - task.rows[0])
+    return parts
 
 
 def _table(rows: list[Rows], runs: list[str], columns: tuple[str, ...]) -> pa.Table:
@@ -189,18 +182,31 @@ def summarise_file(
     resumes: pa.Table,
     params: DecisionParams = DEFAULT_PARAMS,
     *,
-    on_batch=None,
+    on_batch: Callable[[int], None] | None = None,
     batch_rows: int = BATCH_ROWS,
     workers: int | None = None,
-    range_map=None,
+    range_map: RangeMap | None = None,
 ) -> FileSummary:
     """Stream `path` batch by batch into its mergeable summaries, on `workers` processes (default: one
     per core for a long file, else none), or as `workers` range tasks of `range_map` (an ordered map over
     tasks, `evaluator.replay.ray_runner.RayRunner.map`). `resumes`: the file's `FileFacts.resumes`;
     `params`: the loss's thresholds for the decision metrics. `on_batch(rows)` reports progress."""
+    n_rows = pq.ParquetFile(path).metadata.num_rows
+    workers = default_workers(n_rows, batch_rows) if workers is None else workers
+    ranges = batch_ranges(n_rows, batch_rows, workers)
+    whole = SummariseRange(path, None, resumes, params, batch_rows)
+    if len(ranges) < 2:
+        return _merged([summarise_range(whole, on_batch)])
+    tasks = [replace(whole, rows=r) for r in ranges]
+    if range_map is not None:
+        return _merged(_on_cluster(tasks, range_map, on_batch))
+    return _merged(_in_threads(tasks, on_batch))
+
+
+def _merged(parts: list[RangeSummary]) -> FileSummary:
+    """A file's summary from its ranges' (in file order), every sum folded batch by batch in file order."""
     runs: dict[str, int] = {}
     moments, by_step, by_staleness = Moments(len(SERIES)), [], []
-    parts = _summarise_ranges(path, resumes, params, batch_rows, workers, on_batch, range_map)
     for part in parts:  # in file order
         codes = np.array([runs.setdefault(r, len(runs)) for r in part.runs], dtype=np.int64)
         for tokens, batch_moments in part.batch_moments:

@@ -1,6 +1,6 @@
 """Where replay's per-file work runs: `LocalRunner` (this process) or `WorkerPool` (one worker process
-per core), both an ordered `map` over tasks: `check` (`evaluator.validate.files.check_file`) and `summarise`
-(`evaluator.replay.summarise.summarise_file`).
+per core), both an ordered `map` over tasks (`evaluator.replay.tasks`: check a file, summarise it, or
+summarise one range of a long file).
 
 A worker is a plain child process running `evaluator.replay.worker` (not a `multiprocessing` pool: spawn would
 re-run a caller's main script, fork would copy Arrow's and DuckDB's threads), started when first needed
@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evaluator.errors import FileFailed
+from evaluator.replay.tasks import Summarise, Task
 
-Task = tuple[str, tuple]
-"""(kind, arguments): ("check", (path,)) or ("summarise", (path, resumes, params))."""
 WORKER_MODULE = "evaluator.replay.worker"
 STOP_WAIT_S = 10.0
 EXIT_ENV = "PROXAUDIT_WORKER_EXIT_ON"
@@ -58,23 +57,14 @@ def stderr_tail(err: Path) -> str:
 
 
 def run_task(task: Task):
-    """Run one task here; the functions are imported when first needed (a worker pays it once)."""
-    kind, args = task
-    if kind == "check":
-        from evaluator.validate import check_file
+    """Run one task here (what a Ray worker is handed)."""
+    return task.run()
 
-        return check_file(*args)
-    if kind == "summarise":
-        from evaluator.replay.summarise import summarise_file
 
-        path, resumes, params = args
-        return summarise_file(path, resumes, params, workers=1)  # a worker per core already
-    if kind == "summarise_range":  # rows [start, end) of a long file, on a cluster
-        from evaluator.replay.summarise import summarise_range
-
-        path, rows, resumes, params, batch_rows = args
-        return summarise_range(path, rows, resumes, params, batch_rows)
-    raise ValueError(f"unknown task {kind!r}")
+def failed(task: Task, error: Exception | str, where: str = "") -> FileFailed:
+    """The failure of one task, naming its kind and file."""
+    why = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return FileFailed(f"{task.kind} {task.path} failed{where}: {why}")
 
 
 def ordered_map(
@@ -115,7 +105,7 @@ class LocalRunner:
             try:
                 yield run_task(task)
             except Exception as error:  # one file's trouble never stops the others
-                yield FileFailed(f"{task[0]} {task[1][0]} failed: {type(error).__name__}: {error}")
+                yield failed(task, error)
 
 
 @dataclass
@@ -177,13 +167,13 @@ class WorkerPool:
             return self._lost(worker, task)
         self._idle.append(worker)
         if status != "ok":
-            return FileFailed(f"{task[0]} {task[1][0]} failed in a worker process: {payload[-2000:]}")
+            return failed(task, payload[-2000:], " in a worker process")
         return payload
 
     def _lost(self, worker: Worker, task: Task) -> FileFailed:
         """Forget a dead worker (its slot is free again) and say what happened to the task."""
         self._workers.remove(worker)
-        error = worker.exited(f"{task[0]} {task[1][0]}")
+        error = worker.exited(f"{task.kind} {task.path}")
         worker.process.stdout.close()
         return error
 
@@ -212,10 +202,10 @@ def serve(requests, answers) -> None:
             task = pickle.load(requests)
         except EOFError:  # the parent has closed stdin: no more tasks
             return
-        if task[0] == "summarise" and os.environ.get(EXIT_ENV) == Path(task[1][0]).name:
+        if isinstance(task, Summarise) and os.environ.get(EXIT_ENV) == Path(task.path).name:
             os._exit(71)
         try:
-            answer = ("ok", run_task(task))
+            answer = ("ok", task.run())
         except Exception:  # reported to the parent, which fails this file only
             answer = ("error", traceback.format_exc())
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)

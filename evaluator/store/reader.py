@@ -1,8 +1,9 @@
 """Reading the metrics store: a store is data, never code.
 
-Readers (`open_store`) open the published file read-only, check that it is a proxaudit store of this
-schema version (every table, with its columns), switch off file access, and define proxaudit's views and
-macros as temporary objects: a query runs proxaudit's SQL over the store's tables, whatever views a
+Readers (`open_store`) attach the published file read-only to a connection of their own (an in-memory
+database, first on the search path), check that it is a proxaudit store of this schema version (every
+table, with its columns), switch off file access, and define proxaudit's views and macros (`views.sql`) in
+the in-memory database: a query runs proxaudit's SQL over the store's tables, whatever views or macros a
 crafted file holds, and cannot read a local file. The checks here serve the writer too.
 """
 
@@ -19,10 +20,12 @@ import duckdb
 
 from evaluator.duck import connect
 from evaluator.errors import StoreError
-from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL, TEMP_VIEWS_DDL
+from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 from schemas.token_log import RUN_ID_MAX_BYTES
 
 READ_LOCK_WAIT_S = 3.0
+STORE = "store"
+"""The name a reader attaches the store under."""
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
 TEXT_MAX_BYTES = 8192
 """The longest text a store may hold in a column without a rule of its own (a path, a finding's message)."""
@@ -58,11 +61,12 @@ def check_db_path(db: str | os.PathLike) -> Path:
     return path
 
 
-def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Every table and view of the database's main schema with its (column, type), in column order."""
+def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Every table and view of the catalog's main schema with its (column, type), in column order."""
     rows = con.execute(
-        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = "
-        "current_database() AND schema_name = 'main' ORDER BY table_name, column_index"
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
+        "AND schema_name = 'main' ORDER BY table_name, column_index",
+        [catalog],
     ).fetchall()
     found: dict[str, list[tuple[str, str]]] = {}
     for table, column, dtype in rows:
@@ -75,21 +79,22 @@ def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
     """The store's tables and their (column, type), from the DDL (a reference in memory)."""
     with connect() as con:
         con.execute(TABLE_DDL)
-        return _columns(con)
+        return _columns(con, "memory")
 
 
-def check_store(con: duckdb.DuckDBPyConnection, db: Path) -> None:
-    """A `StoreError` unless `con` holds a proxaudit store of this schema version: every table of the DDL
-    as a base table with its columns, the schema version recorded, and values replay writes
-    (`check_values`)."""
-    found = _columns(con)
-    base = {
-        t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
-    }
+def check_store(con: duckdb.DuckDBPyConnection, db: Path, catalog: str | None = None) -> None:
+    """A `StoreError` unless the catalog (the connection's own database by default) holds a proxaudit
+    store of this schema version: every table of the DDL as a base table with its columns, the schema
+    version recorded, and values replay writes (`check_values`)."""
+    catalog = catalog or con.execute("SELECT current_database()").fetchone()[0]
+    found = _columns(con, catalog)
+    tables = "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = ?"
+    base = {t for (t,) in con.execute(tables, [catalog]).fetchall()}
     if "store_meta" not in base:
         what = f"tables {', '.join(sorted(base))}" if base else "views only" if found else "nothing"
         raise StoreError(f"{db} is not a proxaudit metrics database (it holds {what}, no store_meta table)")
-    row = con.execute("SELECT value FROM store_meta WHERE key = 'store_schema_version'").fetchone()
+    version = f"SELECT value FROM \"{catalog}\".main.store_meta WHERE key = 'store_schema_version'"
+    row = con.execute(version).fetchone()
     if row is None or row[0] != STORE_SCHEMA_VERSION:
         found_version = row[0] if row else None
         raise StoreError(
@@ -100,10 +105,10 @@ def check_store(con: duckdb.DuckDBPyConnection, db: Path) -> None:
         if table not in base or found.get(table) != columns:
             got = "missing" if table not in found else "a view" if table not in base else "of other columns"
             raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
-    check_values(con, db)
+    check_values(con, db, catalog)
 
 
-def check_values(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+def check_values(con: duckdb.DuckDBPyConnection, db: Path, catalog: str) -> None:
     """A `StoreError` unless every text value is one replay writes: a run_id of at most
     `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
     store repeats these on every row, so a crafted one with long or foreign values would cost readers
@@ -121,7 +126,7 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Path) -> None:
         if not texts:
             continue
         counts = con.execute(
-            f"SELECT {', '.join(f'count_if({r[0]})' for r in rules)} FROM {table}"
+            f'SELECT {", ".join(f"count_if({r[0]})" for r in rules)} FROM "{catalog}".main.{table}'
         ).fetchone()
         for column, (_, what), count in zip(texts, rules, counts, strict=True):
             if count:
@@ -133,12 +138,15 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Path) -> None:
     _CHECKED[key] = None
 
 
-def _connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
-    """A connection, retrying while another process holds the file's lock (`StoreBusy` after `wait_s`)."""
+def _attach(con: duckdb.DuckDBPyConnection, db: Path, wait_s: float) -> None:
+    """Attach `db` read-only as `STORE`, retrying while another process holds the file's lock
+    (`StoreBusy` after `wait_s`)."""
     deadline, delay = time.monotonic() + wait_s, 0.02
+    path = str(db).replace("'", "''")
     while True:
         try:
-            return connect(str(db), read_only=read_only)
+            con.execute(f"ATTACH '{path}' AS {STORE} (READ_ONLY)")
+            return
         except duckdb.IOException as error:
             if "lock" not in str(error).lower():
                 raise StoreError(f"cannot open the metrics database {db}: {error}") from error
@@ -154,17 +162,20 @@ def _connect(db: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnect
 def open_store(
     db: str | os.PathLike, lock_wait_s: float = READ_LOCK_WAIT_S
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to the published store, closed on exit: checked (`check_store`), without
-    file access, with proxaudit's views and macros as temporary objects. A missing database is a
-    `StoreError`, one locked by another program past `lock_wait_s` a `StoreBusy`."""
+    """A connection to the published store, read-only, closed on exit: checked (`check_store`), without
+    file access, with proxaudit's views and macros in its own in-memory database, which comes first on the
+    search path (the store's tables next). A missing database is a `StoreError`, one locked by another
+    program past `lock_wait_s` a `StoreBusy`."""
     db = check_db_path(db)
     if not db.is_file():
         raise StoreError(f"no metrics database at {db}: run `proxaudit replay LOGS --db {db}` first")
-    con = _connect(db, read_only=True, wait_s=lock_wait_s)
+    con = connect()
     try:
-        check_store(con, db)
+        _attach(con, db, lock_wait_s)
+        check_store(con, db, STORE)
+        con.execute(f"SET search_path = 'memory.main,{STORE}.main'")
         con.execute("SET enable_external_access = false; SET lock_configuration = true")
-        con.execute(TEMP_VIEWS_DDL)
+        con.execute(VIEWS_DDL)
         yield con
     finally:
         con.close()

@@ -4,7 +4,8 @@ adding them up.
 
 - `cells`, per (run, step, minibatch, staleness): loss tokens, masked rows, tokens with `prox_logp`, the
   sums of |prox - behave| (drift), verl's |exp(prox) - exp(behave)|, NeMo-RL's exp|prox - behave|,
-  |theta - prox|, and how many tokens have behave exactly equal to prox or to theta.
+  |theta - prox|, how many tokens have behave exactly equal to prox or to theta, and how many with prox
+  have prox or behave exactly 0.
 - `proximal_t`, per (run, k = step - proximal_t_version, staleness) of the tokens whose proximal_t claims
   the next version (a later segment follows): |proximal_t - prox| and |behave - prox| sums over the
   tokens with prox, and how many have proximal_t exactly equal to behave; and `segment_pairs`, per run:
@@ -49,7 +50,9 @@ def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
                         FILTER (WHERE loss_mask), 0) AS exp_abs_drift,
                coalesce(sum(abs(theta_logp - {prox})) FILTER (WHERE loss_mask), 0) AS theta_gap,
                count(*) FILTER (WHERE loss_mask AND behave_logp = {prox}) AS behave_is_prox,
-               count(*) FILTER (WHERE loss_mask AND behave_logp = theta_logp) AS behave_is_theta
+               count(*) FILTER (WHERE loss_mask AND behave_logp = theta_logp) AS behave_is_theta,
+               count(*) FILTER (WHERE loss_mask AND {prox} = 0) AS prox_is_zero,
+               count(*) FILTER (WHERE loss_mask AND {prox} IS NOT NULL AND behave_logp = 0) AS behave_is_zero
         FROM src GROUP BY run_id, step, minibatch, staleness""").to_arrow_table()
 
 

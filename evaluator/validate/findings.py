@@ -13,6 +13,7 @@ import polars as pl
 
 from evaluator.problems import Finding
 from evaluator.validate.evidence import Evidence, RunEvidence
+from evaluator.validate.zero_prox import prox_logp_zero
 
 MIN_TOKENS = 300
 """A finding needs at least this many tokens of the kind it looks at: fewer make a rate or a mean one
@@ -280,12 +281,13 @@ RULES = (
     _version_count,
     _staleness_range,
     _engine_mismatch,
+    prox_logp_zero,
 )
 
 
-EXPLAINS = {"behave_is_prox": {"proximal_t_misplaced"}}
+EXPLAINS = {"behave_is_prox": {"proximal_t_misplaced"}, "prox_logp_zero": {"engine_mismatch"}}
 """A finding that explains another's signal: behave_logp equal to prox_logp puts every proximal_t
-farther from prox than behave. One cause, one finding."""
+farther from prox than behave; a prox_logp of zeros is all drift at staleness 0. One cause, one finding."""
 
 
 def run_findings(evidence: Evidence, max_staleness: int | None = None) -> list[Finding]:

@@ -1,0 +1,63 @@
+"""Replay's units of per-file work, as the runners (`evaluator.replay.workers`, `.ray_runner`) ship them:
+picklable values whose `run()` does the work where the runner puts it (this process, a worker process or
+a Ray worker). Each imports what it needs when first run, so a worker pays it once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from evaluator.formulas.decisions import DecisionParams
+
+
+@dataclass(frozen=True)
+class Check:
+    """Check one file on its own (the rules of `proxaudit validate`): a `CheckedFile`."""
+
+    path: Path
+    kind = "check"
+
+    def run(self):
+        from evaluator.validate import check_file
+
+        return check_file(self.path)
+
+
+@dataclass(frozen=True)
+class Summarise:
+    """Summarise one clean file (`FileFacts.resumes` from its check; the loss's `params`): a `FileSummary`."""
+
+    path: Path
+    resumes: pa.Table
+    params: DecisionParams
+    kind = "summarise"
+
+    def run(self):
+        from evaluator.replay.summarise import summarise_file
+
+        return summarise_file(self.path, self.resumes, self.params, workers=1)  # a worker per core already
+
+
+@dataclass(frozen=True)
+class SummariseRange:
+    """Summarise rows [start, end) of a long file (`rows` None: all of it) in record batches of
+    `batch_rows`: a `RangeSummary`, merged with the file's other ranges in file order."""
+
+    path: Path
+    rows: tuple[int, int] | None
+    resumes: pa.Table
+    params: DecisionParams
+    batch_rows: int
+    kind = "summarise_range"
+
+    def run(self, on_batch: Callable[[int], None] | None = None, stop: threading.Event | None = None):
+        from evaluator.replay.summarise import summarise_range
+
+        return summarise_range(self, on_batch=on_batch, stop=stop)
+
+
+Task = Check | Summarise | SummariseRange
