@@ -355,21 +355,37 @@ class TestTamperedAndCraftedStores:
 
 
 class TestMachineReadableOutput:
-    # Every DuckDB connection of the process shows its progress bar after 1 ms instead of 2 s: every
-    # query is as slow as one under load (a SET, under 1 ms, is not); proxaudit's own connections must
-    # switch the bar off.
-    SLOW = (
-        "import sys, duckdb\n"
-        "real = duckdb.connect\n"
-        "def connect(*args, **kwargs):\n"
-        "    con = real(*args, **kwargs)\n"
-        "    con.execute('SET progress_bar_time = 1')\n"
-        "    return con\n"
-        "duckdb.connect = connect\n"
-        "from evaluator.cli.main import main\n"
-        "sys.argv[0] = 'proxaudit'\n"
-        "main()\n"
-    )
+    # Every DuckDB connection of the child runs its queries as slowly as under load (DuckDB shows its
+    # progress bar after 1 ms instead of 2 s) from its first statement that is not a SET: the caller may
+    # configure it first, as `evaluator.duck.connect` does (a SET would print the bar itself if it took 1 ms).
+    SLOW = """
+import sys, duckdb
+real = duckdb.connect
+class Loaded:
+    def __init__(self, con):
+        self._con, self._loaded = con, False
+    def _load(self, sql):
+        if not self._loaded and not str(sql).lstrip().upper().startswith("SET"):
+            self._con.execute("SET progress_bar_time = 1")
+            self._loaded = True
+    def execute(self, sql, *args, **kwargs):
+        self._load(sql)
+        self._con.execute(sql, *args, **kwargs)
+        return self
+    def sql(self, sql, *args, **kwargs):
+        self._load(sql)
+        return self._con.sql(sql, *args, **kwargs)
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self._con.close()
+duckdb.connect = lambda *args, **kwargs: Loaded(real(*args, **kwargs))
+from evaluator.cli.main import main
+sys.argv[0] = "proxaudit"
+main()
+"""
 
     def proxaudit_under_load(self, *args: str) -> str:
         done = subprocess.run([sys.executable, "-c", self.SLOW, *args], capture_output=True, text=True)
