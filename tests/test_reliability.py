@@ -136,6 +136,14 @@ class TestUnboundedStrings:
         assert stored == [("r",), ("\u00e9" * 100,)]  # 200 bytes: within the limit
 
 
+def _read(fd: int) -> bytes:
+    """The next bytes from a pty's leader side; b"" once the child has closed it."""
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: no writer left
+        return b""
+
+
 def pc_add(column: pa.ChunkedArray, k: int) -> pa.Array:
     return pa.array(column.to_numpy() + k, pa.int64())
 
@@ -439,6 +447,28 @@ class TestReports:
         assert not any(c in markdown for c in self.RAW)
         # the run is a code span in the table (GitHub renders the step summary: no link, no image)
         assert "` run\\x1b[31m-red" in markdown and "example) ` |" in markdown
+
+    def test_csv_is_exact_into_a_pipe_and_spelled_out_on_a_terminal(self, tmp_path):
+        """CSV is data for a program, byte for byte (click stripped escape sequences from it); on a
+        terminal its control characters are spelled out, as a table's are."""
+        import pty
+
+        t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 2)
+        write_log_atomic(set_column(t, "run_id", pa.array([self.NASTY] * t.num_rows)), tmp_path / "n.parquet")
+        db = tmp_path / "m.duckdb"
+        replay([tmp_path / "n.parquet"], db)
+        command = [sys.executable, "-m", "evaluator.cli", "summary", "--db", str(db), "--format", "csv"]
+        piped = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        assert {row[0] for row in list(csv.reader(io.StringIO(piped)))[1:]} == {self.NASTY}  # exact
+        leader, follower = pty.openpty()
+        with subprocess.Popen(command, stdout=follower, stderr=subprocess.DEVNULL):
+            os.close(follower)
+            shown = b""
+            while chunk := _read(leader):
+                shown += chunk
+        os.close(leader)
+        text = shown.decode()
+        assert not any(c in text for c in self.RAW) and all(c in text for c in self.SPELLED)
 
     @pytest.mark.parametrize("value", ["1e308", "-1e308", "1e101"])
     def test_absurd_thresholds_are_exit_2(self, store, tmp_path, value):

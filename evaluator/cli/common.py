@@ -16,10 +16,14 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 def say(text: str, fmt: str = "table", err: bool = False) -> None:
-    """Print a command's output: human formats with control characters from the data escaped (`json`
-    escapes them itself; `csv` keeps the values as they are)."""
-    click.echo(printable(text, keep_lines=True) if fmt == "table" else text, err=err)
-    (sys.stderr if err else sys.stdout).flush()  # a line as it happens, also into a pipe (CI logs)
+    """Print a command's output: human formats with control characters from the data spelled out
+    (`printable`); `json` escapes them itself; `csv` keeps the values exact for a program, and is spelled
+    out too when it goes to a terminal (as `ls` quotes names only there)."""
+    stream = sys.stderr if err else sys.stdout
+    if fmt == "table" or (fmt == "csv" and stream.isatty()):
+        text = printable(text, keep_lines=True)
+    click.echo(text, err=err, color=True)  # click would strip escape sequences from a value into a pipe
+    stream.flush()  # a line as it happens, also into a pipe (CI logs)
 
 
 def library_errors(command: Callable) -> Callable:
