@@ -51,6 +51,7 @@ METHOD_COLORS: dict[str, str] = {
     "loglinear_exact": "#2ca02c",
     "linear_exact": "#d62728",
     "rollout": "#9467bd",
+    "reuse_train_logp": "#e377c2",
     "proximal_t": "#8c564b",
 }
 SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e")

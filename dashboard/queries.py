@@ -25,6 +25,7 @@ import pandas as pd
 
 from dashboard import raw_logs
 from evaluator.errors import StoreError
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
 from schemas.store import DEFAULT_TOLERANCE, METHODS, Tolerance
 
@@ -231,12 +232,10 @@ def mismatch(db: Path, run_id: str) -> pd.DataFrame:
     return _frame(db, "SELECT * FROM mismatch_summary WHERE run_id = ? ORDER BY staleness", [run_id])
 
 
-def decision_params(db: Path) -> dict:
-    """The loss's thresholds the store's decision metrics were computed with (DOMAIN.md 3b defaults if
-    the store has none recorded yet)."""
-    frame = _frame(db, "SELECT value FROM store_meta WHERE key = 'decision_params'")
-    recorded = json.loads(frame["value"].iloc[0]) if len(frame) else {}
-    return {"eps_low": 0.2, "eps_high": 0.2, "bound": 5.0, "bound_action": "mask"} | recorded
+def store_loss(db: Path) -> Loss:
+    """The loss the store's decision metrics were computed under (the default before the first replay)."""
+    frame = _frame(db, "SELECT value FROM store_meta WHERE key = 'loss'")
+    return Loss.from_dict(json.loads(frame["value"].iloc[0])) if len(frame) else DEFAULT_LOSS
 
 
 def findings(db: Path, run_id: str) -> pd.DataFrame:

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.charts import color, empty_figure, has_quantiles, label, ordered, rgba, y_scale
+from evaluator.formulas.loss import Loss
 
 
 def _segments(x: pd.Series, lo: pd.Series, hi: pd.Series) -> tuple[list, list]:
@@ -77,11 +78,10 @@ def _corner_note(fig: go.Figure, text: str, hue: str) -> None:
     )
 
 
-def weight_ranges(frame: pd.DataFrame, metric: str, params: dict) -> go.Figure:
+def weight_ranges(frame: pd.DataFrame, metric: str, loss: Loss) -> go.Figure:
     """Distributions of a weight (`behave_imp_weight` or `importance_weight`) per staleness, the methods
-    side by side at each staleness (ground truth first), with the PPO clip range [1 - eps_low,
-    1 + eps_high] or the behaviour weight bound U of the store's decision parameters `params` drawn (log
-    y: weights are ratios)."""
+    side by side at each staleness (ground truth first), with the clip range [1 - eps_low, 1 + eps_high]
+    or the bounds of the store's loss's token-level ratio rules drawn (log y: weights are ratios)."""
     methods = ordered(frame["method"])
     if not methods:
         return empty_figure(f"no {metric} rows for this selection")
@@ -90,15 +90,18 @@ def weight_ranges(frame: pd.DataFrame, metric: str, params: dict) -> go.Figure:
         part = frame[frame["method"] == method].sort_values("staleness")
         offset = (i - (len(methods) - 1) / 2) * width
         _range_glyphs(fig, part, part["staleness"] + offset, method, color(method))
-    if metric == "importance_weight":
-        lo, hi = 1 - params["eps_low"], 1 + params["eps_high"]
+    if metric == "importance_weight" and loss.has_clip:
+        lo, hi = 1 - loss.eps_low, 1 + loss.eps_high
         fig.add_hrect(y0=lo, y1=hi, fillcolor="green", opacity=0.08, line_width=0, layer="below")
         for edge in (lo, hi):
             fig.add_hline(y=edge, line=dict(color="green", dash="dash", width=1))
         _corner_note(fig, f"clip range [{lo:g}, {hi:g}]", "green")
-    if metric == "behave_imp_weight":
-        fig.add_hline(y=params["bound"], line=dict(color="red", dash="dash", width=1))
-        _corner_note(fig, f"bound U = {params['bound']:g} ({params['bound_action']})", "red")
+    token_ratio_rules = [r for r in loss.rules if (r.level, r.statistic) == ("token", "ratio")]
+    if metric == "behave_imp_weight" and token_ratio_rules:
+        for rule in token_ratio_rules:
+            for edge in (e for e in (rule.lower, rule.upper) if e is not None):
+                fig.add_hline(y=edge, line=dict(color="red", dash="dash", width=1))
+        _corner_note(fig, "; ".join(r.describe() for r in token_ratio_rules), "red")
     fig.update_layout(height=460, margin=dict(t=40, b=40), legend_title_text="method")
     fig.update_xaxes(title_text=label("staleness"), dtick=1, showgrid=False)
     fig.update_yaxes(title_text=label(metric))

@@ -25,6 +25,8 @@ VIEW_BY = {
     "decision-staleness": "decision_staleness_summary",
     "weights": "weight_summary",
     "weights-staleness": "weight_staleness_summary",
+    "rollout-corr": "rollout_corr_summary",
+    "rollout-corr-staleness": "rollout_corr_staleness_summary",
     "mismatch": "mismatch_summary",
 }
 # Views keyed by method but not metric, and those keyed by neither: their order and what filters apply.
@@ -34,6 +36,8 @@ ORDER_BY = {
     "decision-staleness": ["run_id", "staleness", "method"],
     "weights": ["run_id", "method"],
     "weights-staleness": ["run_id", "staleness", "method"],
+    "rollout-corr": ["run_id", "method"],
+    "rollout-corr-staleness": ["run_id", "staleness", "method"],
     "mismatch": ["run_id", "staleness"],
 }
 FORMATS = ("table", "json", "csv")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 
-STORE_SCHEMA_VERSION = "3"
+STORE_SCHEMA_VERSION = "4"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (
@@ -17,26 +17,71 @@ METHODS: tuple[str, ...] = (
     "loglinear_exact",
     "linear_exact",
     "rollout",
+    "reuse_train_logp",
     "proximal_t",
 )
 
 
 @dataclass(frozen=True)
 class Metric:
-    """A per-token metric (DOMAIN.md sections 3 and 3b): `a` = the method's estimate of log pi_prox, `g` =
-    `prox_logp`, `b` = `behave_logp`, `t` = `theta_logp`; `w(d)` = exp(min(d, 150)); `clip`, `bound` and `W`
-    the loss's decisions and gradient weight. `evaluator.formulas.metrics` computes each by this name."""
+    """A metric (DOMAIN.md sections 3, 3b and 3c): `a` = the method's estimate of log pi_prox, `g` =
+    `prox_logp`, `b` = `behave_logp`, `t` = `theta_logp`; `w(d)` = exp(min(d, 150)); `C`, `D`, `bound`,
+    `below` and `W` the loss's decisions and gradient weight (`evaluator.formulas.gradients`).
+    `evaluator.formulas.metrics` computes each by this name."""
 
     name: str
     formula: str
     needs_truth: bool
-    """counted only on tokens with `prox_logp`; the others on every token where the estimate exists"""
+    """counted only where `prox_logp` is known; the others wherever the estimate exists"""
     of: str = "all"
     """the methods that have it: `all`, the `estimators` (for the ground truth it is 0), or `ground_truth`"""
     binary: bool = False
-    """a 0/1 value: its mean is a rate, and it keeps no quantile sketch (its quantiles say nothing)"""
+    """a 0/1 value: its mean is a rate, its quantiles follow from the mean (no sketch is kept)"""
+    sketch: bool = True
+    """keep a quantile sketch (binary metrics never do)"""
+    per: str = "token"
+    """`token`: one value per loss token; `sequence`: one per sequence (run_id, seq_id, minibatch), counted
+    at the staleness of its stalest token"""
+    when: str | None = None
+    """the loss property it needs (`evaluator.formulas.loss.Loss`): a loss without that decision has none"""
 
 
+def _flag(name: str, formula: str, of: str = "all", **keys) -> Metric:
+    return Metric(name, formula, True, of, binary=True, sketch=False, **keys)
+
+
+VERL_T = 2.0
+"""verl's rollout_is_threshold default: its diagnostics clamp or compare the weights at [1/T, T]."""
+
+
+def _verl(name: str, formula: str, per: str = "token", binary: bool = False) -> Metric:
+    return Metric(name, formula, False, binary=binary, sketch=False, per=per)
+
+
+# verl's rollout-correction diagnostics (`verl/trainer/ppo/rollout_corr_helper.py` at b178a3cd), with a - b
+# as verl's log ratio of the training policy to the rollout's, d = clamp(a - b, -20, 20) its safety bound.
+VERL_DIAGNOSTICS: tuple[Metric, ...] = (
+    _verl("is_weight", "exp(d)"),
+    _verl("is_weight_clamped", "clamp(exp(d), 1/T, T)"),
+    _verl("is_weight_high", "exp(d) > T", binary=True),
+    _verl("is_weight_low", "exp(d) < 1/T", binary=True),
+    _verl("approx_prob", "exp(a)"),
+    _verl("behave_prob", "exp(b)"),
+    _verl("prob_product", "exp(a) exp(b)"),
+    _verl("seq_is_weight", "exp(clamp(sum_S (a - b), -20, 20))", "sequence"),
+    _verl("seq_geo_weight", "exp(mean_S (a - b))", "sequence"),
+    _verl("seq_is_weight_low", "sum_S (a - b) < -log T", "sequence", binary=True),
+    _verl("seq_token_outside", "a token of S with exp(d) outside [1/T, T]", "sequence", binary=True),
+    _verl("seq_log_ppl_diff", "mean_S (b - a)", "sequence"),
+    _verl("seq_log_ppl_abs_diff", "abs(mean_S (b - a))", "sequence"),
+    _verl("seq_ppl_ratio", "exp(mean_S (b - a))", "sequence"),
+    *(
+        _verl(f"seq_{k}_{agg}", f"{agg}_S {formula}", "sequence")
+        for k, formula in (("k1", "(b - a)"), ("k2", "d^2 / 2"), ("k3", "(exp(d) - 1 - d)"))
+        for agg in ("sum", "mean", "max")
+        if (k, agg) != ("k1", "max")
+    ),
+)
 # The one definition of the metrics: the docs' table and the formulas follow it (tests check both).
 METRIC_TABLE: tuple[Metric, ...] = (
     Metric("approx_logp", "a", False),
@@ -50,25 +95,47 @@ METRIC_TABLE: tuple[Metric, ...] = (
     Metric("importance_weight_abs_error", "abs(w(t - a) - w(t - g))", True),
     Metric("importance_weight_rel_error", "abs(w(t - a) - w(t - g)) / (w(t - g) + 1e-8)", True),
     Metric("behave_approx_kl", "a - b", False),
-    Metric("clip_active", "clip(a)", True, binary=True),
-    Metric("clip_flip", "clip(a) != clip(g)", True, "estimators", binary=True),
-    Metric("bound_active", "bound(a)", True, binary=True),
-    Metric("bound_flip", "bound(a) != bound(g)", True, "estimators", binary=True),
+    _flag("clip_active", "C(a)", when="has_clip"),
+    _flag("clip_flip", "C(a) != C(g)", "estimators", when="has_clip"),
+    _flag("dual_clip_active", "D(a)", when="has_dual_clip"),
+    _flag("dual_clip_flip", "D(a) != D(g)", "estimators", when="has_dual_clip"),
+    _flag("bound_active", "bound(a)", when="has_rules"),
+    _flag("bound_flip", "bound(a) != bound(g)", "estimators", when="has_rules"),
+    _flag("bound_lower_flip", "below(a) != below(g)", "estimators", when="has_lower_bound"),
     Metric("grad_weight", "W(a)", True),
     Metric("grad_weight_abs_error", "abs(W(a) - W(g))", True, "estimators"),
+    Metric("true_grad_weight", "W(g)", True, "estimators", sketch=False),
     Metric("drift", "abs(g - b)", True, "ground_truth"),
     Metric("prob_drift", "abs(exp(g) - exp(b))", True, "ground_truth"),
     Metric("exp_abs_drift", "w(abs(g - b))", True, "ground_truth"),
+    _flag("sequence_clip_active", "C(s(a))", per="sequence", when="has_sequence_clip"),
+    _flag("sequence_clip_flip", "C(s(a)) != C(s(g))", "estimators", per="sequence", when="has_sequence_clip"),
+    _flag(
+        "sequence_bound_active", "bound(a) on a token of the sequence", per="sequence", when="sequence_rules"
+    ),
+    _flag(
+        "sequence_bound_flip",
+        "sequence_bound_active(a) != sequence_bound_active(g)",
+        "estimators",
+        per="sequence",
+        when="sequence_rules",
+    ),
+    *VERL_DIAGNOSTICS,
 )
 METRICS: tuple[str, ...] = tuple(m.name for m in METRIC_TABLE)
 TRUTH_ONLY_METRICS = tuple(m.name for m in METRIC_TABLE if m.of == "ground_truth")
 ESTIMATOR_ONLY_METRICS = tuple(m.name for m in METRIC_TABLE if m.of == "estimators")
 
 
-def metrics_for(method: str) -> tuple[Metric, ...]:
-    """The metrics reported for `method`."""
+def metrics_for(method: str, loss: object | None = None) -> tuple[Metric, ...]:
+    """The metrics reported for `method` under `loss` (an `evaluator.formulas.loss.Loss`: a metric whose
+    decision the loss does not have is left out); every metric any loss has for None."""
     kind = "ground_truth" if method == "ground_truth" else "estimators"
-    return tuple(m for m in METRIC_TABLE if m.of in ("all", kind))
+    return tuple(
+        m
+        for m in METRIC_TABLE
+        if m.of in ("all", kind) and (m.when is None or loss is None or getattr(loss, m.when))
+    )
 
 
 # Figures derived from the exact sums of several metrics (DOMAIN.md 3b), per run and staleness range:
@@ -103,8 +170,46 @@ DECISION_COLUMNS = (
     "bound_active_rate",
     "true_clip_active_rate",
     "true_bound_active_rate",
+    "dual_clip_flip_rate",
+    "bound_lower_flip_rate",
+    "n_sequences",
+    "sequence_clip_flip_rate",
+    "sequence_bound_flip_rate",
+    "grad_weight_abs_error",
+    "true_grad_weight",
 )
 WEIGHT_COLUMNS = ("method", "n", "ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3")
+ROLLOUT_CORR_COLUMNS = (
+    "method",
+    "n",
+    "n_sequences",
+    "rollout_is_mean",
+    "rollout_is_std",
+    "rollout_is_eff_sample_size",
+    "rollout_is_ratio_fraction_high",
+    "rollout_is_ratio_fraction_low",
+    "chi2_token",
+    "chi2_seq",
+    "rollout_is_seq_fraction_low",
+    "seq_is_ess_fraction",
+    "seq_geo_weight_mean",
+    "seq_geo_ess_fraction",
+    "log_ppl_diff",
+    "log_ppl_abs_diff",
+    "log_ppl_diff_max",
+    "log_ppl_diff_min",
+    "ppl_ratio",
+    "rollout_rs_token_k1_seq_masked_fraction",
+    "rollout_actor_probs_pearson_corr",
+    *(
+        f"rollout_rs_seq_{agg}_{k}_seq_{stat}"
+        for k in ("k1", "k2", "k3")
+        for agg in ("sum", "mean", "max")
+        if (k, agg) != ("k1", "max")
+        for stat in ("mean", "max")
+    ),
+)
+"""verl's names (its `rollout_corr/` keys without the prefix), with verl's definitions."""
 # The public views of views.sql, a stable interface, with their columns (a test checks them).
 PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
     "run_summary": ("run_id", "method", "metric", *STATS),
@@ -123,6 +228,8 @@ PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
     "decision_staleness_summary": ("run_id", "staleness", *DECISION_COLUMNS),
     "weight_summary": ("run_id", *WEIGHT_COLUMNS),
     "weight_staleness_summary": ("run_id", "staleness", *WEIGHT_COLUMNS),
+    "rollout_corr_summary": ("run_id", *ROLLOUT_CORR_COLUMNS),
+    "rollout_corr_staleness_summary": ("run_id", "staleness", *ROLLOUT_CORR_COLUMNS),
     "mismatch_summary": ("run_id", "staleness", "n", "drift", "prob_drift", "exp_abs_drift", "floor_share"),
     "run_findings": ("run_id", "rule", "column_name", "n_rows", "message", "found_at"),
 }

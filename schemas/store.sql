@@ -1,4 +1,4 @@
--- proxaudit metrics store (DuckDB), store schema version 3: the tables. Idempotent: run on every open for
+-- proxaudit metrics store (DuckDB), store schema version 4: the tables. Idempotent: run on every open for
 -- writing. Tables are internal; the views of views.sql (and schemas/store.py) are the public interface.
 -- A file is ingested in one transaction; its rows carry its file_id (but the staleness sketches, merged
 -- at publish) and its summaries merge with those of other files by plain sums.
@@ -88,4 +88,15 @@ CREATE TABLE IF NOT EXISTS run_finding (
     message     VARCHAR NOT NULL,          -- what was seen and what to check in the trainer
     found_at    TIMESTAMP NOT NULL,
     PRIMARY KEY (run_id, rule)
+);
+
+-- Every metric's definition (schemas/store.py METRIC_TABLE), written by each replay: what a store's
+-- metrics mean, and which are 0/1 (their quantiles follow from their mean).
+CREATE TABLE IF NOT EXISTS metric_definition (
+    metric      VARCHAR PRIMARY KEY,
+    formula     VARCHAR NOT NULL,
+    needs_truth BOOLEAN NOT NULL,
+    methods     VARCHAR NOT NULL,          -- all, estimators or ground_truth
+    per         VARCHAR NOT NULL,          -- token, or sequence (n counts sequences)
+    is_binary   BOOLEAN NOT NULL
 );

@@ -17,10 +17,12 @@ CREATE OR REPLACE MACRO proxaudit_bucket_value(b) AS
 
 -- A q-quantile of a merged sketch: the representative value of the first bucket, in value order, whose
 -- cumulative count exceeds the rank q * (n - 1), clamped to the exact [min, max] (DDSketch's rule;
--- evaluator.formulas.sketch.sketch_quantile is the numpy twin). NULL for the 0/1 metrics (no sketch).
-CREATE OR REPLACE MACRO proxaudit_quantile(first_bucket, lo, hi) AS
+-- evaluator.formulas.sketch.sketch_quantile is the numpy twin). A 0/1 metric keeps no sketch: its
+-- quantile follows from its mean (n (1 - mean) zeros, then ones). NULL for other metrics without one.
+CREATE OR REPLACE MACRO proxaudit_quantile(first_bucket, lo, hi, is_binary, n, mean, q) AS
     CASE WHEN first_bucket IS NOT NULL  -- greatest() and least() would skip a null
-         THEN least(greatest(proxaudit_bucket_value(first_bucket), lo), hi) END;
+         THEN least(greatest(proxaudit_bucket_value(first_bucket), lo), hi)
+         WHEN is_binary THEN CASE WHEN round(n * (1 - mean)) > q * (n - 1) THEN 0.0 ELSE 1.0 END END;
 
 -- n, mean, min, max and p50/p90/p99 of every (run, method, metric) over a staleness range, merging the
 -- staleness sketches (all steps).
@@ -45,12 +47,13 @@ WITH moments AS (
     GROUP BY ALL
 )
 SELECT m.run_id, m.staleness, m.method, m.metric, m.n, m.mean, m.min, m.max,
-       proxaudit_quantile(q.b50, m.min, m.max) AS p50,
-       proxaudit_quantile(q.b90, m.min, m.max) AS p90,
-       proxaudit_quantile(q.b99, m.min, m.max) AS p99
+       proxaudit_quantile(q.b50, m.min, m.max, d.is_binary, m.n, m.mean, 0.50) AS p50,
+       proxaudit_quantile(q.b90, m.min, m.max, d.is_binary, m.n, m.mean, 0.90) AS p90,
+       proxaudit_quantile(q.b99, m.min, m.max, d.is_binary, m.n, m.mean, 0.99) AS p99
 FROM moments m LEFT JOIN first_buckets q
      ON q.run_id = m.run_id AND q.staleness IS NOT DISTINCT FROM m.staleness
-    AND q.method = m.method AND q.metric = m.metric;
+    AND q.method = m.method AND q.metric = m.metric
+LEFT JOIN metric_definition d ON d.metric = m.metric;
 
 CREATE OR REPLACE VIEW run_summary AS
 SELECT * EXCLUDE (staleness) FROM summary_over() ORDER BY run_id, method, metric;
@@ -78,10 +81,11 @@ WITH moments AS (
     GROUP BY ALL
 )
 SELECT m.run_id, m.step, m.method, m.metric, m.n, m.mean, m.min, m.max,
-       proxaudit_quantile(q.b50, m.min, m.max) AS p50,
-       proxaudit_quantile(q.b90, m.min, m.max) AS p90,
-       proxaudit_quantile(q.b99, m.min, m.max) AS p99
+       proxaudit_quantile(q.b50, m.min, m.max, d.is_binary, m.n, m.mean, 0.50) AS p50,
+       proxaudit_quantile(q.b90, m.min, m.max, d.is_binary, m.n, m.mean, 0.90) AS p90,
+       proxaudit_quantile(q.b99, m.min, m.max, d.is_binary, m.n, m.mean, 0.99) AS p99
 FROM moments m LEFT JOIN first_buckets q USING (run_id, step, method, metric)
+LEFT JOIN metric_definition d ON d.metric = m.metric
 ORDER BY run_id, step, method, metric;
 
 -- Exact moments by step and staleness together (for heat maps); no quantiles at this grain.
@@ -91,36 +95,50 @@ SELECT run_id, step, staleness, method, metric,
 FROM metric_moments GROUP BY run_id, step, staleness, method, metric
 ORDER BY run_id, step, staleness, method, metric;
 
--- The decision figures (DOMAIN.md 3b) of every estimator over a step and a staleness range, from the exact
--- sums: n = tokens with the ground truth; gradient_mass_error = sum grad_weight_abs_error / the ground
--- truth's sum grad_weight on the same cells; the flip and active rates are means of the 0/1 metrics;
--- true_*_rate are the ground truth's own clip and bound rates.
+-- The decision figures of every estimator under the store's loss, over a step and a staleness range, from
+-- the exact sums: n = tokens with the ground truth; gradient_mass_error = sum grad_weight_abs_error / sum
+-- true_grad_weight (the truth's W on the same tokens); the flip and active rates are means of the 0/1
+-- metrics (NULL where the loss has no such decision); true_*_rate are the ground truth's own rates.
+-- The sequence_* rates count sequences (n_sequences), a sequence at the staleness of its stalest token.
 CREATE OR REPLACE MACRO decision_over(first_step := -9223372036854775808, last_step := 9223372036854775807,
     lo := -2147483648, hi := 2147483647, by_step := false, by_staleness := false) AS TABLE
 WITH sums AS (
     SELECT run_id, CASE WHEN by_step THEN step END AS step, CASE WHEN by_staleness THEN staleness END AS staleness,
-           method, coalesce(sum(n) FILTER (WHERE metric = 'grad_weight_abs_error'),
+           method,
+           coalesce(sum(n) FILTER (WHERE metric = 'grad_weight_abs_error'),
                     sum(n) FILTER (WHERE metric = 'grad_weight'))::BIGINT AS n,
-           sum(sum) FILTER (WHERE metric = 'grad_weight') AS grad_weight,
            sum(sum) FILTER (WHERE metric = 'grad_weight_abs_error') AS grad_weight_abs_error,
-           sum(sum) FILTER (WHERE metric = 'clip_flip') / sum(n) FILTER (WHERE metric = 'clip_flip')
-               AS clip_flip_rate,
-           sum(sum) FILTER (WHERE metric = 'bound_flip') / sum(n) FILTER (WHERE metric = 'bound_flip')
-               AS bound_flip_rate,
+           sum(sum) FILTER (WHERE metric = 'true_grad_weight') AS true_grad_weight,
+           coalesce(sum(n) FILTER (WHERE metric = 'sequence_clip_active'),
+                    sum(n) FILTER (WHERE metric = 'sequence_bound_active')) AS n_sequences,
+           sum(sum) FILTER (WHERE metric = 'clip_flip') / sum(n) FILTER (WHERE metric = 'clip_flip') AS clip_flip_rate,
+           sum(sum) FILTER (WHERE metric = 'bound_flip') / sum(n) FILTER (WHERE metric = 'bound_flip') AS bound_flip_rate,
            sum(sum) FILTER (WHERE metric = 'clip_active') / sum(n) FILTER (WHERE metric = 'clip_active')
                AS clip_active_rate,
            sum(sum) FILTER (WHERE metric = 'bound_active') / sum(n) FILTER (WHERE metric = 'bound_active')
-               AS bound_active_rate
+               AS bound_active_rate,
+           sum(sum) FILTER (WHERE metric = 'dual_clip_flip') / sum(n) FILTER (WHERE metric = 'dual_clip_flip')
+               AS dual_clip_flip_rate,
+           sum(sum) FILTER (WHERE metric = 'bound_lower_flip') / sum(n) FILTER (WHERE metric = 'bound_lower_flip')
+               AS bound_lower_flip_rate,
+           sum(sum) FILTER (WHERE metric = 'sequence_clip_flip') / sum(n) FILTER (WHERE metric = 'sequence_clip_flip')
+               AS sequence_clip_flip_rate,
+           sum(sum) FILTER (WHERE metric = 'sequence_bound_flip')
+               / sum(n) FILTER (WHERE metric = 'sequence_bound_flip') AS sequence_bound_flip_rate
     FROM metric_moments
-    WHERE metric IN ('grad_weight', 'grad_weight_abs_error', 'clip_flip', 'bound_flip', 'clip_active',
-                     'bound_active')
+    WHERE metric IN ('grad_weight', 'grad_weight_abs_error', 'true_grad_weight', 'clip_flip', 'bound_flip',
+                     'clip_active', 'bound_active', 'dual_clip_flip', 'bound_lower_flip', 'sequence_clip_flip',
+                     'sequence_bound_flip', 'sequence_clip_active', 'sequence_bound_active')
       AND step BETWEEN first_step AND last_step AND staleness BETWEEN lo AND hi
     GROUP BY ALL
 )
 SELECT e.run_id, e.step, e.staleness, e.method, e.n,
-       e.grad_weight_abs_error / nullif(t.grad_weight, 0) AS gradient_mass_error,
+       e.grad_weight_abs_error / nullif(e.true_grad_weight, 0) AS gradient_mass_error,
        e.clip_flip_rate, e.bound_flip_rate, e.clip_active_rate, e.bound_active_rate,
-       t.clip_active_rate AS true_clip_active_rate, t.bound_active_rate AS true_bound_active_rate
+       t.clip_active_rate AS true_clip_active_rate, t.bound_active_rate AS true_bound_active_rate,
+       e.dual_clip_flip_rate, e.bound_lower_flip_rate,
+       e.n_sequences::BIGINT AS n_sequences, e.sequence_clip_flip_rate, e.sequence_bound_flip_rate,
+       e.grad_weight_abs_error, e.true_grad_weight
 FROM sums e JOIN sums t
   ON t.run_id = e.run_id AND t.step IS NOT DISTINCT FROM e.step AND t.staleness IS NOT DISTINCT FROM e.staleness
  AND t.method = 'ground_truth'
@@ -164,6 +182,90 @@ SELECT * EXCLUDE (step, staleness) FROM weight_over() ORDER BY run_id, method;
 CREATE OR REPLACE VIEW weight_staleness_summary AS
 SELECT * EXCLUDE (step) FROM weight_over(by_staleness := true) ORDER BY run_id, staleness, method;
 
+-- verl's rollout-correction diagnostics (`rollout_corr/...` keys of verl b178a3cd's rollout_corr_helper.py)
+-- of every method's estimate a, the ground truth's too, against behave_logp, over a step and a staleness
+-- range: d = clamp(a - b, -20, 20), T = 2 (verl's rollout_is_threshold), sequences counted as in
+-- decision_over. Token figures are means over the method's tokens, sequence figures over its whole
+-- sequences (verl's "seq_" forms). seq_is_ess_fraction and seq_geo_ess_fraction (sum w)^2 / (n sum w^2)
+-- of the product and geometric-mean sequence weights are proxaudit's (verl logs no such ESS).
+CREATE OR REPLACE MACRO rollout_corr_over(first_step := -9223372036854775808, last_step := 9223372036854775807,
+    lo := -2147483648, hi := 2147483647, by_step := false, by_staleness := false) AS TABLE
+WITH m AS (
+    SELECT run_id, CASE WHEN by_step THEN step END AS step, CASE WHEN by_staleness THEN staleness END AS staleness,
+           method, metric, sum(n) AS n, sum(sum) AS s, sum(sum_sq) AS q, max(max) AS mx, min(min) AS mn
+    FROM metric_moments
+    WHERE (metric LIKE 'seq\_%' ESCAPE '\' OR metric IN ('is_weight', 'is_weight_clamped', 'is_weight_high',
+                                                 'is_weight_low', 'approx_prob', 'behave_prob', 'prob_product'))
+      AND step BETWEEN first_step AND last_step AND staleness BETWEEN lo AND hi
+    GROUP BY ALL
+), f AS (
+    SELECT run_id, step, staleness, method,
+           sum(n) FILTER (WHERE metric = 'is_weight')::BIGINT AS n,
+           sum(n) FILTER (WHERE metric = 'seq_is_weight')::BIGINT AS n_sequences,
+           sum(s) FILTER (WHERE metric = 'is_weight') AS w, sum(q) FILTER (WHERE metric = 'is_weight') AS w2,
+           sum(s) FILTER (WHERE metric = 'is_weight_clamped') AS v, sum(q) FILTER (WHERE metric = 'is_weight_clamped') AS v2,
+           sum(s) FILTER (WHERE metric = 'is_weight_high') AS high, sum(s) FILTER (WHERE metric = 'is_weight_low') AS low,
+           sum(s) FILTER (WHERE metric = 'approx_prob') AS pa, sum(q) FILTER (WHERE metric = 'approx_prob') AS pa2,
+           sum(s) FILTER (WHERE metric = 'behave_prob') AS pb, sum(q) FILTER (WHERE metric = 'behave_prob') AS pb2,
+           sum(s) FILTER (WHERE metric = 'prob_product') AS pab,
+           sum(s) FILTER (WHERE metric = 'seq_is_weight') AS sw, sum(q) FILTER (WHERE metric = 'seq_is_weight') AS sw2,
+           sum(s) FILTER (WHERE metric = 'seq_geo_weight') AS gw, sum(q) FILTER (WHERE metric = 'seq_geo_weight') AS gw2,
+           sum(s) FILTER (WHERE metric = 'seq_is_weight_low') AS seq_low,
+           sum(s) FILTER (WHERE metric = 'seq_token_outside') AS seq_outside,
+           sum(s) FILTER (WHERE metric = 'seq_log_ppl_diff') AS ppl_diff,
+           max(mx) FILTER (WHERE metric = 'seq_log_ppl_diff') AS ppl_diff_max,
+           min(mn) FILTER (WHERE metric = 'seq_log_ppl_diff') AS ppl_diff_min,
+           sum(s) FILTER (WHERE metric = 'seq_log_ppl_abs_diff') AS ppl_abs_diff,
+           sum(s) FILTER (WHERE metric = 'seq_ppl_ratio') AS ppl_ratio,
+       sum(s) FILTER (WHERE metric = 'seq_k1_sum') / sum(n) FILTER (WHERE metric = 'seq_k1_sum') AS rollout_rs_seq_sum_k1_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k1_sum') AS rollout_rs_seq_sum_k1_seq_max,
+       sum(s) FILTER (WHERE metric = 'seq_k1_mean') / sum(n) FILTER (WHERE metric = 'seq_k1_mean') AS rollout_rs_seq_mean_k1_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k1_mean') AS rollout_rs_seq_mean_k1_seq_max,
+       sum(s) FILTER (WHERE metric = 'seq_k2_sum') / sum(n) FILTER (WHERE metric = 'seq_k2_sum') AS rollout_rs_seq_sum_k2_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k2_sum') AS rollout_rs_seq_sum_k2_seq_max,
+       sum(s) FILTER (WHERE metric = 'seq_k2_mean') / sum(n) FILTER (WHERE metric = 'seq_k2_mean') AS rollout_rs_seq_mean_k2_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k2_mean') AS rollout_rs_seq_mean_k2_seq_max,
+       sum(s) FILTER (WHERE metric = 'seq_k2_max') / sum(n) FILTER (WHERE metric = 'seq_k2_max') AS rollout_rs_seq_max_k2_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k2_max') AS rollout_rs_seq_max_k2_seq_max,
+       sum(s) FILTER (WHERE metric = 'seq_k3_sum') / sum(n) FILTER (WHERE metric = 'seq_k3_sum') AS rollout_rs_seq_sum_k3_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k3_sum') AS rollout_rs_seq_sum_k3_seq_max,
+       sum(s) FILTER (WHERE metric = 'seq_k3_mean') / sum(n) FILTER (WHERE metric = 'seq_k3_mean') AS rollout_rs_seq_mean_k3_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k3_mean') AS rollout_rs_seq_mean_k3_seq_max,
+       sum(s) FILTER (WHERE metric = 'seq_k3_max') / sum(n) FILTER (WHERE metric = 'seq_k3_max') AS rollout_rs_seq_max_k3_seq_mean,
+       max(mx) FILTER (WHERE metric = 'seq_k3_max') AS rollout_rs_seq_max_k3_seq_max
+    FROM m GROUP BY run_id, step, staleness, method
+)
+SELECT run_id, step, staleness, method, n, n_sequences,
+       w / n AS rollout_is_mean,
+       sqrt(greatest(v2 / n - (v / n) * (v / n), 0)) AS rollout_is_std,
+       (v / n + 1e-8) * (v / n + 1e-8) / nullif(v2 / n, 0) AS rollout_is_eff_sample_size,
+       high / n AS rollout_is_ratio_fraction_high,
+       low / n AS rollout_is_ratio_fraction_low,
+       w2 / n - 1 AS chi2_token,
+       sw2 / n_sequences - 1 AS chi2_seq,
+       seq_low / n_sequences AS rollout_is_seq_fraction_low,
+       sw * sw / nullif(n_sequences * sw2, 0) AS seq_is_ess_fraction,
+       gw / n_sequences AS seq_geo_weight_mean,
+       gw * gw / nullif(n_sequences * gw2, 0) AS seq_geo_ess_fraction,
+       ppl_diff / n_sequences AS log_ppl_diff,
+       ppl_abs_diff / n_sequences AS log_ppl_abs_diff,
+       ppl_diff_max AS log_ppl_diff_max,
+       ppl_diff_min AS log_ppl_diff_min,
+       ppl_ratio / n_sequences AS ppl_ratio,
+       seq_outside / n_sequences AS rollout_rs_token_k1_seq_masked_fraction,
+       (n * pab - pa * pb) / nullif(sqrt((n * pa2 - pa * pa) * (n * pb2 - pb * pb)), 0)
+           AS rollout_actor_probs_pearson_corr,
+       * EXCLUDE (run_id, step, staleness, method, n, n_sequences, w, w2, v, v2, high, low, pa, pa2, pb, pb2,
+                  pab, sw, sw2, gw, gw2, seq_low, seq_outside, ppl_diff, ppl_diff_max, ppl_diff_min,
+                  ppl_abs_diff, ppl_ratio)
+FROM f;
+
+CREATE OR REPLACE VIEW rollout_corr_summary AS
+SELECT * EXCLUDE (step, staleness) FROM rollout_corr_over() ORDER BY run_id, method;
+
+CREATE OR REPLACE VIEW rollout_corr_staleness_summary AS
+SELECT * EXCLUDE (step) FROM rollout_corr_over(by_staleness := true) ORDER BY run_id, staleness, method;
+
 -- The safe staleness (DOMAIN.md 3b) for a tolerance: the largest staleness s such that every staleness
 -- <= s with at least min_tokens tokens has gradient_mass_error <= max_gradient_mass_error and
 -- clip_flip_rate <= max_clip_flip_rate; -1 when staleness 0 already fails; with no failure, the largest
@@ -172,8 +274,10 @@ CREATE OR REPLACE MACRO safe_staleness(max_gradient_mass_error := 0.01, max_clip
                                        min_tokens := 1000) AS TABLE
 WITH levels AS (
     SELECT run_id, method, staleness, n >= min_tokens AS enough,
-           coalesce(gradient_mass_error <= max_gradient_mass_error AND clip_flip_rate <= max_clip_flip_rate,
-                    false) AS ok
+           -- no true gradient mass: nothing to move (0 / 0 meets the tolerance, error mass over none does
+           -- not); a loss without a clip flips none
+           coalesce(gradient_mass_error <= max_gradient_mass_error, grad_weight_abs_error = 0, false)
+           AND coalesce(clip_flip_rate, 0) <= max_clip_flip_rate AS ok
     FROM decision_staleness_summary
 )
 SELECT run_id, method,

@@ -9,6 +9,9 @@ import socketserver
 import threading
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -18,6 +21,16 @@ from dashboard.views.common import plain
 from evaluator.cli.serve import APP
 from schemas.store import METHODS
 from schemas.thresholds import DEFAULT_THRESHOLDS
+from tests.conftest import FIXTURES
+from tests.reference import (
+    QUANTILE_PERCENT,
+    decision_figures,
+    loss_tokens,
+    promised_value,
+    reference_values,
+    safe_staleness,
+    within_promise,
+)
 
 # Plotly charts each page draws on a store with both version conventions and raw logs reachable.
 CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
@@ -67,21 +80,42 @@ def test_every_page_on_the_fixture_runs(fixture_store, monkeypatch, page):
     assert not at.error
 
 
+def fixture_logs(run: str) -> list[Path]:
+    """The token logs of `run` in the fixture store (its first 3 files: conftest.fixture_store)."""
+    return sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3]
+
+
 def test_overview_numbers(fixture_store, monkeypatch):
+    """The Overview's figures against DOMAIN.md computed in numpy over the run's token logs, not against
+    the query functions the page calls."""
     at = run_app(fixture_store, monkeypatch, page="overview", run="loglinear")
-    row = queries.store_overview(fixture_store).set_index("run_id").loc["loglinear"]
+    tokens = loss_tokens(fixture_logs("loglinear"))
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["runs in the store"] == "2"
-    assert metrics["tokens (loss_mask)"] == f"{row['n_tokens']:,}"
-    assert metrics["steps"] == "30"
-    assert metrics["with prox_logp"] == f"{row['n_prox'] / row['n_tokens']:.0%}"  # even steps only
+    assert metrics["tokens (loss_mask)"] == f"{len(tokens):,}"
+    assert metrics["steps"] == str(tokens["step"].nunique()) == "30"
+    assert metrics["with prox_logp"] == f"{tokens['prox_logp'].notna().mean():.0%}" == "50%"  # even steps
+    values = reference_values(fixture_logs("loglinear"))
     headline = frame_with(at, "abs_error p99")
     assert set(headline.index) == set(METHODS) - {"ground_truth"}
-    assert headline.loc["loglinear", "abs_error p99"] > 0
+    for method, row in headline.iterrows():
+        errors = values.query("method == @method and metric == 'abs_error'")["value"].to_numpy()
+        assert row["tokens"] == len(errors)
+        assert row["abs_error mean"] == pytest.approx(errors.mean(), rel=1e-9)
+        assert row["abs_error max"] == pytest.approx(errors.max(), rel=1e-12)
+        for stat in QUANTILE_PERCENT:
+            assert within_promise(row[f"abs_error {stat}"], promised_value(errors, stat)), (method, stat)
     decision = at.dataframe[0].value  # the page leads with the decision
-    assert set(decision.index) == set(METHODS) - {"ground_truth"}
-    assert {"safe_staleness", "gradient_mass_error", "clip_flip_rate", "bound_flip_rate"} <= set(decision)
-    assert (decision["gradient_mass_error"] > 0).all() and decision["safe_staleness"].notna().all()
+    expected = decision_figures(values, ["run_id"]).droplevel("run_id")
+    levels = decision_figures(values, ["staleness"]).reset_index()
+    assert set(decision.index) == set(expected.index) == set(METHODS) - {"ground_truth"}
+    for method, row in decision.iterrows():
+        want = expected.loc[method]
+        assert row["gradient_mass_error"] == pytest.approx(want["gradient_mass_error"], rel=1e-9)
+        assert row["clip_flip_rate"] == pytest.approx(want["clip_flip_rate"], rel=1e-12)
+        safe = safe_staleness(levels[levels["method"] == method], 0.01, 0.01, 1000)  # default tolerance
+        assert row["safe_staleness"] == safe, method
+    assert decision["safe_staleness"].nunique() > 1  # the methods differ: the check says something
     assert "May I ship this estimator?" in [h.value for h in at.subheader]
     assert "Closest to the recomputed prox" in texts(at) and "Engine mismatch floor" in texts(at)
     assert "True drift" in texts(at)
@@ -192,16 +226,18 @@ def test_token_inspector_when_the_raw_log_moved(tmp_path, monkeypatch):
 
 
 def test_token_inspector_shows_the_chosen_sequence(fixture_store, monkeypatch):
-    seqs = queries.sequences(fixture_store, "recompute", 12)
-    seq_id = int(seqs["seq_id"].iloc[-1])
+    """The inspector shows every row of the chosen sequence of the step, read back from the raw log."""
+    rows = pd.concat([pq.read_table(f).to_pandas() for f in fixture_logs("recompute")])
+    rows = rows[rows["step"] == 12]
+    seq_id = int(rows["seq_id"].max())
+    rows = rows[rows["seq_id"] == seq_id].sort_values(["minibatch", "pos"])
     at = run_app(fixture_store, monkeypatch, page="tokens", run="recompute", step="12", seq=str(seq_id))
     no_exception(at)
     assert at.selectbox(key="seq").value == seq_id
     tokens = at.dataframe[0].value
-    assert len(tokens) == seqs["n_tokens"].iloc[-1]
-    assert {"behave_logp", "prox_logp", "theta_logp", "proximal_t_logp", "behave_version"} <= set(
-        tokens.columns
-    )
+    assert len(tokens) == len(rows) > 1
+    for column in ("pos", "behave_logp", "prox_logp", "theta_logp", "proximal_t_logp", "behave_version"):
+        np.testing.assert_array_equal(tokens[column].to_numpy(), rows[column].to_numpy(), err_msg=column)
 
 
 def test_gate_verdict_on_the_overview(fixture_store, tmp_path, monkeypatch):
@@ -227,7 +263,7 @@ def test_busy_database_shows_the_last_good_data(one_step_store, tmp_path, monkey
     for page, params in pages.items():
         no_exception(run_app(db, monkeypatch, page=page, **params))
     monkeypatch.setattr(queries, "RETRY_SECONDS", 0.3)
-    child = _hold_write_lock(db, 60)  # it writes, so the cached results are stale
+    child = _hold_write_lock(db)  # it writes, so the cached results are stale
     try:
         busy = {
             page: run_app(db, monkeypatch, timeout=20, page=page, **params) for page, params in pages.items()
@@ -252,15 +288,15 @@ def test_the_app_never_writes(fixture_store, monkeypatch):
 
 
 def test_over_training_worst_cell(fixture_store, monkeypatch):
+    """The worst (step, staleness) cell of the true drift, among cells of 30 tokens or more, from the logs."""
     at = run_app(fixture_store, monkeypatch, page="training", run="recompute", focus="ground_truth")
     no_exception(at)
-    cells = queries.step_staleness(fixture_store, queries.Filters(("recompute",), ("ground_truth",)), "drift")
-    worst = cells[cells["n"] >= 30].sort_values("mean").iloc[-1]
+    tokens = loss_tokens(fixture_logs("recompute"))
+    tokens["drift"] = (tokens["prox_logp"].astype(float) - tokens["behave_logp"].astype(float)).abs()
+    cells = tokens.groupby(["step", "staleness"])["drift"].agg(["size", "mean"])
+    (step, staleness), worst = next(cells[cells["size"] >= 30].sort_values("mean").iloc[::-1].iterrows())
     line = next(m.value for m in at.markdown if m.value.startswith("Worst cell"))
-    assert (
-        f"step **{worst['step']}**, staleness **{worst['staleness']}**: mean drift **{worst['mean']:.4g}**"
-        in line
-    )
+    assert f"step **{step}**, staleness **{staleness}**: mean drift **{worst['mean']:.4g}**" in line
 
 
 class TestDashboardCommand:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import duckdb
 import numpy as np
@@ -18,6 +20,7 @@ from dashboard import queries
 from dashboard.queries import Filters
 from evaluator.errors import StoreError
 from evaluator.store import StoreBusy
+from evaluator.store import reader as store_reader
 from schemas.store import METHODS, STORE_DDL
 
 ESTIMATORS = tuple(m for m in METHODS if m != "ground_truth")
@@ -140,19 +143,20 @@ class TestRawLogs:
 
 
 HOLD_LOCK = """
-import sys, time, duckdb
+import sys, duckdb
 con = duckdb.connect(sys.argv[1])
 con.execute("INSERT INTO store_meta VALUES ('dashboard_test', 'locked') ON CONFLICT DO NOTHING")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()  # held until the test closes stdin (or kills this process)
 con.close()
 """
 
 
-def _hold_write_lock(db: Path, seconds: float) -> subprocess.Popen:
-    """Another process (like a replay committing) holding the database's write lock for `seconds`."""
+def _hold_write_lock(db: Path) -> subprocess.Popen:
+    """Another process (like a replay committing) holding the database's write lock until its stdin is
+    closed."""
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(db), str(seconds)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     assert child.stdout.readline().strip() == "locked"
     return child
@@ -165,20 +169,35 @@ class TestReadingWhileReplayWrites:
         copy.write_bytes(one_step_store.read_bytes())
         return copy
 
-    def test_waits_out_a_short_commit(self, db):
-        child = _hold_write_lock(db, 0.8)
+    def test_waits_out_a_short_commit(self, db, monkeypatch):
+        """In order: the writer holds the lock, the read finds it locked and retries, the writer lets go,
+        the read returns the data. Events, not timings: the retry is seen by the reader's own sleep."""
+        retried = threading.Event()
+
+        def sleep(seconds: float) -> None:  # open_store waits like this after finding the file locked
+            retried.set()
+            time.sleep(seconds)
+
+        monkeypatch.setattr(store_reader, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+        monkeypatch.setattr(queries, "RETRY_SECONDS", 600.0)  # no deadline in this test: the order decides
+        child = _hold_write_lock(db)
+        got: dict = {}
+        reader = threading.Thread(target=lambda: got.update(runs=queries.store_overview(db)))
         try:
-            start = time.monotonic()
-            runs = queries.store_overview(db)
-            waited = time.monotonic() - start
+            reader.start()
+            while not retried.wait(0.05) and reader.is_alive():
+                pass
+            assert retried.is_set(), "the read returned without meeting the lock"
+            assert reader.is_alive() and not got  # still waiting: the lock is held
         finally:
-            child.wait(timeout=30)
-        assert list(runs["run_id"]) == ["one-step"]
-        assert waited > 0.2  # it really was locked, and the retry got through
+            child.stdin.close()  # the writer lets go
+            child.wait(timeout=60)
+            reader.join(timeout=120)
+        assert list(got["runs"]["run_id"]) == ["one-step"]  # and the retry got through
 
     def test_long_lock_is_database_busy_not_a_lock_error(self, db, monkeypatch):
         monkeypatch.setattr(queries, "RETRY_SECONDS", 0.5)
-        child = _hold_write_lock(db, 30)
+        child = _hold_write_lock(db)
         try:
             with pytest.raises(StoreBusy, match="locked by another process"):
                 queries.by_staleness(db, Filters(("one-step",)), ("abs_error",))

@@ -9,21 +9,25 @@ import math
 import numpy as np
 import pytest
 
-from evaluator.formulas.decisions import (
-    LOG_WEIGHT_MAX,
-    DecisionParams,
-    bound_active,
-    clip_active,
-    grad_weight,
-    weight,
-)
+from evaluator.formulas.gradients import LOG_WEIGHT_MAX, clip_active, decide, weight
+from evaluator.formulas.loss import Loss, Rule
 from evaluator.formulas.metrics import metric_values
 
-P = DecisionParams()  # eps 0.2 both ways, U = 5, mask
-CLAMP = DecisionParams(bound_action="clamp")
+P = Loss()  # eps 0.2 both ways, behaviour weight masked above U = 5
+CLAMP = Loss(rules=(Rule(upper=5.0, action="clamp"),))
 
 
-def values(a, *, b, t, g, advantage=None, params=P) -> dict[str, np.ndarray]:
+def decided(x, *, b, t, advantage=None, loss=P):
+    arr = lambda v: np.atleast_1d(np.asarray(v, dtype=np.float64))  # noqa: E731
+    x, b, t = arr(x), arr(b), arr(t)
+    adv = None if advantage is None else arr(advantage)
+    size = 1.0 if adv is None else np.abs(adv)
+    return decide(
+        x, t=t, b=b, advantage=adv, abs_advantage=size, off_policy_weight=weight(t - b), seq=None, loss=loss
+    )
+
+
+def values(a, *, b, t, g, advantage=None, loss=P) -> dict[str, np.ndarray]:
     arr = lambda x: np.atleast_1d(np.asarray(x, dtype=np.float64))  # noqa: E731
     return metric_values(
         "loglinear",
@@ -32,7 +36,7 @@ def values(a, *, b, t, g, advantage=None, params=P) -> dict[str, np.ndarray]:
         t=arr(t),
         g=arr(g),
         advantage=None if advantage is None else arr(advantage),
-        params=params,
+        loss=loss,
     )
 
 
@@ -58,26 +62,33 @@ class TestClipActive:
         np.testing.assert_array_equal(clip_active(ratio, np.full(3, np.nan), P), [True, True, False])
 
     def test_asymmetric_epsilons(self):
-        p = DecisionParams(eps_low=0.2, eps_high=0.28)  # DAPO's clip-higher
+        p = Loss(eps_low=0.2, eps_high=0.28)  # DAPO's clip-higher
         np.testing.assert_array_equal(clip_active(np.array([1.25, 1.3]), np.ones(2), p), [False, True])
 
 
 class TestBoundActive:
     def test_strictly_above_u(self):
-        np.testing.assert_array_equal(bound_active(np.array([4.9, 5.0, 5.1]), P), [False, False, True])
+        # behaviour weights exp(x - b) of 4.9, 5.0 and 5.1: masked strictly above U = 5 (AReaL keeps <= upper)
+        x = np.log([4.9, 5.0, 5.1])
+        got = decided(x, b=np.zeros(3), t=x)
+        np.testing.assert_array_equal(got.bound, [False, False, True])
 
 
 class TestGradWeight:
     def test_mask(self):
-        # |A| exp(t - b) where neither decision is active; 0 where either is
-        off, ratio = np.full(3, 2.0), np.ones(3)
-        clipped, bounded = np.array([False, True, False]), np.array([False, False, True])
-        np.testing.assert_array_equal(grad_weight(off, ratio, clipped, bounded, 1.5, P), [3.0, 0.0, 0.0])
+        # |A| exp(t - b) = 1.5 * 2 where neither decision is active; 0 where the ratio clips or the weight
+        # passes U. Token 1: ratio exp(t - x) = 2 clips (A > 0); token 2: exp(x - b) = 6 is masked.
+        x = np.array([np.log(2.0), 0.0, np.log(6.0)]) - 3
+        b = np.array([0.0, np.log(0.5), 0.0]) - 3
+        t = np.array([np.log(2.0), np.log(2.0), np.log(6.0)]) + np.array([0.0, 0.0, np.log(1 / 3)]) - 3
+        got = decided(x, b=b, t=t, advantage=np.full(3, 1.5))
+        np.testing.assert_allclose(got.grad_weight, [3.0, 0.0, 0.0], rtol=1e-14)
 
     def test_clamp_scales_above_u_instead_of_masking(self):
-        # above U: |A| * U * exp(t - x) = 1 * 5 * 0.5
-        w = grad_weight(np.array([7.0]), np.array([0.5]), np.array([False]), np.array([True]), 1.0, CLAMP)
-        assert w[0] == 2.5
+        # exp(x - b) = 7 > U: |A| * U * exp(t - x) = 1 * 5 * 0.5 (no advantage: the two-sided clip of
+        # 0.5 would turn it off, so give A = 1 and a ratio 0.9 instead: 5 * 0.9)
+        got = decided(np.log(7.0) - 2, b=-2.0, t=np.log(7.0 * 0.9) - 2, advantage=1.0, loss=CLAMP)
+        assert got.grad_weight[0] == pytest.approx(4.5, rel=1e-14)
 
 
 class TestDecisionMetrics:
@@ -117,7 +128,7 @@ class TestDecisionMetrics:
     def test_clamp_action(self):
         # the bound case again, clamped instead of masked: W(a) = |A| U exp(t - a) = 5 exp(-0.1),
         # W(g) = |A| exp(t - b) = exp(1.6) (below U the clamp changes nothing)
-        got = values(-1.3, b=-3.0, t=-1.4, g=-1.5, params=CLAMP)
+        got = values(-1.3, b=-3.0, t=-1.4, g=-1.5, loss=CLAMP)
         assert got["grad_weight"][0] == pytest.approx(5 * math.exp(-0.1), rel=1e-15)
         assert got["grad_weight_abs_error"][0] == pytest.approx(math.exp(1.6) - 5 * math.exp(-0.1), rel=1e-14)
 
@@ -145,8 +156,23 @@ class TestDecisionMetrics:
         assert all(np.isfinite(v).all() for v in got.values())
 
 
-class TestParams:
-    def test_rejects_impossible_thresholds(self):
-        for bad in (dict(eps_low=1.0), dict(eps_high=-0.1), dict(bound=0.0), dict(bound_action="drop")):
+class TestLoss:
+    def test_rejects_impossible_losses(self):
+        bad_losses = (
+            dict(eps_low=1.5),
+            dict(eps_high=-0.1),
+            dict(dual_clip=0.9),
+            dict(policy="sapo", dual_clip=2.0),
+            dict(policy="cispo", ratio_level="sequence"),
+            dict(behave_weight="none", rules=(Rule(upper=2.0, action="clamp"),)),
+            dict(policy="dpo"),
+        )
+        for bad in bad_losses:
             with pytest.raises(ValueError):
-                DecisionParams(**bad)
+                Loss(**bad)
+
+    def test_rejects_impossible_rules(self):
+        for bad in (dict(), dict(lower=2.0, upper=1.0), dict(statistic="kl_k2", upper=1.0, action="clamp"),
+                    dict(level="row", upper=1.0), dict(upper=float("nan"))):  # fmt: skip
+            with pytest.raises(ValueError):
+                Rule(**bad)

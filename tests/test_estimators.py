@@ -123,6 +123,28 @@ class TestLinear:
         assert areal == pytest.approx(-23.02585, abs=1e-5)
         assert linear(-1000.0, -1000.0, 0.5) == pytest.approx(-1000.0)
 
+    @pytest.mark.parametrize(
+        "x, gap",
+        # with behave = theta = x the mixture is exp(x), so AReaL's log(exp(x) + 1e-10) is above x by
+        # log1p(1e-10 e^-x): log1p(1.2026e-4) = 1.2025e-4 at -14, log1p(6.566e-3) = 6.5445e-3 at -18,
+        # log1p(4.852e-2) = 4.7376e-2 at -20 (DOMAIN.md and docs/metrics.md: "1e-4 nats at -14, 6.5e-3
+        # at -18")
+        [(-14.0, 1.2025e-4), (-18.0, 6.5445e-3), (-20.0, 4.7376e-2)],
+    )
+    def test_gap_to_areal_floored_form_as_documented(self, x, gap):
+        def areal(b, t, a):  # AReaL's linear, floored by the 1e-10 inside the log
+            return math.log((1 - a) * math.exp(b) + a * math.exp(t) + 1e-10)
+
+        for a in (0.0, 0.3, 1.0):
+            assert linear(x, x, a) == pytest.approx(x, rel=1e-15)
+            assert areal(x, x, a) - linear(x, x, a) == pytest.approx(gap, rel=1e-4)
+        # behave and theta apart (half a nat either side): ours is the exact mixture, AReaL's is above it
+        # by log1p(1e-10 / mixture)
+        b, t, a = x - 0.5, x + 0.5, 0.3
+        mixture = (1 - a) * math.exp(b) + a * math.exp(t)  # no underflow at these log-probs
+        assert linear(b, t, a) == pytest.approx(math.log(mixture), rel=1e-15)
+        assert areal(b, t, a) - linear(b, t, a) == pytest.approx(math.log1p(1e-10 / mixture), rel=1e-6)
+
     @given(logps, logps, alphas)
     def test_at_least_loglinear(self, b, t, a):
         # Jensen: log of a mixture >= mixture of logs
@@ -176,6 +198,7 @@ class TestEstimates:
             "loglinear_exact",
             "linear_exact",
             "rollout",
+            "reuse_train_logp",
         ]
         np.testing.assert_allclose(out["loglinear"], [-1.25, -0.7])
         np.testing.assert_allclose(out["loglinear_shipped"], [-1.0 + 2 / 3 * -0.5, -0.7])
@@ -192,6 +215,7 @@ class TestEstimates:
             out["linear_exact"], [math.log(0.2 * math.exp(-1.0) + 0.8 * math.exp(-1.5)), -0.7], rtol=1e-15
         )
         np.testing.assert_array_equal(out["rollout"], [-1.0, -0.7])
+        np.testing.assert_array_equal(out["reuse_train_logp"], [-1.5, -0.2])  # theta itself
         np.testing.assert_array_equal(out["ground_truth"], [-1.2, np.nan])
 
     def test_proximal_t_only_when_given(self):

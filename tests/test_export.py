@@ -1,6 +1,6 @@
 """`proxaudit export`: the store's per-step series written to TensorBoard event files and W&B offline
 runs, read back with each tool's own reader (TensorBoard's event accumulator; the W&B transaction log),
-equal to the store."""
+equal to DOMAIN.md's figures computed in numpy over the token logs the store was made from."""
 
 from __future__ import annotations
 
@@ -8,26 +8,26 @@ import json
 import struct
 from pathlib import Path
 
-import duckdb
 import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
+from tests.conftest import FIXTURES
+from tests.reference import decision_figures, reference_values
 
 BLOCK = 32768  # the W&B transaction log: LevelDB's log format, 32 KiB blocks, 7-byte record headers
 
 
-def store_values(db: Path, run: str) -> dict[tuple[str, int], float]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute(
-            "SELECT method, metric, step, mean, max FROM step_summary WHERE run_id = ?", [run]
-        ).fetchall()
-        decision = con.execute(
-            "SELECT method, gradient_mass_error FROM decision_summary WHERE run_id = ?", [run]
-        ).fetchall()
-    values = {(f"{m}/{k}/avg", s): avg for m, k, s, avg, _ in rows}
-    values |= {(f"{m}/{k}/max", s): mx for m, k, s, _, mx in rows}
-    return values | {("decision_summary", m): g for m, g in decision}
+def expected_series(run: str) -> dict[tuple[str, int], float]:
+    """{(tag, step): value} of `run` in the fixture store (its first 3 files, conftest.fixture_store), from
+    numpy over the logs (tests/reference.py): each method and metric's per-step mean and max, and each
+    estimator's per-step gradient mass error where the step's true gradient mass is not 0."""
+    values = reference_values(sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3])
+    stats = values.groupby(["method", "metric", "step"])["value"].agg(["mean", "max"])
+    out = {(f"{m}/{k}/avg", s): row["mean"] for (m, k, s), row in stats.iterrows()}
+    out |= {(f"{m}/{k}/max", s): row["max"] for (m, k, s), row in stats.iterrows()}
+    gme = decision_figures(values, ["step"])["gradient_mass_error"].dropna()
+    return out | {(f"{m}/decision/gradient_mass_error", s): v for (s, m), v in gme.items()}
 
 
 def test_tensorboard_event_files_hold_the_store(fixture_store, tmp_path):
@@ -40,22 +40,21 @@ def test_tensorboard_event_files_hold_the_store(fixture_store, tmp_path):
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loglinear", "recompute"]
     events = EventAccumulator(str(tmp_path / "recompute"), size_guidance={"tensors": 0}).Reload()
-    expected = store_values(fixture_store, "recompute")
-    tags = events.Tags()["tensors"]  # TensorBoard's v2 scalars
-    assert "loglinear/abs_error/avg" in tags and "loglinear/decision/gradient_mass_error" in tags
-    checked = 0
-    for tag in ("loglinear/abs_error/avg", "loglinear_shipped/abs_error/max", "ground_truth/drift/avg"):
-        for event in events.Tensors(tag):
-            value = float(make_ndarray(event.tensor_proto))
-            assert value == pytest.approx(expected[(tag, event.step)], rel=1e-6, abs=1e-7)
-            checked += 1
-    assert checked == 3 * 30  # 30 steps each
-    gme = [
-        float(make_ndarray(e.tensor_proto)) for e in events.Tensors("loglinear/decision/gradient_mass_error")
-    ]
-    assert 25 <= len(gme) <= 30 and all(
-        v >= 0 for v in gme
-    )  # a step whose gradient weight sums to 0 has none
+    expected = expected_series("recompute")
+    tags = (
+        "loglinear/abs_error/avg",
+        "loglinear_shipped/abs_error/max",
+        "ground_truth/drift/avg",
+        "loglinear/decision/gradient_mass_error",
+        "rollout/decision/gradient_mass_error",
+    )
+    for tag in tags:  # every step of the tag, and only those, with its value (TensorBoard keeps float32)
+        exported = {e.step: float(make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
+        wanted = {step: v for (name, step), v in expected.items() if name == tag}
+        assert sorted(exported) == sorted(wanted), tag
+        for step, value in exported.items():
+            assert value == pytest.approx(wanted[step], rel=1e-6, abs=1e-7), (tag, step)
+    assert len(wanted) > 25  # the gradient mass error of most of the 30 steps (none where the mass is 0)
 
 
 def _wandb_records(path: Path):
@@ -86,7 +85,7 @@ def test_wandb_offline_run_holds_the_store(fixture_store, tmp_path, monkeypatch)
     result = CliRunner().invoke(cli, [*args, "--project", "audit"])
     assert result.exit_code == 0, result.output
     (log,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    expected = store_values(fixture_store, "loglinear")
+    expected = expected_series("loglinear")
     steps, checked = set(), 0
     for record in _wandb_records(log):
         if record.WhichOneof("record_type") == "run":
@@ -97,7 +96,7 @@ def test_wandb_offline_run_holds_the_store(fixture_store, tmp_path, monkeypatch)
         steps.add(items["_step"])
         for tag in ("loglinear/abs_error/avg", "linear_exact/behave_imp_weight/max"):
             if tag in items:
-                assert items[tag] == pytest.approx(expected[(tag, items["_step"])], rel=1e-9)
+                assert items[tag] == pytest.approx(expected[(tag, items["_step"])], rel=1e-9, abs=1e-12)
                 checked += 1
     assert len(steps) == 30 and checked == 15 + 30  # abs_error on the even steps (prox recomputed there)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
@@ -22,6 +23,7 @@ from evaluator.gate.judge import GateResult, judge, run_gate, selection_stats
 from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
+from tests.reference import QUANTILE_PERCENT, promised_value, safe_staleness, within_promise
 
 
 def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]) -> Path:
@@ -66,8 +68,7 @@ def lognormal(seed: int, n: int, mu: float = -5.0, sigma: float = 1.0) -> np.nda
     return np.random.default_rng(seed).lognormal(mu, sigma, n)
 
 
-@pytest.fixture
-def store(tmp_path) -> Path:
+def store_samples() -> dict[tuple[str, int, str, str], np.ndarray]:
     """Runs `base` and `new`, loglinear abs_error at staleness 0..3 (error grows with staleness; `new` is
     worse), rollout abs_error for `base` only, and run `tiny` with 50 tokens."""
     samples = {}
@@ -76,7 +77,12 @@ def store(tmp_path) -> Path:
         samples["new", s, "loglinear", "abs_error"] = lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s)
         samples["base", s, "rollout", "abs_error"] = lognormal(20 + s, 300, mu=-3)
     samples["tiny", 0, "loglinear", "abs_error"] = lognormal(30, 50)
-    return build_store(tmp_path / "metrics.duckdb", samples)
+    return samples
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    return build_store(tmp_path / "metrics.duckdb", store_samples())
 
 
 LOGLINEAR = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\n'
@@ -98,19 +104,25 @@ def stats(n=2000, **values) -> dict:
 
 
 class TestSelectionStats:
-    def test_full_range_equals_run_summary_and_one_staleness_equals_staleness_summary(self, store):
-        con = duckdb.connect(str(store), read_only=True)
+    def test_full_range_and_one_staleness_equal_numpy_over_the_samples(self, store):
+        """selection_stats and the views it must agree with (run_summary, staleness_summary), each against
+        the statistics of the very values the store was built from."""
+        samples, con = store_samples(), duckdb.connect(str(store), read_only=True)
         for method in ("loglinear", "rollout"):
-            views = con.execute(
+            mine = {k: v for k, v in samples.items() if k[2] == method}
+            runs = sorted({run for run, *_ in mine})
+            whole = {run: np.concatenate([v for k, v in mine.items() if k[0] == run]) for run in runs}
+            view = con.execute(
                 "SELECT * FROM run_summary WHERE method = ? AND metric = 'abs_error'", [method]
-            )
-            expected = {row[0]: dict(zip(STATS, row[3:], strict=True)) for row in views.fetchall()}
-            assert_same(selection_stats(con, method, "abs_error"), expected)
+            ).fetchall()
+            for got in (selection_stats(con, method, "abs_error"), _by_run(view, 3)):
+                assert_stats_of(got, whole)
             for s in range(4):
+                one = {run: v for (run, level, _, _), v in mine.items() if level == s}
                 sql = "SELECT * FROM staleness_summary WHERE method = ? AND metric = ? AND staleness = ?"
-                rows = con.execute(sql, [method, "abs_error", s]).fetchall()
-                expected = {row[0]: dict(zip(STATS, row[4:], strict=True)) for row in rows}
-                assert_same(selection_stats(con, method, "abs_error", (s, s)), expected)
+                view = con.execute(sql, [method, "abs_error", s]).fetchall()
+                for got in (selection_stats(con, method, "abs_error", (s, s)), _by_run(view, 4)):
+                    assert_stats_of(got, one)
 
     def test_a_range_merges_the_sketches_like_one_sketch_of_all_its_tokens(self, store, tmp_path):
         values = np.concatenate([lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s) for s in (1, 2)])
@@ -122,7 +134,7 @@ class TestSelectionStats:
         buckets, counts = np.unique(bucket_code(values), return_counts=True)
         for q, stat in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
             assert got[stat] == sketch_quantile(buckets, counts, q, values.min(), values.max())
-            assert got[stat] == pytest.approx(np.quantile(values, q, method="lower"), rel=0.03)
+            assert within_promise(got[stat], promised_value(values, stat))
         # not the token-weighted average of the per-staleness p99s (which is what a shortcut would give)
         per = [selection_stats(con, "loglinear", "abs_error", (s, s))["new"] for s in (1, 2)]
         averaged = (per[0]["p99"] * per[0]["n"] + per[1]["p99"] * per[1]["n"]) / got["n"]
@@ -135,14 +147,21 @@ class TestSelectionStats:
         assert set(selection_stats(con, "rollout", "abs_error")) == {"base"}
 
 
-def assert_same(got: dict, expected: dict) -> None:
-    assert set(got) == set(expected) and expected
-    for run, row in expected.items():
-        for stat in STATS:
-            if stat == "mean":  # a sum of doubles in another order
-                assert math.isclose(got[run][stat], row[stat], rel_tol=1e-12), (run, stat)
-            else:
-                assert got[run][stat] == row[stat], (run, stat)
+def _by_run(rows: list[tuple], first_stat: int) -> dict[str, dict]:
+    """Rows of a summary view (run_id first, the statistics from column `first_stat`) by run."""
+    return {row[0]: dict(zip(STATS, row[first_stat:], strict=True)) for row in rows}
+
+
+def assert_stats_of(got: dict, values: dict[str, np.ndarray]) -> None:
+    """`got` (run -> statistics) holds n, mean, min and max of each run's values exactly (the mean to
+    rounding), and quantiles within the sketch's promise of the values at the exact ranks."""
+    assert set(got) == set(values) and values
+    for run, v in values.items():
+        assert got[run]["n"] == len(v)
+        assert (got[run]["min"], got[run]["max"]) == (v.min(), v.max())
+        assert math.isclose(got[run]["mean"], v.mean(), rel_tol=1e-12), run
+        for stat in QUANTILE_PERCENT:
+            assert within_promise(got[run][stat], promised_value(v, stat)), (run, stat)
 
 
 class TestJudge:
@@ -342,6 +361,7 @@ def decision_store(tmp_path) -> Path:
         flips = (np.arange(n) < n * 0.002).astype(float)  # 0.2% clip flips at every staleness
         samples["r", s, "ground_truth", "grad_weight"] = mass
         samples["r", s, "loglinear", "grad_weight_abs_error"] = error
+        samples["r", s, "loglinear", "true_grad_weight"] = mass  # the truth's W on loglinear's tokens
         samples["r", s, "loglinear", "clip_flip"] = flips
         samples["r", s, "loglinear", "behave_imp_weight"] = rng.lognormal(0, 0.3 + 0.1 * s, n)
     return build_store(tmp_path / "decisions.duckdb", samples)
@@ -400,6 +420,79 @@ class TestFigureChecks:
         (verdict,) = run_gate(store, gate_file(tmp_path, body)).verdicts
         assert (verdict.verdict, verdict.outcome) == ("fail", "missing_metric")
         assert "loglinear/gradient_mass_error" in verdict.reason
+
+
+# Safe staleness's edge cases: per run, its levels as (staleness, tokens, gradient mass error, clip flip
+# rate); a gradient mass error of inf is error mass over a true mass of 0, nan is 0 over 0.
+EDGE_CASES = {
+    "few-tokens-first": [(0, 100, 0.5, 0.0), (1, 2000, 0.002, 0.0), (2, 2000, 0.05, 0.0)],  # 0 not judged
+    "all-fail": [(0, 2000, 0.02, 0.0), (1, 2000, 0.03, 0.0)],
+    "first-judged-fails": [(0, 500, 0.0, 0.0), (1, 2000, 0.02, 0.0)],
+    "none-fail": [(0, 2000, 0.001, 0.0), (1, 2000, 0.004, 0.005), (2, 1500, 0.008, 0.0), (3, 10, 0.9, 0.0)],
+    "gap": [(0, 2000, 0.001, 0.0), (1, 2000, 0.001, 0.0), (4, 2000, 0.02, 0.0)],
+    "gap-all-pass": [(0, 2000, 0.001, 0.0), (3, 2000, 0.001, 0.0)],
+    "fails-then-passes": [(0, 2000, 0.001, 0.0), (1, 2000, 0.001, 0.02), (2, 2000, 0.001, 0.0)],
+    "zero-true-mass": [(0, 2000, 0.001, 0.0), (1, 2000, math.inf, 0.0), (2, 2000, 0.001, 0.0)],
+    "zero-mass-no-error": [(0, 2000, 0.001, 0.0), (1, 2000, math.nan, 0.0), (2, 2000, 0.001, 0.0)],
+    "starved": [(0, 999, 0.0, 0.0), (1, 10, 0.0, 0.0)],
+}
+
+
+def edge_samples(levels: dict[str, list[tuple]]) -> dict[tuple, np.ndarray]:
+    """Token values that give each level its figures: true gradient weights of 2 (0 where the true mass
+    is 0), absolute errors of 4 on the first tokens (all of them for inf), clip flips on the first ones."""
+    samples = {}
+    for run, rows in levels.items():
+        for staleness, n, gme, flips in rows:
+            mass = np.full(n, 0.0 if not math.isfinite(gme) else 2.0)
+            error = np.zeros(n)
+            error[: n if math.isinf(gme) else round(gme * 2 * n / 4) if math.isfinite(gme) else 0] = 4.0
+            samples[run, staleness, "ground_truth", "grad_weight"] = mass
+            samples[run, staleness, "loglinear", "true_grad_weight"] = mass
+            samples[run, staleness, "loglinear", "grad_weight_abs_error"] = error
+            samples[run, staleness, "loglinear", "clip_flip"] = (np.arange(n) < round(flips * n)).astype(
+                float
+            )
+    return samples
+
+
+def edge_expected(run: str) -> int | None:
+    """The safe staleness by its definition, from the figures the samples really have (numpy sums)."""
+    samples, rows = edge_samples({run: EDGE_CASES[run]}), []
+    for staleness, n, _, _ in EDGE_CASES[run]:
+        mass = samples[run, staleness, "ground_truth", "grad_weight"].sum()
+        error = samples[run, staleness, "loglinear", "grad_weight_abs_error"].sum()
+        flips = samples[run, staleness, "loglinear", "clip_flip"].mean()
+        # no true mass: nothing to move (0 / 0 meets the tolerance); error mass over none fails (inf)
+        gme = error / mass if mass else (math.inf if error else math.nan)
+        rows.append((staleness, n, gme, flips))
+    levels = pd.DataFrame(rows, columns=["staleness", "n", "gradient_mass_error", "clip_flip_rate"])
+    return safe_staleness(levels, 0.01, 0.01, 1000)
+
+
+def test_safe_staleness_edges_follow_the_definition(tmp_path):
+    """The macro `safe_staleness()` and the gate's figure on too few tokens, all or no level failing, gaps
+    in the levels, a failure below a pass, and levels with no true gradient mass."""
+    store = build_store(tmp_path / "edges.duckdb", edge_samples(EDGE_CASES))
+    expected = {run: edge_expected(run) for run in EDGE_CASES}
+    assert expected == {
+        "few-tokens-first": 1, "all-fail": -1, "first-judged-fails": 0, "none-fail": 2, "gap": 3,
+        "gap-all-pass": 3, "fails-then-passes": 0, "zero-true-mass": 0, "zero-mass-no-error": 2,
+        "starved": None,
+    }  # fmt: skip
+    with duckdb.connect(str(store), read_only=True) as con:
+        rows = con.execute("SELECT run_id, safe_staleness, measured_levels FROM safe_staleness()").fetchall()
+    assert {run: safe for run, safe, _ in rows} == expected
+    judged = {run: sum(n >= 1000 for _, n, _, _ in levels) for run, levels in EDGE_CASES.items()}
+    assert {run: measured for run, _, measured in rows} == judged
+    body = figure('figure="safe_staleness"\nmin=0\nmin_tokens=1000\n')
+    verdicts = {v.run_id: v for v in run_gate(store, gate_file(tmp_path, body)).verdicts}
+    for run, safe in expected.items():
+        if safe is None:
+            assert (verdicts[run].verdict, verdicts[run].outcome) == ("fail", "insufficient_data")
+        else:
+            assert verdicts[run].observed == safe, run
+            assert verdicts[run].verdict == ("pass" if safe >= 0 else "fail"), run
 
 
 class TestStore:

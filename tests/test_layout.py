@@ -30,6 +30,7 @@ STAGES = {
     "formulas": (2, ("evaluator.formulas",)),
     "hook": (3, ("evaluator.hook",)),
     "importers": (3, ("evaluator.importers",)),
+    "lossconfig": (3, ("evaluator.lossconfig",)),
     "trainer": (4, ("evaluator.trainer",)),
     "validate": (4, ("evaluator.validate",)),
     "store": (5, ("evaluator.store",)),

@@ -1,15 +1,24 @@
-"""The metric table of DOMAIN.md section 3: hand-worked values, coverage, and agreement with the store."""
+"""The metric table of DOMAIN.md section 3: hand-worked values, coverage, and agreement with the store (what
+replay stores is `metric_values` of the log's loss tokens)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 
+from evaluator.formulas.estimators import estimates
+from evaluator.formulas.gradients import Sequences
+from evaluator.formulas.loss import Loss, Rule
 from evaluator.formulas.metrics import metric_values
-from schemas.store import METRIC_TABLE, metrics_for
+from evaluator.logio import write_log_atomic
+from evaluator.replay import replay
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from schemas.store import METRIC_TABLE, VERL_DIAGNOSTICS, metrics_for
+from tests.reference import loss_tokens
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
@@ -18,16 +27,36 @@ def test_the_docs_table_is_the_metric_table():
     text = DOCS.read_text()
     table = text[text.index("<!-- metric-table -->") : text.index("<!-- /metric-table -->")]
     rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in table.splitlines()[3:]]
-    expected = [[m.name, m.formula, "yes" if m.needs_truth else "no", m.of] for m in METRIC_TABLE]
+    when = {None: "always", "has_clip": "a clip", "has_dual_clip": "a dual clip", "has_rules": "a rule",
+            "has_lower_bound": "a lower bound", "has_sequence_clip": "a sequence clip",
+            "sequence_rules": "a sequence rule"}  # fmt: skip
+    expected = [
+        [m.name, m.formula, "yes" if m.needs_truth else "no", m.of, m.per, when[m.when]] for m in METRIC_TABLE
+    ]
     assert rows == expected
 
 
 def test_drift_belongs_to_ground_truth_only():
-    assert "drift" in {m.name for m in metrics_for("ground_truth")}
-    assert "drift" not in {m.name for m in metrics_for("loglinear")}
+    assert "drift" in {m.name for m in metrics_for("ground_truth", Loss())}
+    assert "drift" not in {m.name for m in metrics_for("loglinear", Loss())}
     # 14 for every method (10 of section 3, behave_approx_kl, clip_active, bound_active, grad_weight)
-    # + 3 flips and errors against the truth for the estimators, + 3 drifts for the ground truth
-    assert len(metrics_for("linear")) == 17 and len(metrics_for("ground_truth")) == 17
+    # + 2 flips, the gradient weight's error and the true weight on the same tokens for the estimators,
+    # + 3 drifts for the ground truth; no dual clip, lower bound or sequence decision in the default loss
+    core = lambda method: [m for m in metrics_for(method, Loss()) if m not in VERL_DIAGNOSTICS]  # noqa: E731
+    assert len(core("linear")) == 18 and len(core("ground_truth")) == 17
+    sequence = Loss(
+        ratio_level="sequence", dual_clip=2.0, rules=(Rule("sequence", "ratio", lower=0.5, upper=2),)
+    )
+    added = {m.name for m in metrics_for("linear", sequence)} - {
+        m.name for m in metrics_for("linear", Loss())
+    }
+    assert added == {
+        "dual_clip_active", "dual_clip_flip", "bound_lower_flip", "sequence_clip_active",
+        "sequence_clip_flip", "sequence_bound_active", "sequence_bound_flip",
+    }  # fmt: skip
+    assert {
+        m.name for m in metrics_for("linear", Loss(policy="sapo", behave_weight="none", rules=()))
+    }.isdisjoint({"clip_active", "clip_flip", "bound_active", "bound_flip"})
 
 
 def test_hand_worked_values_on_one_token():
@@ -55,6 +84,15 @@ def test_hand_worked_values_on_one_token():
         # W(a) = exp(t - b) = exp(0.6); the truth is clipped, W(g) = 0
         "grad_weight": math.exp(0.6),
         "grad_weight_abs_error": math.exp(0.6),
+        "true_grad_weight": 0.0,
+        # verl's diagnostics of d = a - b = 0.5: exp(0.5) = 1.65 is inside [1/2, 2]
+        "is_weight": math.exp(0.5),
+        "is_weight_clamped": math.exp(0.5),
+        "is_weight_high": 0.0,
+        "is_weight_low": 0.0,
+        "approx_prob": math.exp(-1.0),
+        "behave_prob": math.exp(-1.5),
+        "prob_product": math.exp(-2.5),
     }
     assert set(out) == set(expected)
     for name, value in expected.items():
@@ -88,3 +126,37 @@ def test_shape_mismatch_raises():
 def test_no_truth_at_all_gives_empty_error_metrics():
     out = metric_values("loglinear", a=np.zeros(2), b=np.zeros(2), t=np.zeros(2), g=np.full(2, np.nan))
     assert len(out["abs_error"]) == 0 and len(out["approx_logp"]) == 2
+
+
+def test_agreement_with_the_store(tmp_path):
+    """Replay summarises the log batch by batch, with shared terms, masks and its own version pairing;
+    the store must hold what `metric_values` gives on the whole log's loss tokens at once: for every
+    method and metric of run_summary, n exactly, min and max to the last bits, the mean to 1e-12. The log
+    records prox_logp on every other step, has proximal_t on resumed segments and an advantage."""
+    spec = SyntheticSpec(run_id="agree", tokens_per_step=1024, mean_length=24, prox_every=2, drift=0.3)
+    log = write_log_atomic(synthetic_steps(spec, 5, 6), tmp_path / "agree.parquet")
+    replay([log], tmp_path / "m.duckdb", progress=False)
+    with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
+        rows = con.execute("SELECT method, metric, n, mean, min, max FROM run_summary").fetchall()
+    stored = {(method, metric): stats for method, metric, *stats in rows}
+    df = loss_tokens([log])
+    col = {c: df[c].to_numpy(np.float64) for c in ("behave_logp", "theta_logp", "prox_logp", "advantage")}
+    per_method = estimates(
+        **{c: df[c].to_numpy() for c in ("behave_logp", "theta_logp", "prox_logp", "proximal_t_logp")},
+        **{c: df[c].to_numpy() for c in ("step", "behave_version", "minibatch", "n_minibatches")},
+        prev_version=df["prev_version"].to_numpy(),
+    )
+    code = df.groupby(["run_id", "seq_id", "minibatch"], sort=False).ngroup().to_numpy()
+    sequences = Sequences(code, int(code.max()) + 1)
+    b, t, g, advantage = (col[c] for c in ("behave_logp", "theta_logp", "prox_logp", "advantage"))
+    expected = {}
+    for method, a in per_method.items():
+        got = metric_values(method, a=a, b=b, t=t, g=g, advantage=advantage, sequences=sequences)
+        for metric, v in got.items():
+            expected[method, metric] = (len(v), v.mean(), v.min(), v.max())
+    assert set(stored) == set(expected)
+    for key, (n, mean, low, high) in expected.items():
+        got_n, got_mean, got_low, got_high = stored[key]
+        assert got_n == n, key
+        assert got_mean == pytest.approx(mean, rel=1e-12, abs=1e-300), key
+        assert (got_low, got_high) == pytest.approx((low, high), rel=1e-15, abs=1e-300), key

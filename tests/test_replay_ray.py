@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from evaluator.errors import FileFailed
-from evaluator.replay.pipeline import DEFAULT_PARAMS
+from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.replay.ray_runner import RayRunner
 from evaluator.replay.tasks import Check, Summarise
 from tests.test_replay_parallel import assert_same_store, folder, lines, sequential, stored  # noqa: F401
@@ -34,7 +34,7 @@ def test_ray_store_is_bit_identical_to_local(folder, sequential, tmp_path, local
 
 def test_a_failing_task_fails_its_file_only(folder, local_ray):  # noqa: F811
     good = next(folder.glob("a-000.parquet"))
-    tasks = [Check(good), Summarise(folder / "gone.parquet", None, DEFAULT_PARAMS), Check(good)]
+    tasks = [Check(good), Summarise(folder / "gone.parquet", None, DEFAULT_LOSS), Check(good)]
     with RayRunner() as runner:
         results = list(runner.map(tasks))
     assert results[0].report.ok and results[2].report.ok

@@ -9,7 +9,7 @@ import pytest
 
 from evaluator.errors import StoreError
 from evaluator.logio import write_log_atomic
-from evaluator.replay.pipeline import check_and_summarise
+from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store import StoreWriter, file_digest, open_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import PUBLIC_VIEWS
@@ -90,3 +90,21 @@ def test_a_failed_insert_leaves_nothing(tmp_path, log, monkeypatch):
     with open_store(db) as con:
         for table in ("ingested_file", "file_sequences", "file_tokens", "metric_moments", "sketch_by_step"):
             assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == 0, table
+
+
+def test_readers_of_one_process_each_see_the_latest_publish(tmp_path):
+    """The dashboard's sessions are threads of one process, and a user's notebook may hold its own
+    read-only connection: a reader opened while others are open still opens, with file access off, and
+    sees the latest publish; one opened before keeps its own whole publish."""
+    spec = SyntheticSpec(run_id="r", tokens_per_step=512, mean_length=16)
+    logs = [write_log_atomic(synthetic_steps(spec, 4 * i, 4), tmp_path / f"{i}.parquet") for i in (0, 1)]
+    db = tmp_path / "m.duckdb"
+    replay([logs[0]], db, progress=False)
+    count = "SELECT count(*) FROM ingested_file"
+    with duckdb.connect(str(db), read_only=True) as raw, open_store(db) as first:
+        replay([logs[1]], db, progress=False)  # publishes a new file over the store
+        with open_store(db) as second:
+            assert second.execute(count).fetchone()[0] == 2
+            with pytest.raises(duckdb.PermissionException):
+                second.execute(f"SELECT * FROM read_parquet('{logs[0]}')").fetchall()
+        assert first.execute(count).fetchone()[0] == raw.execute(count).fetchone()[0] == 1

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evaluator.formulas.decisions import DEFAULT_PARAMS
+from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.formulas.sketch import bucket_code
 from evaluator.logio import write_log_atomic
 from evaluator.replay import accumulators as summary_accumulators
@@ -137,7 +137,7 @@ def test_a_range_stops_at_the_next_batch_once_its_caller_gives_up(tmp_path):
     log = write_log_atomic(synthetic_steps(spec, 0, 2), tmp_path / "log.parquet")
     resumes = check_and_summarise(log).checked.facts.resumes
     stop = threading.Event()
-    task = SummariseRange(log, None, resumes, DEFAULT_PARAMS, 1000)
+    task = SummariseRange(log, None, resumes, DEFAULT_LOSS, 1000)
     whole = file_summary.summarise_range(task, stop=stop)
     stop.set()
     stopped = file_summary.summarise_range(task, stop=stop)

@@ -12,11 +12,11 @@ from dashboard.views.common import Context, load, show
 
 WEIGHTS = ("behave_imp_weight", "importance_weight")
 CAPTIONS = {
-    "behave_imp_weight": "exp(approx - behave_logp) multiplies each token's loss; above the bound U (the "
-    "store's: {bound:g}) the token is {action}ed. An estimator whose weights cross U where the ground truth "
-    "does not drops tokens that should count (and the other way round): its bound_flip_rate.",
-    "importance_weight": "exp(theta_logp - approx) is clipped to [{lo:g}, {hi:g}] by PPO: an estimator that "
-    "moves it across the clip range changes which tokens get a gradient: its clip_flip_rate.",
+    "behave_imp_weight": "exp(approx - behave_logp): the behaviour weight of the store's loss ({loss}). An "
+    "estimator whose weights cross a rule's bound where the ground truth's do not drops or truncates tokens "
+    "that should count (and the other way round): its bound_flip_rate.",
+    "importance_weight": "exp(theta_logp - approx): the ratio the loss clips or gates ({loss}). An estimator "
+    "that moves it across the clip range changes which tokens get a gradient: its clip_flip_rate.",
 }
 DIAGNOSTICS_CAPTION = (
     "ESS fraction (sum w)^2 / (n sum w^2): the share of the tokens the weights w = behave_imp_weight "
@@ -48,13 +48,8 @@ def render(ctx: Context) -> None:
         "Per staleness: thin whisker min..max, thick bar p50..p99, ticks at p50 and p90, diamond at the mean."
         + (" Step range selected: exact min/mean/max only." if ctx.filters.steps is not None else "")
     )
-    params = load(ctx.db, "decision_params")
-    words = dict(
-        bound=params["bound"],
-        action="mask" if params["bound_action"] == "mask" else "clamp",
-        lo=1 - params["eps_low"],
-        hi=1 + params["eps_high"],
-    )
+    loss = load(ctx.db, "store_loss")
+    words = dict(loss=loss.describe())
     st.subheader("Weight diagnostics by staleness")
     st.caption(DIAGNOSTICS_CAPTION)
     show(
@@ -64,6 +59,6 @@ def render(ctx: Context) -> None:
     for metric in WEIGHTS:
         st.subheader(metric)
         st.caption(CAPTIONS[metric].format(**words))
-        show(weight_charts.weight_ranges(frame[frame["metric"] == metric], metric, params), metric)
+        show(weight_charts.weight_ranges(frame[frame["metric"] == metric], metric, loss), metric)
         with st.expander(f"{metric}: numbers"):
             st.dataframe(weights_table(frame, metric), width="stretch")

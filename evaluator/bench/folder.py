@@ -1,15 +1,15 @@
 """`python -m evaluator.bench.folder`: a folder of hook-sized token logs replayed in one process (file
 after file) and then on worker processes (one per core, `evaluator.replay.workers`), in one run.
 
-Each replay runs in a child process into a fresh store (`evaluator.bench.replay.timed_replay`: seconds and the
-peak RSS of the whole process tree, plus its CPU time: on a machine shared with other jobs the wall
-time depends on them, the CPU time much less); the two stores are then compared table by table.
+Each replay runs in a child process into a fresh store (`evaluator.bench.replay.timed_replay`: seconds, the
+kernel's peak RSS of its largest process, the largest sampled sum over its process tree, and its CPU
+time: on a machine shared with other jobs the wall time depends on them, the CPU time much less); the
+two stores are then compared table by table.
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
 import tempfile
 from pathlib import Path
 
@@ -43,16 +43,17 @@ def write_folder(folder: Path, n_files: int, n_tokens: int, tokens_per_step: int
 
 def timed(logs: Path, db: Path, workers: int | None, total: int, ray_cpus: int | None = None) -> str:
     """One replay of `logs` into a fresh `db`: seconds, tokens/s, CPU seconds (user + system, the whole
-    process tree; not Ray's, whose processes are not ours to wait for) and peak RSS."""
+    process tree; not Ray's, whose processes are not ours to wait for) and peak RSS (the kernel's, of the
+    largest process; and the sampled sum over the tree)."""
     db.unlink(missing_ok=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    seconds, peak = timed_replay(logs, db, workers, ray_cpus)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # includes the workers, waited for by the replay
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    run = timed_replay(logs, db, workers, ray_cpus)
     name = {1: "sequential (one process)  ", None: "parallel (default workers)"}.get(workers)
     name = f"local Ray, {ray_cpus} CPU{'s' * (ray_cpus != 1)}".ljust(26) if ray_cpus else name
-    rate, mib = total / seconds / 1e6, peak / 2**20
-    return f"{name}: {seconds:6.2f} s, {rate:.2f} M tokens/s, CPU {cpu:.1f} s, peak RSS {mib:,.0f} MiB"
+    rate, maxrss, tree = total / run.seconds / 1e6, run.maxrss / 2**20, run.tree_peak / 2**20
+    return (
+        f"{name}: {run.seconds:6.2f} s, {rate:.2f} M tokens/s, CPU {run.cpu_s:.1f} s, "
+        f"peak RSS {maxrss:,.0f} MiB (largest process), {tree:,.0f} MiB (tree, sampled)"
+    )
 
 
 def ingest_rate(logs: Path, db: Path, total: int) -> str:

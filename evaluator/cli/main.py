@@ -7,15 +7,14 @@ Exit codes: 0 clean / pass, 1 a file broke a rule or a check failed, 2 usage err
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from evaluator import __version__
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
 from evaluator.cli.exchange import export_cmd, import_cmd
+from evaluator.cli.loss import loss_choice, loss_command, loss_options
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
-from evaluator.errors import UsageError
 
 SUMMARY_VIEWS = {
     "run": "every metric per run",
@@ -26,6 +25,8 @@ SUMMARY_VIEWS = {
     "decision-staleness": "the decision figures per staleness",
     "weights": "ESS, chi2 and KL estimators of the behaviour weights",
     "weights-staleness": "... per staleness",
+    "rollout-corr": "verl's rollout_corr diagnostics of each method's weights, by verl's names",
+    "rollout-corr-staleness": "... per staleness",
     "mismatch": "the engine mismatch floor and its share of each staleness's drift",
 }
 
@@ -128,48 +129,6 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     sys.exit(result.exit_code)
 
 
-def _decision_params(params_file: str | None, **flags) -> object:
-    """The loss's thresholds for the decision metrics: DOMAIN.md's defaults, then the TOML file's keys,
-    then the flags given."""
-    from evaluator.formulas.decisions import DecisionParams
-
-    values = {} if params_file is None else _params_toml(params_file, DecisionParams)
-    given = {k: v for k, v in flags.items() if v is not None}
-    try:
-        return DecisionParams(**(values | given))
-    except (TypeError, ValueError) as error:
-        sources = [f"--params {params_file}"] * bool(set(values) - set(given)) + ["the flags"] * bool(given)
-        raise UsageError(f"decision parameters ({' and '.join(sources) or 'defaults'}): {error}") from None
-
-
-def _params_toml(params_file: str, fields: type) -> dict:
-    """The keys of a `--params` TOML file, each of the type its field of `fields` (a dataclass) takes: an
-    error names the file, the key and what it must be."""
-    import tomllib
-    import typing
-
-    try:
-        values = tomllib.loads(Path(params_file).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise UsageError(f"--params {params_file}: cannot read it as TOML: {error}") from None
-    hints = typing.get_type_hints(fields)
-    for key, value in values.items():
-        if key not in hints:
-            allowed = ", ".join(hints)
-            raise UsageError(f"--params {params_file}: unknown key {key!r}; allowed: {allowed}")
-        choices = typing.get_args(hints[key]) if typing.get_origin(hints[key]) is typing.Literal else None
-        if choices is not None and value not in choices:
-            want = " or ".join(repr(c) for c in choices)
-        elif choices is None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            want = "a number"
-        else:
-            continue
-        raise UsageError(
-            f"--params {params_file}: {key} must be {want}, got {value!r} ({type(value).__name__})"
-        )
-    return values
-
-
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option(
@@ -178,20 +137,7 @@ def _params_toml(params_file: str, fields: type) -> dict:
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a terminal)."
 )
-@click.option(
-    "--params",
-    "params_file",
-    type=click.Path(dir_okay=False),
-    help="TOML file of the loss's thresholds: eps_low, eps_high, bound, bound_action (flags win).",
-)
-@click.option("--eps-low", type=float, help="PPO clips the ratio below 1 - eps_low [default: 0.2].")
-@click.option("--eps-high", type=float, help="... and above 1 + eps_high [default: 0.2].")
-@click.option("--bound", type=float, help="U: the behaviour weight bound [default: 5.0].")
-@click.option(
-    "--bound-action",
-    type=click.Choice(["mask", "clamp"]),
-    help="Above U the token is masked, or its weight clamped to U [default: mask].",
-)
+@loss_options
 @_max_staleness
 @click.option(
     "--ray",
@@ -205,15 +151,14 @@ def _params_toml(params_file: str, fields: type) -> dict:
     "object-storage URIs only with a local Ray).",
 )
 @library_errors
-def replay(
-    paths, db, progress, params_file, eps_low, eps_high, bound, bound_action, max_staleness, ray_address
-) -> None:
+def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None:
     """Validate the token logs in PATHS (files, folders, or object-storage URIs such as s3://bucket/prefix/,
     copied to a temporary folder first), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
-    one transaction. The decision metrics (clip and bound flips, gradient mass error) use the loss's
-    thresholds given here; a DB keeps one set of them. The data-driven findings are judged on the files
-    of this call: an error skips the run's files, a warning is printed and stored with the run.
+    one transaction. The decision metrics (clip and bound flips, gradient mass error) are computed under
+    the loss given here (`proxaudit loss` lists the presets); a DB keeps one loss. The data-driven
+    findings are judged on the files of this call: an error skips the run's files, a warning is printed
+    and stored with the run.
 
     Exit code 0 when every file was ingested or already there, 1 when a file broke a validation rule (it
     is skipped, the others are ingested), 2 for a usage error, a DB of other thresholds, or when no file
@@ -222,16 +167,15 @@ def replay(
     from evaluator.replay.pipeline import replay as replay_paths
     from evaluator.validate.report import findings_lines
 
-    params = _decision_params(
-        params_file, eps_low=eps_low, eps_high=eps_high, bound=bound, bound_action=bound_action
-    )
+    choice = loss_choice(**loss_keys)
+    say("\n".join(choice.lines()))
     echo = lambda outcome: say(outcome.line())  # noqa: E731
     report = replay_paths(
         paths,
         db,
         on_file=echo,
         progress=progress,
-        params=params,
+        loss=choice.loss,
         max_staleness=max_staleness,
         ray=ray_address,
     )
@@ -304,6 +248,7 @@ def query(db, sql, fmt) -> None:
 
 
 cli.add_command(import_cmd)
+cli.add_command(loss_command)
 cli.add_command(export_cmd)
 for command in (bench, train_demo, dashboard, demo):
     cli.add_command(command)

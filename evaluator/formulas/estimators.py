@@ -86,6 +86,13 @@ def rollout(behave: ArrayLike) -> F64:
     return np.asarray(behave, dtype=np.float64)
 
 
+def reuse_train_logp(theta: ArrayLike) -> F64:
+    """reuse_train_logp = theta: the training forward's log-prob as prox (AReaL's
+    `prox_logp_method: reuse_train_logp`, which forces one minibatch). Exact at minibatch 0 up to how far the
+    training forward is from the recompute forward (batch shapes, kernels, train-mode numerics)."""
+    return np.asarray(theta, dtype=np.float64)
+
+
 def proximal_t(proximal_t_logp: ArrayLike) -> F64:
     """proximal_t = proximal_t_logp, the segment-wise log-prob under behave_version + 1 (section 4);
     NaN (null in the log) where the log does not have it."""
@@ -127,6 +134,7 @@ def estimates(
         "loglinear_exact": loglinear(behave, theta, alpha_exact),
         "linear_exact": linear(behave, theta, alpha_exact),
         "rollout": rollout(behave),
+        "reuse_train_logp": reuse_train_logp(theta),
     }
     if proximal_t_logp is not None:
         out["proximal_t"] = proximal_t(proximal_t_logp)

@@ -1,51 +1,54 @@
-"""The per-token metrics of DOMAIN.md sections 3 and 3b, computed by name: pure numpy.
+"""The metrics of DOMAIN.md sections 3, 3b and 3c, computed by name: pure numpy.
 
 `schemas.store.METRIC_TABLE` defines every metric (its formula, whether it needs the ground truth, which
-methods have it); `VALUES` here computes each from the terms of one estimate and of the truth.
+methods and losses have it, per token or per sequence); `VALUES` here computes each from the terms of one
+estimate and of the truth under the loss (`evaluator.formulas.gradients`).
 
 The token sets (one mask model): a batch's loss tokens; of them, a method's **estimated** tokens (where its
 estimate of log pi_prox exists, not NaN) and its **judged** tokens (estimated, and `prox_logp` known). A
-metric that needs the truth is counted on the judged tokens, the others on the estimated ones.
-`coverage` gives both sets of a method, `method_metrics` every metric of it on its set.
+metric that needs the truth is counted on the judged tokens, the others on the estimated ones. Under a loss
+that decides per sequence, a token counts only where its whole sequence does; a per-sequence metric counts
+the sequences whose every loss token is in the set. `coverage` gives a method's sets, `method_metrics` every
+metric of it on its set.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
 from evaluator.formulas import F64, Flags, check_shapes
-from evaluator.formulas.decisions import (
-    DEFAULT_PARAMS,
-    DecisionParams,
-    bound_active,
-    clip_active,
-    grad_weight,
-    weight,
-)
-from schemas.store import METRIC_TABLE, Metric, metrics_for
+from evaluator.formulas.gradients import Decisions, Sequences, decide, weight
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from schemas.store import METRIC_TABLE, VERL_T, Metric, metrics_for
 
 EPS = 1e-8
+VERL_LOG_BOUND = 20.0
+"""verl bounds its log ratios to [-20, 20] before exp (`rollout_corr_helper.py`)."""
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Tokens:
-    """The log's columns on one set of tokens, float64 `[n]`: `b` = `behave_logp`, `t` = `theta_logp`,
-    `g` = `prox_logp` (NaN where not recomputed), `advantage` (None: the log has none)."""
+    """The log's columns on one set of loss tokens, float64 `[n]`: `b` = `behave_logp`, `t` =
+    `theta_logp`, `g` = `prox_logp` (NaN where not recomputed), `advantage` (None: the log has none), and
+    each token's sequence (None when no metric or decision needs it)."""
 
     b: F64
     t: F64
     g: F64
     advantage: F64 | None = None
+    sequences: Sequences | None = None
     off_policy_weight: F64 = field(init=False)  # w(t - b): the same for every estimate
     abs_advantage: F64 | float = field(init=False)  # |A|, 1 where there is none
 
     def __post_init__(self) -> None:
-        check_shapes(b=self.b, t=self.t, g=self.g, advantage=self.advantage)
+        code = None if self.sequences is None else self.sequences.code
+        check_shapes(b=self.b, t=self.t, g=self.g, advantage=self.advantage, sequences=code)
         object.__setattr__(self, "off_policy_weight", weight(self.t - self.b))
         a = self.advantage
         object.__setattr__(self, "abs_advantage", 1.0 if a is None else np.where(np.isnan(a), 1.0, np.abs(a)))
@@ -58,51 +61,65 @@ class Tokens:
         for name in ("b", "t", "g", "advantage", "off_policy_weight", "abs_advantage"):
             value = getattr(self, name)
             object.__setattr__(out, name, value if value is None or np.ndim(value) == 0 else value[mask])
+        object.__setattr__(out, "sequences", None if self.sequences is None else self.sequences.take(mask))
         return out
 
 
 @dataclass(frozen=True)
 class ProxTerms:
     """What follows from one log pi_prox `x` (an estimate, or the truth `g`) on a set of tokens: the
-    behaviour weight w(x - b), the ratio w(t - x), the loss's clip and bound decisions and the gradient
-    weight W(x) (`evaluator.formulas.decisions`)."""
+    behaviour weight w(x - b), the ratio w(t - x), and the loss's decisions and gradient weights."""
 
     x: F64
     tokens: Tokens
     behave_weight: F64
     ratio: F64
-    clip: Flags
-    bound: Flags
-    grad_weight: F64
+    decisions: Decisions
 
     def take(self, mask: Flags | None) -> ProxTerms:
-        """These terms where `mask` is true (all of them for None)."""
+        """These terms where `mask` is true (all of them for None); per-sequence decisions stay whole."""
         if mask is None:
             return self
-        arrays = (self.x, self.behave_weight, self.ratio, self.clip, self.bound, self.grad_weight)
-        return ProxTerms(arrays[0][mask], self.tokens.take(mask), *(a[mask] for a in arrays[1:]))
+        d = self.decisions
+        token_flags = {
+            name: None if getattr(d, name) is None else getattr(d, name)[mask]
+            for name in ("grad_weight", "clip", "dual_clip", "bound", "bound_lower")
+        }
+        arrays = (self.x, self.behave_weight, self.ratio)
+        return ProxTerms(
+            arrays[0][mask],
+            self.tokens.take(mask),
+            arrays[1][mask],
+            arrays[2][mask],
+            replace(d, **token_flags),
+        )
 
 
 def prox_terms(
-    x: F64, tokens: Tokens, params: DecisionParams, *, behave_weight: F64 | None = None,
-    ratio: F64 | None = None,
+    x: F64, tokens: Tokens, loss: Loss, *, behave_weight: F64 | None = None, ratio: F64 | None = None,
 ) -> ProxTerms:  # fmt: skip
-    """The terms of `x` on `tokens`; `behave_weight` and `ratio` may be given when already known (for
-    x = b they are 1 and the tokens' off-policy weight)."""
+    """The terms of `x` on `tokens` under `loss`; `behave_weight` and `ratio` may be given when already
+    known (for x = b they are 1 and the tokens' off-policy weight)."""
     behave_weight = weight(x - tokens.b) if behave_weight is None else behave_weight
     ratio = weight(tokens.t - x) if ratio is None else ratio
-    clip = clip_active(ratio, tokens.advantage, params)
-    bound = bound_active(behave_weight, params)
-    grad = grad_weight(tokens.off_policy_weight, ratio, clip, bound, tokens.abs_advantage, params)
-    return ProxTerms(x, tokens, behave_weight, ratio, clip, bound, grad)
+    decisions = decide(
+        x, t=tokens.t, b=tokens.b, advantage=tokens.advantage, abs_advantage=tokens.abs_advantage,
+        off_policy_weight=tokens.off_policy_weight, seq=tokens.sequences, loss=loss,
+        behave_weight=behave_weight, ratio=ratio,
+    )  # fmt: skip
+    return ProxTerms(x, tokens, behave_weight, ratio, decisions)
 
 
 def _flag(x: Flags) -> F64:
     return x.astype(np.float64)
 
 
+def _flip(name: str) -> Callable[[ProxTerms, ProxTerms], F64]:
+    return lambda e, g: _flag(getattr(e.decisions, name) != getattr(g.decisions, name))
+
+
 # Each metric of METRIC_TABLE from the estimate's terms `e` and the truth's `g` on the same tokens (`g` is
-# None for a metric that does not need the truth).
+# None for a metric that does not need the truth). A per-sequence metric gives `[n_sequences]` values.
 Value = Callable[[ProxTerms, ProxTerms | None], F64]
 VALUES: dict[str, Value] = {
     "approx_logp": lambda e, g: e.x,
@@ -118,68 +135,144 @@ VALUES: dict[str, Value] = {
     "importance_weight_abs_error": lambda e, g: np.abs(e.ratio - g.ratio),
     "importance_weight_rel_error": lambda e, g: np.abs(e.ratio - g.ratio) / (g.ratio + EPS),
     "behave_approx_kl": lambda e, g: e.x - e.tokens.b,
-    "clip_active": lambda e, g: _flag(e.clip),
-    "clip_flip": lambda e, g: _flag(e.clip != g.clip),
-    "bound_active": lambda e, g: _flag(e.bound),
-    "bound_flip": lambda e, g: _flag(e.bound != g.bound),
-    "grad_weight": lambda e, g: e.grad_weight,
-    "grad_weight_abs_error": lambda e, g: np.abs(e.grad_weight - g.grad_weight),
+    "clip_active": lambda e, g: _flag(e.decisions.clip),
+    "clip_flip": _flip("clip"),
+    "dual_clip_active": lambda e, g: _flag(e.decisions.dual_clip),
+    "dual_clip_flip": _flip("dual_clip"),
+    "bound_active": lambda e, g: _flag(e.decisions.bound),
+    "bound_flip": _flip("bound"),
+    "bound_lower_flip": _flip("bound_lower"),
+    "grad_weight": lambda e, g: e.decisions.grad_weight,
+    "grad_weight_abs_error": lambda e, g: np.abs(e.decisions.grad_weight - g.decisions.grad_weight),
+    "true_grad_weight": lambda e, g: g.decisions.grad_weight,
     "drift": lambda e, g: np.abs(g.x - g.tokens.b),
     "prob_drift": lambda e, g: np.abs(np.exp(g.x) - np.exp(g.tokens.b)),
     "exp_abs_drift": lambda e, g: weight(np.abs(g.x - g.tokens.b)),
+    "sequence_clip_active": lambda e, g: _flag(e.decisions.sequence_clip),
+    "sequence_clip_flip": _flip("sequence_clip"),
+    "sequence_bound_active": lambda e, g: _flag(e.decisions.sequence_bound),
+    "sequence_bound_flip": _flip("sequence_bound"),
+}
+
+
+def _d(e: ProxTerms) -> F64:
+    """verl's safety-bounded log ratio d = clamp(a - b, -20, 20)."""
+    return np.clip(e.x - e.tokens.b, -VERL_LOG_BOUND, VERL_LOG_BOUND)
+
+
+def _per_sequence(e: ProxTerms, values: F64, agg: str = "sum") -> F64:
+    """`[n_sequences]` sums, means or maxima of a token series over each sequence's tokens."""
+    seq = e.tokens.sequences
+    if agg == "max":
+        return seq.max(values)
+    return seq.sum(values) if agg == "sum" else seq.mean(values)[0]
+
+
+def _k(name: str, e: ProxTerms) -> F64:
+    """verl's per-token k1 (b - a), k2 (d^2 / 2) and k3 (exp(d) - 1 - d)."""
+    d = _d(e)
+    return {"k1": -d, "k2": d * d / 2, "k3": np.exp(d) - 1 - d}[name]
+
+
+def _k_per_sequence(e: ProxTerms, g: ProxTerms | None, *, k: str, agg: str) -> F64:
+    return _per_sequence(e, _k(k, e), agg)
+
+
+VALUES |= {
+    "is_weight": lambda e, g: np.exp(_d(e)),
+    "is_weight_clamped": lambda e, g: np.clip(np.exp(_d(e)), 1 / VERL_T, VERL_T),
+    "is_weight_high": lambda e, g: _flag(np.exp(_d(e)) > VERL_T),
+    "is_weight_low": lambda e, g: _flag(np.exp(_d(e)) < 1 / VERL_T),
+    "approx_prob": lambda e, g: np.exp(e.x),
+    "behave_prob": lambda e, g: np.exp(e.tokens.b),
+    "prob_product": lambda e, g: np.exp(e.x) * np.exp(e.tokens.b),
+    "seq_is_weight": lambda e, g: np.exp(np.clip(_per_sequence(e, e.x - e.tokens.b), -20, 20)),
+    "seq_geo_weight": lambda e, g: weight(_per_sequence(e, e.x - e.tokens.b, "mean")),
+    "seq_is_weight_low": lambda e, g: _flag(_per_sequence(e, e.x - e.tokens.b) < -np.log(VERL_T)),
+    "seq_token_outside": lambda e, g: _flag(_per_sequence(e, _flag(np.abs(_d(e)) > np.log(VERL_T))) > 0),
+    "seq_log_ppl_diff": lambda e, g: _per_sequence(e, e.tokens.b - e.x, "mean"),
+    "seq_log_ppl_abs_diff": lambda e, g: np.abs(_per_sequence(e, e.tokens.b - e.x, "mean")),
+    "seq_ppl_ratio": lambda e, g: weight(_per_sequence(e, e.tokens.b - e.x, "mean")),
+    **{
+        f"seq_{k}_{agg}": partial(_k_per_sequence, k=k, agg=agg)
+        for k in ("k1", "k2", "k3")
+        for agg in ("sum", "mean", "max")
+        if (k, agg) != ("k1", "max")
+    },
 }
 assert set(VALUES) == {m.name for m in METRIC_TABLE}, "every metric of the table has one formula here"
 
 
 class Coverage(NamedTuple, Generic[T]):
-    """A method's two token sets, as masks of a batch's tokens (None: every token) or anything kept per
-    set (the tokens' groups)."""
+    """A method's token sets and sequence sets, as masks of a batch's tokens (None: every token) and of
+    its sequences, or anything kept per set (their groups)."""
 
     estimated: T
     """where its estimate of log pi_prox exists: metrics that do not need the truth are counted here"""
     judged: T
     """estimated, and `prox_logp` known: metrics that need the truth are counted here"""
+    estimated_sequences: T
+    """the sequences whose every loss token is estimated (per-sequence metrics without the truth)"""
+    judged_sequences: T
+    """... is judged (per-sequence metrics that need the truth)"""
 
     def of(self, metric: Metric) -> T:
-        """The tokens `metric` is counted on."""
+        """The set `metric` is counted on."""
+        if metric.per == "sequence":
+            return self.judged_sequences if metric.needs_truth else self.estimated_sequences
         return self.judged if metric.needs_truth else self.estimated
 
 
-def coverage(method: str, estimate: F64, prox_logp: F64) -> Coverage[Flags | None]:
-    """The estimated and judged tokens of `method` (NaN marks a missing estimate or truth)."""
-    has_truth = ~np.isnan(prox_logp)
+def _whole(mask: Flags, sequences: Sequences | None) -> tuple[Flags, Flags | None]:
+    """(the tokens of `mask` whose sequence is wholly in it, `[n_sequences]` those sequences with a token);
+    `mask` itself when there are no sequences."""
+    if sequences is None:
+        return mask, None
+    present = sequences.sum(np.ones(len(mask))) > 0
+    whole = (sequences.sum(~mask) == 0) & present
+    return mask & whole[sequences.code], whole
+
+
+def coverage(method: str, estimate: F64, tokens: Tokens, loss: Loss) -> Coverage[Flags | None]:
+    """The token and sequence sets of `method` (NaN marks a missing estimate or truth); under a loss that
+    decides per sequence a token counts only with its whole sequence."""
+    has_truth = ~np.isnan(tokens.g)
     estimated = has_truth if method == "ground_truth" else ~np.isnan(estimate)
     judged = estimated & has_truth
-    return Coverage(*(None if mask.all() else mask for mask in (estimated, judged)))
+    whole_estimated, estimated_sequences = _whole(estimated, tokens.sequences)
+    whole_judged, judged_sequences = _whole(judged, tokens.sequences)
+    if loss.needs_sequences:
+        estimated, judged = whole_estimated, whole_judged
+    tokens_sets = (None if mask.all() else mask for mask in (estimated, judged))
+    return Coverage(*tokens_sets, estimated_sequences, judged_sequences)
 
 
 def method_metrics(
-    method: str,
-    estimate: F64,
-    tokens: Tokens,
-    truth: ProxTerms,
-    params: DecisionParams,
-    on: Coverage[Flags | None],
+    method: str, estimate: F64, tokens: Tokens, truth: ProxTerms, loss: Loss, on: Coverage[Flags | None]
 ) -> Iterator[tuple[Metric, F64]]:
-    """Every metric of `method` (`schemas.store.metrics_for`) on `tokens`, each on its tokens of `on`
-    (`coverage`). `truth`: the terms of `prox_logp` on every token of `tokens`."""
+    """Every metric of `method` under `loss` (`schemas.store.metrics_for`) on `tokens`, each on its set of
+    `on` (`coverage`). `truth`: the terms of `prox_logp` on every token of `tokens`."""
     if method == "ground_truth":  # the truth's own terms, computed once
         est = truth.take(on.estimated)
-    elif method == "rollout":  # x = b on every token: w(x - b) = 1 and w(t - x) = w(t - b), known
-        ones = np.ones_like(estimate)
-        est = prox_terms(estimate, tokens, params, behave_weight=ones, ratio=tokens.off_policy_weight)
+    elif method in ("rollout", "reuse_train_logp") and on.estimated is None:  # x = b or x = t: known weights
+        ones, off_policy = np.ones_like(estimate), tokens.off_policy_weight
+        known = (ones, off_policy) if method == "rollout" else (off_policy, ones)
+        est = prox_terms(estimate, tokens, loss, behave_weight=known[0], ratio=known[1])
     else:
         x = estimate if on.estimated is None else estimate[on.estimated]
-        est = prox_terms(x, tokens.take(on.estimated), params)
+        est = prox_terms(x, tokens.take(on.estimated), loss)
     judged_of_estimated = None
     if on.judged is not None:
         judged_of_estimated = on.judged if on.estimated is None else on.judged[on.estimated]
     est_judged, truth_judged = est.take(judged_of_estimated), truth.take(on.judged)
-    for metric in metrics_for(method):
+    for metric in metrics_for(method, loss):
+        if metric.per == "sequence" and tokens.sequences is None:
+            continue  # no sequences given: per-token metrics only
         if metric.needs_truth:
-            yield metric, VALUES[metric.name](est_judged, truth_judged)
+            values = VALUES[metric.name](est_judged, truth_judged)
         else:
-            yield metric, VALUES[metric.name](est, None)
+            values = VALUES[metric.name](est, None)
+        yield metric, values if metric.per == "token" else values[on.of(metric)]
 
 
 def metric_values(
@@ -190,12 +283,13 @@ def metric_values(
     t: F64,
     g: F64,
     advantage: F64 | None = None,
-    params: DecisionParams = DEFAULT_PARAMS,
+    sequences: Sequences | None = None,
+    loss: Loss = DEFAULT_LOSS,
 ) -> dict[str, F64]:
-    """Every metric of `method` on the given tokens: those that need the truth on the tokens with `g`, the
-    others on every token where the estimate `a` exists."""
+    """Every metric of `method` on the given tokens: those that need the truth where `g` is known, the
+    others where the estimate `a` exists (per sequence: the sequences wholly there)."""
     check_shapes(a=a, b=b)
-    tokens = Tokens(b=b, t=t, g=g, advantage=advantage)
-    truth = prox_terms(g, tokens, params)
-    on = coverage(method, a, g)
-    return {m.name: values for m, values in method_metrics(method, a, tokens, truth, params, on)}
+    tokens = Tokens(b=b, t=t, g=g, advantage=advantage, sequences=sequences)
+    truth = prox_terms(g, tokens, loss)
+    on = coverage(method, a, tokens, loss)
+    return {m.name: values for m, values in method_metrics(method, a, tokens, truth, loss, on)}

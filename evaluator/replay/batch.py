@@ -23,8 +23,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
 from evaluator.formulas.estimators import estimates
+from evaluator.formulas.gradients import Sequences
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.formulas.metrics import Coverage, Tokens, coverage, method_metrics, prox_terms
 from evaluator.formulas.sketch import bucket_code
 from evaluator.replay.accumulators import Moments, SketchCounts
@@ -35,6 +36,7 @@ from schemas.token_log import LOGP_COLUMNS
 SERIES: tuple[tuple[str, str], ...] = tuple(
     (method, m.name) for method in METHODS for m in metrics_for(method)
 )
+"""Every (method, metric) any loss has; a replay fills those of its loss."""
 SERIES_ID: dict[tuple[str, str], int] = {s: i for i, s in enumerate(SERIES)}
 INPUT_COLUMNS = (
     "run_id",
@@ -196,15 +198,45 @@ def _run_codes(batch: pa.RecordBatch, runs: dict[str, int]) -> np.ndarray:
     return to_file[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
+def _cell_rows(acc: Summaries, groups: Groups) -> CellRows:
+    """The accumulators' rows of the groups' cells (new cells get new rows)."""
+    return CellRows(
+        acc.moments.cells.rows(groups.cells.labels),
+        acc.by_step.cells.rows(groups.cells.step_labels),
+        acc.by_staleness.cells.rows(groups.cells.stale_labels),
+    )
+
+
+def sequences_of(
+    batch: pa.RecordBatch, kept: np.ndarray, run: np.ndarray, step: np.ndarray, staleness: np.ndarray
+) -> tuple[np.ndarray, Groups]:
+    """Each loss token's sequence code and the sequences' groups. `kept`: the loss tokens' rows in file
+    order (a sequence's rows are contiguous: `evaluator.replay.reading`), `run`, `step`, `staleness` theirs.
+    A sequence is counted at its step and the staleness of its stalest token; codes follow the groups'
+    order, so per-sequence arrays are sorted by group."""
+    seq, mb = (_column(batch, k, np.int64)[kept] for k in ("seq_id", "minibatch"))
+    new = np.ones(len(kept), dtype=bool)
+    new[1:] = (run[1:] != run[:-1]) | (seq[1:] != seq[:-1]) | (mb[1:] != mb[:-1])
+    code = np.cumsum(new) - 1  # (T,) in file order
+    first = np.flatnonzero(new)  # (S,)
+    stalest = np.full(len(first), np.iinfo(np.int64).min)
+    np.maximum.at(stalest, code, staleness)
+    order, groups = group_tokens(run[first], step[first], stalest)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[order] = np.arange(len(first))
+    return rank[code], groups
+
+
 def add_batch(
     acc: Summaries,
     batch: pa.RecordBatch,
     runs: dict[str, int],
     resumes: pl.DataFrame,
-    params: DecisionParams = DEFAULT_PARAMS,
+    loss: Loss = DEFAULT_LOSS,
 ) -> int:
-    """Summarise one record batch into `acc`; returns its number of loss tokens. `resumes` are the file's
-    resumed-segment starts (`evaluator.replay.pairing`), `params` the loss's thresholds (DOMAIN.md 3b)."""
+    """Summarise one record batch of whole sequences into `acc`; returns its number of loss tokens.
+    `resumes` are the file's resumed-segment starts (`evaluator.replay.pairing`), `loss` the loss the
+    decision metrics are computed under."""
     kept = np.flatnonzero(batch.column("loss_mask").to_numpy(zero_copy_only=False))  # (T,) loss tokens
     if len(kept) == 0:
         return 0
@@ -212,6 +244,7 @@ def add_batch(
     prev_version = previous_versions(batch, run, resumes)  # (rows,) from every row, masked or not
     step = _column(batch, "step", np.int64)[kept]
     staleness = step - _column(batch, "behave_version", np.int64)[kept]
+    sequence, seq_groups = sequences_of(batch, kept, run[kept], step, staleness)
     order, groups = group_tokens(run[kept], step, staleness)
     kept = kept[order]  # the loss tokens' rows, sorted by group
     cols = {
@@ -221,15 +254,12 @@ def add_batch(
     }
     b, t = cols["behave_logp"], cols["theta_logp"]
     g = cols.get("prox_logp", np.full(len(b), np.nan))
-    has_truth = ~np.isnan(g)  # (T,)
-    n_tokens = np.bincount(groups.group)
-    n_prox = np.bincount(groups.group, weights=has_truth).astype(np.int64)
-    rows = CellRows(
-        acc.moments.cells.rows(groups.cells.labels),
-        acc.by_step.cells.rows(groups.cells.step_labels),
-        acc.by_staleness.cells.rows(groups.cells.stale_labels),
+    rows, seq_rows = _cell_rows(acc, groups), _cell_rows(acc, seq_groups)
+    acc.moments.add_tokens(
+        rows.group,
+        np.bincount(groups.group),
+        np.bincount(groups.group, weights=~np.isnan(g)).astype(np.int64),
     )
-    acc.moments.add_tokens(rows.group, n_tokens, n_prox)
     per_method = estimates(
         behave_logp=b,
         theta_logp=t,
@@ -241,14 +271,20 @@ def add_batch(
         prev_version=prev_version[kept],
         proximal_t_logp=cols.get("proximal_t_logp"),
     )
-    tokens = Tokens(b=b, t=t, g=g, advantage=cols.get("advantage"))
-    truth = prox_terms(g, tokens, params)
+    sequences = Sequences(sequence[order], len(seq_groups.group))
+    tokens = Tokens(b=b, t=t, g=g, advantage=cols.get("advantage"), sequences=sequences)
+    truth = prox_terms(g, tokens, loss)
     for method, a in per_method.items():
-        on = coverage(method, a, g)
-        grouped = Coverage(*(groups.subset(mask) for mask in on))
-        for metric, values in method_metrics(method, a, tokens, truth, params, on):
-            series = SERIES_ID[method, metric.name]
-            add_series(acc, series, values, grouped.of(metric), rows, not metric.binary)
+        on = coverage(method, a, tokens, loss)
+        grouped = Coverage(
+            groups.subset(on.estimated),
+            groups.subset(on.judged),
+            seq_groups.subset(on.estimated_sequences),
+            seq_groups.subset(on.judged_sequences),
+        )
+        for metric, values in method_metrics(method, a, tokens, truth, loss, on):
+            cells = seq_rows if metric.per == "sequence" else rows
+            add_series(acc, SERIES_ID[method, metric.name], values, grouped.of(metric), cells, metric.sketch)
     acc.by_step.maybe_flush()
     acc.by_staleness.maybe_flush()
     return int(len(order))

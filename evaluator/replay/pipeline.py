@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
-from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Finding, Problem
 from evaluator.replay.outcomes import FileOutcome, ReplayReport
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
@@ -65,7 +65,7 @@ class Summarised:
 
 def check_and_summarise(
     path: Path,
-    params: DecisionParams = DEFAULT_PARAMS,
+    loss: Loss = DEFAULT_LOSS,
     *,
     batch_rows: int = BATCH_ROWS,
     workers: int | None = None,
@@ -76,8 +76,11 @@ def check_and_summarise(
     checked = check_file(path)
     if checked.facts is None:
         return Summarised(checked)
-    resumes = checked.facts.resumes
-    summary = summarise_file(path, resumes, params, on_batch=on_batch, batch_rows=batch_rows, workers=workers)
+    facts = checked.facts
+    summary = summarise_file(
+        path, facts.resumes, loss, n_sequences=facts.sequences.num_rows, on_batch=on_batch,
+        batch_rows=batch_rows, workers=workers,
+    )  # fmt: skip
     return Summarised(checked, summary)
 
 
@@ -172,7 +175,7 @@ def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
 
 
 def _summaries(
-    slots: list[_Slot], runner, params: DecisionParams, bar: tqdm
+    slots: list[_Slot], runner, loss: Loss, bar: tqdm
 ) -> Iterator[tuple[_Slot, FileSummary | FileFailed | None]]:
     """Each slot in order with its summary (None: a slot that is not summarised): runs of small files on
     the runner, a file long enough for ranges (`default_workers`) once the files before it are done: in
@@ -189,23 +192,28 @@ def _summaries(
         if how == "none":
             yield from ((slot, None) for slot in group)
         elif how == "small":
-            tasks = (Summarise(s.path, s.checked.facts.resumes, params) for s in group)
+            tasks = (Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s)) for s in group)
             for slot, summary in zip(group, runner.map(tasks), strict=True):
                 bar.update(slot.checked.report.n_rows)
                 yield slot, summary
         else:
-            yield from ((slot, _summarise_long(slot, runner, params, bar)) for slot in group)
+            yield from ((slot, _summarise_long(slot, runner, loss, bar)) for slot in group)
 
 
-def _summarise_long(slot: _Slot, runner, params: DecisionParams, bar: tqdm) -> FileSummary | FileFailed:
+def _sequences(slot: _Slot) -> int:
+    """The number of sequences the check found in the slot's file."""
+    return slot.checked.facts.sequences.num_rows
+
+
+def _summarise_long(slot: _Slot, runner, loss: Loss, bar: tqdm) -> FileSummary | FileFailed:
     """A long file in ranges: threads here, or range tasks on a cluster's CPUs (a runner with `cpus`)."""
     cpus = getattr(runner, "cpus", None)
     workers = default_workers(slot.checked.report.n_rows, cores=cpus)
     range_map = runner.map if cpus else None
     try:
         return summarise_file(
-            slot.path, slot.checked.facts.resumes, params, on_batch=bar.update, workers=workers,
-            range_map=range_map,
+            slot.path, slot.checked.facts.resumes, loss, n_sequences=_sequences(slot), on_batch=bar.update,
+            workers=workers, range_map=range_map,
         )  # fmt: skip
     except Exception as error:  # one file's trouble never stops the others
         return FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
@@ -223,13 +231,13 @@ def replay(
     on_file: Callable[[FileOutcome], None] | None = None,
     progress: bool | None = None,
     workers: int | None = None,
-    params: DecisionParams = DEFAULT_PARAMS,
+    loss: Loss = DEFAULT_LOSS,
     max_staleness: int | None = None,
     ray: str | None = None,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
     order (see the module docstring), on `workers` processes (default `file_workers`; 1: all in this
-    process), with the loss's thresholds `params` for the decision metrics (recorded in the store; a store
+    process), with the loss's thresholds `loss` for the decision metrics (recorded in the store; a store
     made with other parameters is refused) and the trainer's `max_staleness` for the findings. `ray`:
     check and summarise on Ray instead (`"local"` starts one, else a cluster address;
     `evaluator.replay.ray_runner`), ingesting here in the same order.
@@ -250,7 +258,7 @@ def replay(
         ingest_s = 0.0
         runner = _runner(ray, file_workers(len(files)) if workers is None else workers)
         try:
-            with StoreWriter(db_path, params) as store, _progress(files, progress) as bar, runner:
+            with StoreWriter(db_path, loss) as store, _progress(files, progress) as bar, runner:
                 slots = _digests(files, store.digests(), staging.digests)
                 if any(s.to_check for s in slots):
                     load_kernels()  # numba's start, while the files are checked
@@ -258,7 +266,7 @@ def replay(
                 checked = [s.checked for s in slots if s.checked is not None]
                 findings = judge_call(checked, max_staleness, duplicates=False)
                 bar.reset()
-                for i, (slot, summary) in enumerate(_summaries(slots, runner, params, bar), 1):
+                for i, (slot, summary) in enumerate(_summaries(slots, runner, loss, bar), 1):
                     start = time.perf_counter()
                     slot.outcome = _settled(slot, summary, staging.location(slot.path), store)
                     ingest_s += time.perf_counter() - start if summary is not None else 0.0

@@ -1,6 +1,8 @@
 """Mergeable summaries of one token log, streamed over record batches and spread over CPU cores.
 
-A file is read in record batches of `BATCH_ROWS` rows (`evaluator.replay.batch` summarises each). A
+A file is read in record batches of whole sequences, about `BATCH_ROWS` rows each
+(`evaluator.replay.reading`; `evaluator.replay.batch` summarises each). A file whose sequences are not
+contiguous is replayed from a copy sorted by sequence (the batches would cut its sequences). A
 long file is cut into contiguous ranges of whole batches, one per thread (Parquet decoding, numpy on
 whole arrays and the compiled sketch loop of `evaluator.replay.kernels` release the GIL), or one per task
 on a cluster; each reads only its rows. The caller merges the ranges in file order: sketch counts are
@@ -12,6 +14,7 @@ for bit.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,10 +25,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluator.errors import FileFailed
-from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.replay.accumulators import Moments
 from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
 from evaluator.replay.pairing import resumes_frame
+from evaluator.replay.reading import iter_batches, sequence_starts, sorted_copy
 from evaluator.replay.tasks import SummariseRange
 from evaluator.store import FileSummary
 
@@ -35,38 +39,6 @@ MIN_BATCHES_PER_WORKER = 8
 Rows = dict[str, np.ndarray]
 
 
-def iter_batches(
-    path, batch_rows: int = BATCH_ROWS, rows: tuple[int, int] | None = None
-) -> Iterator[pa.RecordBatch]:
-    """The file's record batches (only the columns replay needs), of rows [start, end) if given.
-
-    `start` must be a multiple of `batch_rows`: a range yields the very batches (same rows) that reading
-    the whole file yields there, so its sums are the same."""
-    # pre_buffer (the default) keeps every column chunk read so far until the reader is closed: 350 MiB
-    # held at the end of a 20M-token file, and 2.5x slower here than reading each chunk when it is needed
-    parquet = pq.ParquetFile(path, pre_buffer=False)
-    columns = [c for c in INPUT_COLUMNS if c in parquet.schema_arrow.names]
-    if rows is None:
-        yield from parquet.iter_batches(batch_size=batch_rows, columns=columns)
-        return
-    start, end = rows
-    sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
-    bounds = np.cumsum([0, *sizes])  # (R + 1,) first row of each row group
-    first = int(np.searchsorted(bounds, start, side="right")) - 1
-    last = int(np.searchsorted(bounds, end, side="left"))
-    skip, todo, pending = start - int(bounds[first]), end - start, []
-    for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, row_groups=range(first, last)):
-        taken = batch.slice(min(skip, batch.num_rows), todo)
-        skip, todo = max(0, skip - batch.num_rows), todo - taken.num_rows
-        pending.append(taken)
-        while (have := sum(b.num_rows for b in pending)) >= batch_rows or (todo == 0 and have):
-            table = pa.Table.from_batches(pending).combine_chunks()
-            yield from table.slice(0, batch_rows).to_batches()
-            pending = table.slice(batch_rows).to_batches()
-        if todo == 0:
-            return
-
-
 @dataclass
 class RangeSummary:
     """A range of a file's batches, summarised (`run` labels are codes into `runs`)."""
@@ -74,6 +46,7 @@ class RangeSummary:
     runs: list[str]
     n_rows: int = 0
     n_tokens: int = 0
+    n_sequence_runs: int = 0  # rows that start a sequence: the file's sequences if they are contiguous
     batch_moments: list[tuple[Rows, Rows]] = field(default_factory=list)  # per batch: tokens, moments
     by_step: list[Rows] = field(default_factory=list)
     by_staleness: list[Rows] = field(default_factory=list)
@@ -87,11 +60,12 @@ def summarise_range(
     up)."""
     acc, runs, resumes = Summaries(), {}, resumes_frame(task.resumes)
     out = RangeSummary(runs=[])
-    for batch in iter_batches(task.path, task.batch_rows, task.rows):
+    for batch in iter_batches(task.path, INPUT_COLUMNS, task.batch_rows, task.rows):
         if stop is not None and stop.is_set():
             break
+        out.n_sequence_runs += int(sequence_starts(batch, None).sum())
         acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
-        out.n_tokens += add_batch(acc, batch, runs, resumes, task.params)
+        out.n_tokens += add_batch(acc, batch, runs, resumes, task.loss)
         out.n_rows += batch.num_rows
         out.batch_moments.append((acc.moments.token_rows(), acc.moments.moment_rows()))
         if on_batch is not None:
@@ -180,27 +154,36 @@ def _with_runs(rows: Rows, codes: np.ndarray) -> Rows:
 def summarise_file(
     path,
     resumes: pa.Table,
-    params: DecisionParams = DEFAULT_PARAMS,
+    loss: Loss = DEFAULT_LOSS,
     *,
+    n_sequences: int | None = None,
     on_batch: Callable[[int], None] | None = None,
     batch_rows: int = BATCH_ROWS,
     workers: int | None = None,
     range_map: RangeMap | None = None,
 ) -> FileSummary:
-    """Stream `path` batch by batch into its mergeable summaries, on `workers` processes (default: one
-    per core for a long file, else none), or as `workers` range tasks of `range_map` (an ordered map over
+    """Stream `path` batch by batch into its mergeable summaries, on `workers` threads (default: one per
+    core for a long file, else none), or as `workers` range tasks of `range_map` (an ordered map over
     tasks, `evaluator.replay.ray_runner.RayRunner.map`). `resumes`: the file's `FileFacts.resumes`;
-    `params`: the loss's thresholds for the decision metrics. `on_batch(rows)` reports progress."""
+    `loss`: the loss the decision metrics are computed under; `n_sequences`: the file's sequences (its
+    `FileFacts.sequences` rows), to check that they are contiguous (if not, a sorted copy is replayed).
+    `on_batch(rows)` reports progress."""
     n_rows = pq.ParquetFile(path).metadata.num_rows
     workers = default_workers(n_rows, batch_rows) if workers is None else workers
     ranges = batch_ranges(n_rows, batch_rows, workers)
-    whole = SummariseRange(path, None, resumes, params, batch_rows)
+    whole = SummariseRange(path, None, resumes, loss, batch_rows)
     if len(ranges) < 2:
-        return _merged([summarise_range(whole, on_batch)])
-    tasks = [replace(whole, rows=r) for r in ranges]
-    if range_map is not None:
-        return _merged(_on_cluster(tasks, range_map, on_batch))
-    return _merged(_in_threads(tasks, on_batch))
+        parts = [summarise_range(whole, on_batch)]
+    elif range_map is not None:
+        parts = _on_cluster([replace(whole, rows=r) for r in ranges], range_map, on_batch)
+    else:
+        parts = _in_threads([replace(whole, rows=r) for r in ranges], on_batch)
+    if n_sequences is not None and sum(p.n_sequence_runs for p in parts) != n_sequences:
+        with tempfile.TemporaryDirectory(prefix="proxaudit-sorted-") as folder:
+            copy = os.path.join(folder, "sorted.parquet")
+            sorted_copy(path, copy)
+            return summarise_file(copy, resumes, loss, batch_rows=batch_rows, workers=workers, range_map=None)
+    return _merged(parts)
 
 
 def _merged(parts: list[RangeSummary]) -> FileSummary:

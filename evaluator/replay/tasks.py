@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from evaluator.formulas.decisions import DecisionParams
+from evaluator.formulas.loss import Loss
 
 
 @dataclass(frozen=True)
@@ -29,17 +29,20 @@ class Check:
 
 @dataclass(frozen=True)
 class Summarise:
-    """Summarise one clean file (`FileFacts.resumes` from its check; the loss's `params`): a `FileSummary`."""
+    """Summarise one clean file (`FileFacts.resumes` and the number of its sequences from its check) under
+    `loss`: a `FileSummary`."""
 
     path: Path
     resumes: pa.Table
-    params: DecisionParams
+    loss: Loss
+    n_sequences: int | None = None
     kind = "summarise"
 
     def run(self):
         from evaluator.replay.summarise import summarise_file
 
-        return summarise_file(self.path, self.resumes, self.params, workers=1)  # a worker per core already
+        # one worker per core already: no range threads
+        return summarise_file(self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class SummariseRange:
     path: Path
     rows: tuple[int, int] | None
     resumes: pa.Table
-    params: DecisionParams
+    loss: Loss
     batch_rows: int
     kind = "summarise_range"
 

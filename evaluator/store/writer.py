@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -28,19 +28,19 @@ import pyarrow as pa
 
 from evaluator.duck import connect
 from evaluator.errors import StoreError
-from evaluator.formulas.decisions import DEFAULT_PARAMS, DecisionParams
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Finding, Problem
 from evaluator.store.files import publish_copy, sibling, writing
 from evaluator.store.reader import StoreBusy, check_db_path, check_store
 from evaluator.validate.facts import duplicate_message, overlaps_sql
-from schemas.store import STORE_DDL, STORE_SCHEMA_VERSION
+from schemas.store import METRIC_TABLE, STORE_DDL, STORE_SCHEMA_VERSION
 
 LOCK_WAIT_S = 30.0
 CHEAP_PUBLISH_S = 0.05
 PUBLISH_SHARE = 0.1
 """Publish after every file while a publish takes under CHEAP_PUBLISH_S (a store of tens of MB); a larger
 store after a file when the last publish took at most PUBLISH_SHARE of the time since it."""
-PARAMS_KEY = "decision_params"
+LOSS_KEY = "loss"
 CRASH_ENV = "PROXAUDIT_CRASH_BEFORE_COMMIT"
 """Fault injection for tests: when set to a file's name, replay dies (os._exit) after inserting that
 file's rows and before committing them, as a kill -9 would."""
@@ -59,14 +59,10 @@ class FileSummary:
     sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
 
 
-def stored_params(con: duckdb.DuckDBPyConnection) -> DecisionParams | None:
-    """The decision parameters the store's metrics were computed with (None before the first replay)."""
-    row = con.execute("SELECT value FROM store_meta WHERE key = ?", [PARAMS_KEY]).fetchone()
-    return None if row is None else DecisionParams(**json.loads(row[0]))
-
-
-def _params_text(p: DecisionParams) -> str:
-    return f"eps_low {p.eps_low:g}, eps_high {p.eps_high:g}, bound {p.bound:g} ({p.bound_action})"
+def stored_loss(con: duckdb.DuckDBPyConnection) -> Loss | None:
+    """The loss the store's metrics were computed under (None before the first replay)."""
+    row = con.execute("SELECT value FROM store_meta WHERE key = ?", [LOSS_KEY]).fetchone()
+    return None if row is None else Loss.from_dict(json.loads(row[0]))
 
 
 _INSERTS = {
@@ -89,10 +85,10 @@ _MERGED_STALENESS_SKETCHES = """
 
 class StoreWriter:
     """The one writer of a store, as a context manager (see the module docstring): `digests`, `ingest`,
-    `publish`. `params` are recorded with the first replay; a store of other parameters is refused."""
+    `publish`. `loss` is recorded with the first replay; a store made under another loss is refused."""
 
-    def __init__(self, db: str | os.PathLike, params: DecisionParams = DEFAULT_PARAMS) -> None:
-        self.db, self.params = check_db_path(db), params
+    def __init__(self, db: str | os.PathLike, loss: Loss = DEFAULT_LOSS) -> None:
+        self.db, self.loss = check_db_path(db), loss
         self.work = sibling(self.db, "work")
         self.con: duckdb.DuckDBPyConnection | None = None
         self._lock = None
@@ -133,7 +129,7 @@ class StoreWriter:
                 time.sleep(0.1)
 
     def _open(self) -> None:
-        """The working copy: the published store (checked), or an empty new one; then the DDL and params."""
+        """The working copy: the published store (checked), or an empty new one; then the DDL and loss."""
         staged = self.db.parent.glob(f".{self.db.name}.publish-*")
         for stale in (self.work, self.work.with_name(self.work.name + ".wal"), *staged):
             stale.unlink(missing_ok=True)  # left by a killed replay: the published store is the truth
@@ -161,16 +157,21 @@ class StoreWriter:
             "INSERT INTO store_meta VALUES ('store_schema_version', ?) ON CONFLICT DO NOTHING",
             [STORE_SCHEMA_VERSION],
         )
-        recorded = stored_params(self.con)
+        self.con.execute("DELETE FROM metric_definition")
+        self.con.executemany(
+            "INSERT INTO metric_definition VALUES (?, ?, ?, ?, ?, ?)",
+            [[m.name, m.formula, m.needs_truth, m.of, m.per, m.binary] for m in METRIC_TABLE],
+        )
+        recorded = stored_loss(self.con)
         if recorded is None:
             self.con.execute(
-                "INSERT INTO store_meta VALUES (?, ?)", [PARAMS_KEY, json.dumps(asdict(self.params))]
+                "INSERT INTO store_meta VALUES (?, ?)", [LOSS_KEY, json.dumps(self.loss.to_dict())]
             )
-        elif recorded != self.params:
+        elif recorded != self.loss:
             raise StoreError(
-                f"{self.db} holds metrics computed with {_params_text(recorded)}; this replay asks for "
-                f"{_params_text(self.params)}. One store holds one parameter set: replay with the same "
-                "parameters, or into another database"
+                f"{self.db} holds metrics computed under the loss {recorded.describe()}; this replay "
+                f"asks for {self.loss.describe()}. One store holds one loss: replay under the same loss, "
+                "or into another database"
             )
         self._dirty = fresh or recorded is None  # a new store is published even if no file makes it in
         (self._merged_rows,) = self.con.execute("SELECT count(*) FROM sketch_by_staleness").fetchone()

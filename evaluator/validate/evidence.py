@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from evaluator.duck import connect
-from evaluator.formulas.decisions import LOG_WEIGHT_MAX
+from evaluator.formulas.gradients import LOG_WEIGHT_MAX
 
 
 @dataclass

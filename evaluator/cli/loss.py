@@ -1,0 +1,70 @@
+"""The loss a replay computes its decisions under: the options `replay` takes, and `proxaudit loss`, which
+shows what they resolve to (and the presets) without replaying anything."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from evaluator.cli.common import library_errors, say
+
+
+def loss_options(command: Callable) -> Callable:
+    """`--loss`, `--loss-from` and the shorthands, passed on as keyword arguments."""
+    options = [
+        click.option(
+            "--loss",
+            help="A preset (`proxaudit loss` lists them) or a TOML file describing the loss [default: "
+            "token PPO, clip 0.2, behaviour weight masked above 5].",
+        ),
+        click.option(
+            "--loss-from",
+            type=click.Path(dir_okay=False),
+            help="The trainer's own config (AReaL's YAML actor: section, verl's, NeMo-RL's loss_fn): its "
+            "loss keys are read, the others listed as ignored.",
+        ),
+        click.option("--params", "params_file", type=click.Path(dir_okay=False), hidden=True),
+        click.option(
+            "--eps-low", type=float, help="The ratio is clipped below 1 - eps_low (wins over --loss)."
+        ),
+        click.option("--eps-high", type=float, help="... and above 1 + eps_high."),
+        click.option("--bound", type=float, help="U: one token-level rule on the behaviour weight, bound U."),
+        click.option(
+            "--bound-action",
+            type=click.Choice(["mask", "clamp"]),
+            help="Above U the token is masked, or its weight clamped to U [default: mask].",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def loss_choice(loss, loss_from, params_file, eps_low, eps_high, bound, bound_action):
+    """The `LossChoice` of the options (`--params FILE`: the earlier name of `--loss FILE`)."""
+    from evaluator.lossconfig import resolve
+
+    return resolve(
+        loss if loss is not None else params_file,
+        loss_from,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        bound=bound,
+        bound_action=bound_action,
+    )
+
+
+@click.command("loss")
+@loss_options
+@library_errors
+def loss_command(**loss_keys) -> None:
+    """Show the loss that `replay` would compute its decisions under with these options: the policy
+    loss, its clip, the behaviour weight and its rules, the config keys read and ignored. With no
+    option, the presets too."""
+    from evaluator.lossconfig.presets import PRESETS
+
+    say("\n".join(loss_choice(**loss_keys).lines()))
+    if not any(v is not None for v in loss_keys.values()):
+        say("\npresets (--loss NAME):")
+        say("\n".join(f"  {name:<26} {loss.describe()}" for name, loss in PRESETS.items()))

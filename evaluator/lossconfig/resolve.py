@@ -1,0 +1,97 @@
+"""Which loss a replay computes its decisions under: `--loss NAME|FILE.toml`, or `--loss-from` a trainer's
+config, then the shorthands (`--eps-low`, `--eps-high`, `--bound`, `--bound-action`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from evaluator.errors import UsageError
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from evaluator.lossconfig.areal import areal_loss
+from evaluator.lossconfig.presets import PRESETS
+from evaluator.lossconfig.toml_file import bound_rule, toml_loss
+from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
+
+
+@dataclass(frozen=True)
+class LossChoice:
+    """The loss, and what was read to get it: config keys used and ignored, and notes for the user."""
+
+    loss: Loss
+    used: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """What to tell the user: the loss in one line, then the keys read and ignored, then the notes."""
+        out = [f"loss: {self.loss.describe()} ({self.loss.name})"]
+        if self.used:
+            out.append("  read: " + ", ".join(self.used))
+        if self.ignored:
+            out.append("  ignored (no decision proxaudit models): " + ", ".join(self.ignored))
+        out += [f"  note: {n}" for n in self.notes]
+        return out
+
+
+def trainer_config(path: str | Path) -> LossChoice:
+    """The loss of a trainer's experiment config (YAML or JSON): AReaL's (an `actor:` section), verl's
+    (`algorithm` / `actor_rollout_ref`) or NeMo-RL's (`loss_fn`)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise UsageError(f"--loss-from {path}: cannot read it as YAML: {error}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"--loss-from {path}: not a mapping of config keys")
+    if isinstance(config.get("actor"), dict):
+        reader = areal_loss
+    elif isinstance(config.get("actor_rollout_ref"), dict) or isinstance(config.get("algorithm"), dict):
+        reader = verl_loss
+    elif isinstance(config.get("loss_fn"), dict):
+        reader = nemo_rl_loss
+    else:
+        raise UsageError(
+            f"--loss-from {path}: neither AReaL's (actor:), verl's (algorithm:, actor_rollout_ref:) nor "
+            "NeMo-RL's (loss_fn:) config; describe the loss in a TOML file for --loss instead"
+        )
+    loss, used, ignored, notes = reader(config, str(path))
+    return LossChoice(loss, used, ignored, notes)
+
+
+def resolve(
+    loss: str | None = None,
+    loss_from: str | None = None,
+    *,
+    eps_low: float | None = None,
+    eps_high: float | None = None,
+    bound: float | None = None,
+    bound_action: str | None = None,
+) -> LossChoice:
+    """The loss of the command line: a preset name or a TOML file (`loss`), or a trainer's config
+    (`loss_from`), the default otherwise; then the shorthands, which win."""
+    if loss is not None and loss_from is not None:
+        raise UsageError("give --loss or --loss-from, not both")
+    if loss_from is not None:
+        choice = trainer_config(loss_from)
+    elif loss is None:
+        choice = LossChoice(DEFAULT_LOSS)
+    elif loss in PRESETS:
+        choice = LossChoice(PRESETS[loss])
+    elif Path(loss).is_file():
+        choice = LossChoice(toml_loss(loss))
+    else:
+        raise UsageError(f"--loss {loss!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
+    keys: dict = {k: v for k, v in (("eps_low", eps_low), ("eps_high", eps_high)) if v is not None}
+    if bound is not None or bound_action is not None:  # one token ratio rule; the loss's own fills the gaps
+        own = [r for r in choice.loss.rules if (r.level, r.statistic) == ("token", "ratio")]
+        upper = bound if bound is not None else own[0].upper if own and own[0].upper else 5.0
+        action = bound_action or (own[0].action if own else "mask")
+        keys |= {"behave_weight": "token", "rules": (bound_rule(upper, action),)}
+    if not keys:
+        return choice
+    try:
+        return replace(choice, loss=replace(choice.loss, **keys))
+    except ValueError as error:
+        raise UsageError(f"--eps-low/--eps-high/--bound: {error}") from None

@@ -1,0 +1,91 @@
+"""proxaudit's own loss file (TOML): a `preset` to start from (optional) and the keys of
+`evaluator.formulas.loss.Loss` to set, with `[[rule]]` tables for the behaviour weight's rules:
+
+    preset = "areal-gspo"          # optional: start from a named preset
+    eps_high = 0.28
+    dual_clip = 3.0
+    behave_weight = "token"        # none | token | sequence_product | sequence_mean
+    [[rule]]                       # any [[rule]] replaces the preset's rules
+    level = "sequence"             # token | sequence
+    statistic = "ratio"            # ratio | kl_k1 | kl_k2 | kl_k3 | kl_k3_reverse | binary_kl
+    agg = "mean"                   # sum | mean | max | min (sequence level)
+    lower = 0.5
+    upper = 2.0
+    action = "mask"                # mask | clamp
+
+The keys of earlier versions (`eps_low`, `eps_high`, `bound`, `bound_action`) still work: `bound` and
+`bound_action` set one token-level ratio rule.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+from evaluator.errors import UsageError
+from evaluator.formulas.loss import STATISTICS, Loss, Rule
+from evaluator.lossconfig.keys import Reader
+from evaluator.lossconfig.presets import PRESETS
+
+NUMBERS = ("eps_low", "eps_high", "dual_clip", "sapo_tau_pos", "sapo_tau_neg")
+CHOICES = {
+    "policy": ("ppo", "sapo", "cispo"),
+    "ratio_level": ("token", "sequence"),
+    "behave_weight": ("none", "token", "sequence_product", "sequence_mean"),
+}
+
+
+def bound_rule(bound: float, action: str) -> Rule:
+    """The single token-level rule of `--bound U --bound-action mask|clamp`."""
+    return Rule(upper=bound, action=action)
+
+
+def _rule(table: object, where: str) -> Rule:
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: must be a table of keys")
+    r = Reader(table, where)
+    unknown = sorted(set(table) - {"level", "statistic", "agg", "lower", "upper", "action"})
+    if unknown:
+        raise r.fail(unknown[0], "unknown key; a rule has level, statistic, agg, lower, upper, action")
+    try:
+        return Rule(
+            r.text("level", ("token", "sequence"), "token"),
+            r.text("statistic", tuple(STATISTICS), "ratio"),
+            r.text("agg", ("sum", "mean", "max", "min"), "mean"),
+            lower=r.number("lower"),
+            upper=r.number("upper"),
+            action=r.text("action", ("mask", "clamp"), "mask"),
+        )
+    except ValueError as error:
+        raise UsageError(f"{where}: {error}") from None
+
+
+def toml_loss(path: str | Path) -> Loss:
+    """The loss a TOML file describes (module docstring); errors name the file and the key."""
+    try:
+        values = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise UsageError(f"{path}: cannot read it as TOML: {error}") from None
+    known = {"preset", "rule", "bound", "bound_action", *NUMBERS, *CHOICES}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UsageError(f"{path}: {unknown[0]}: unknown key; allowed: {', '.join(sorted(known))}")
+    r = Reader(values, str(path))
+    preset = r.text("preset", tuple(PRESETS), "default")
+    keys: dict = {k: r.number(k) for k in NUMBERS if r.has(k)}
+    keys |= {k: r.text(k, allowed) for k, allowed in CHOICES.items() if r.has(k)}
+    if r.has("rule"):
+        tables = values["rule"] if isinstance(values["rule"], list) else [values["rule"]]
+        keys["rules"] = tuple(_rule(t, f"{path}: rule {i + 1}") for i, t in enumerate(tables))
+    if r.has("bound") or r.has("bound_action"):
+        if r.has("rule"):
+            raise r.fail("bound", "give either [[rule]] tables or bound and bound_action, not both")
+        keys["rules"] = (
+            bound_rule(r.number("bound", 5.0), r.text("bound_action", ("mask", "clamp"), "mask")),
+        )
+        keys.setdefault("behave_weight", "token")
+    try:
+        return replace(PRESETS[preset], **keys, name=str(path))
+    except ValueError as error:
+        raise UsageError(f"{path}: {error}") from None
