@@ -100,3 +100,28 @@ CREATE TABLE IF NOT EXISTS metric_definition (
     per         VARCHAR NOT NULL,          -- token, or sequence (n counts sequences)
     is_binary   BOOLEAN NOT NULL
 );
+
+-- 95% intervals of the decision figures and of their excess over the engine floor (rollout at staleness
+-- 0), by a bootstrap over steps (evaluator/formulas/bootstrap.py), recomputed at every publish for each
+-- run (staleness NULL) and each (run, staleness); the views join them.
+CREATE TABLE IF NOT EXISTS decision_interval (
+    run_id       VARCHAR NOT NULL,
+    staleness    INTEGER,
+    method       VARCHAR NOT NULL,
+    n_steps      INTEGER NOT NULL,
+    figure       VARCHAR NOT NULL,
+    lower        DOUBLE,
+    upper        DOUBLE,
+    excess_lower DOUBLE,
+    excess_upper DOUBLE
+);
+
+-- ... and of the error metrics' means.
+CREATE TABLE IF NOT EXISTS mean_interval (
+    run_id    VARCHAR NOT NULL,
+    staleness INTEGER,
+    method    VARCHAR NOT NULL,
+    metric    VARCHAR NOT NULL,
+    lower     DOUBLE,
+    upper     DOUBLE
+);

@@ -122,9 +122,11 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """
     from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
     from evaluator.gate.report import render_table, write_reports
+    from evaluator.summary import gate_verdict_text
 
     result = run_gate(db, thresholds or DEFAULT_THRESHOLDS, run=run_id)
     say(render_table(result))
+    say("\n" + gate_verdict_text(result))
     write_reports(result, junit=junit, markdown=markdown, json_path=json_path)
     sys.exit(result.exit_code)
 
@@ -224,12 +226,14 @@ def summary(
     """Print the public views of DB: n, mean, min, max, p50, p90, p99 of every metric (--by run,
     staleness or step), or the derived figures: AReaL's shipped pairing, the decision figures with each
     method's safe staleness, the weight diagnostics, the engine mismatch floor."""
-    from evaluator.summary import NOTES, render, summary_table
+    from evaluator.summary import NOTES, compact, render, summary_table, verdict_text
     from schemas.store import Tolerance
 
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
-    say(render(table, fmt), fmt)
+    say(render(compact(table, by) if fmt == "table" else table, fmt), fmt)
+    if fmt == "table" and by == "decision":
+        say("\n" + verdict_text(db, tolerance, run_id, method))
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
 

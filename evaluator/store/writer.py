@@ -31,6 +31,7 @@ from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Finding, Problem
 from evaluator.store.files import publish_copy, sibling, writing
+from evaluator.store.intervals import refresh_intervals
 from evaluator.store.reader import StoreBusy, check_db_path, check_store
 from evaluator.validate.facts import duplicate_message, overlaps_sql
 from schemas.store import METRIC_TABLE, STORE_DDL, STORE_SCHEMA_VERSION
@@ -274,6 +275,7 @@ class StoreWriter:
         started = time.monotonic()
         if self._unmerged_rows and (final or self._unmerged_rows >= self._merged_rows):
             self._merged_rows, self._unmerged_rows = self._merge_staleness_sketches(), 0
+        refresh_intervals(self.con)
         self.con.execute("CHECKPOINT")
         with writing(self.db, "cannot publish the store"):
             publish_copy(self.work, self.db)
