@@ -268,7 +268,8 @@ def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
         [run_id, step],
     )
     frame["readable"] = [
-        raw_logs.readable_copy(p, d) for p, d in frame[["path", "digest"]].itertuples(index=False)
+        raw_logs.readable_copy(p, d, n)
+        for p, d, n in frame[["path", "digest", "n_rows"]].itertuples(index=False)
     ]
     frame["reachable"] = frame["readable"].notna()
     return frame.drop(columns="digest")

@@ -19,6 +19,7 @@ STAGES = {
         (
             "evaluator",
             "evaluator.errors",
+            "evaluator.duck",
             "evaluator.problems",
             "evaluator.text_table",
             "evaluator.logio",

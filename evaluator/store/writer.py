@@ -26,11 +26,12 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import CheckOutcome, Finding, Problem
 from evaluator.store import findings as stored_findings
-from evaluator.store.files import publish_copy, sibling
+from evaluator.store.files import publish_copy, sibling, writing
 from evaluator.store.intervals import refresh_intervals
 from evaluator.store.reader import StoreBusy, check_db_path, check_store
 from evaluator.validate.facts import duplicate_message, overlaps_sql
@@ -97,11 +98,13 @@ class StoreWriter:
         self._merged_rows = self._unmerged_rows = 0  # staleness sketch rows at the last merge, and since
 
     def __enter__(self) -> StoreWriter:
-        self.db.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = open(sibling(self.db, "lock"), "a+b")
+        with writing(self.db, "cannot write a store there"):
+            self.db.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = open(sibling(self.db, "lock"), "a+b")
         self._take_lock()
         try:
-            self._open()
+            with writing(self.db, "cannot write a store there"):
+                self._open()
         except BaseException:
             self.close()
             raise
@@ -134,7 +137,7 @@ class StoreWriter:
             stale.unlink(missing_ok=True)  # left by a killed replay: the published store is the truth
         fresh = not self.db.exists()
         if not fresh:
-            with duckdb.connect(str(self.db), read_only=True) as probe:
+            with connect(str(self.db), read_only=True) as probe:
                 empty = not probe.execute(
                     "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary"
                 ).fetchone()[0]
@@ -150,7 +153,7 @@ class StoreWriter:
             wal = self.db.with_name(self.db.name + ".wal")
             if wal.exists():  # written by another program: replayed when the copy is opened
                 shutil.copyfile(wal, self.work.with_name(self.work.name + ".wal"))
-        self.con = duckdb.connect(str(self.work))
+        self.con = connect(str(self.work))
         self.con.execute(STORE_DDL)
         self.con.execute(
             "INSERT INTO store_meta VALUES ('store_schema_version', ?) ON CONFLICT DO NOTHING",
@@ -258,7 +261,8 @@ class StoreWriter:
             self._merged_rows, self._unmerged_rows = self._merge_staleness_sketches(), 0
         refresh_intervals(self.con)
         self.con.execute("CHECKPOINT")
-        publish_copy(self.work, self.db)
+        with writing(self.db, "cannot publish the store"):
+            publish_copy(self.work, self.db)
         self._published_at, self._publish_s = time.monotonic(), time.monotonic() - started
         self._dirty = False
 

@@ -21,6 +21,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from evaluator.duck import connect
 from evaluator.formulas.gradients import LOG_WEIGHT_MAX
 from evaluator.validate import groups, segments, shapes
 from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
@@ -128,7 +129,7 @@ def from_sample(sample: BlockSample) -> Evidence:
 def pooled(evidences: list[Evidence]) -> Evidence:
     """Several files' evidence added up per key (a few examples kept per run and kind)."""
     out = {}
-    with duckdb.connect() as con:
+    with connect() as con:
         for name, keys in KEYS.items():
             part = pa.concat_tables([e.tables[name] for e in evidences], promote_options="permissive")
             con.register("part", part)
