@@ -5,6 +5,7 @@ Plotly charts rendered, save screenshots under tests/_artifacts/, and print each
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -65,12 +66,12 @@ def bench_store(tmp_path_factory) -> Path:
     return folder / "metrics.duckdb"
 
 
-@pytest.fixture(scope="module")
-def server(bench_store):
+@contextlib.contextmanager
+def serve(db: Path):
     """The dashboard served as `proxaudit dashboard` does, on a free local port; stopped afterwards."""
     port = free_port()
-    log = open(bench_store.parent / "streamlit.log", "w")  # noqa: SIM115 (closed in finally)
-    child = subprocess.Popen(streamlit_command(bench_store, "127.0.0.1", port), stdout=log,
+    log = open(db.parent / "streamlit.log", "w")  # noqa: SIM115 (closed in finally)
+    child = subprocess.Popen(streamlit_command(db, "127.0.0.1", port), stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -84,8 +85,7 @@ def server(bench_store):
                 pass
             if child.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(
-                    "the dashboard server did not start:\n"
-                    + (bench_store.parent / "streamlit.log").read_text()
+                    "the dashboard server did not start:\n" + (db.parent / "streamlit.log").read_text()
                 )
             time.sleep(0.25)
         yield url
@@ -97,6 +97,27 @@ def server(bench_store):
             child.kill()
             child.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(bench_store):
+    with serve(bench_store) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def chromium(profile: Path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(profile), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1500, "height": 2600},
+        )  # fmt: skip
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
 
 
 def _wait_rendered(page, slug: str, start: float) -> tuple[float, float]:
@@ -114,35 +135,23 @@ def _wait_rendered(page, slug: str, start: float) -> tuple[float, float]:
 
 
 def test_every_page_renders_in_the_browser(server, tmp_path):
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(exist_ok=True)
     timings: dict[str, dict[str, float]] = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1500, "height": 2600},
-        )  # fmt: skip
-        try:
-            page = browser.new_page()
-            page.goto(f"{server}/?page=tokens")  # warm-up: the server's first session imports the libraries
-            _wait_rendered(page, "tokens", time.perf_counter())
-            for slug in PAGES:  # a fresh load of each page from its URL (what a shared link does)
-                start = time.perf_counter()
-                page.goto(f"{server}/?page={slug}")
-                script, drawn = _wait_rendered(page, slug, start)
-                timings[slug] = {"load_s": drawn, "load_script_done_s": script}
-                assert page.locator('[data-testid="stException"]').count() == 0, slug
-                page.screenshot(path=str(ARTIFACTS / f"dashboard-{slug}.png"))
-            for slug in [*list(PAGES)[1:], "overview"]:  # moving between pages in the sidebar
-                page.locator('[data-testid="stSidebar"] label').filter(has_text=PAGES[slug][0]).first.click()
-                timings[slug]["switch_s"] = _wait_rendered(page, slug, time.perf_counter())[1]
-                assert page.locator('[data-testid="stException"]').count() == 0, slug
-                page.wait_for_url(
-                    f"**page={slug}**", timeout=5_000
-                )  # the URL follows: the view can be shared
-        finally:
-            browser.close()
+    with chromium(tmp_path / "profile") as page:
+        page.goto(f"{server}/?page=tokens")  # warm-up: the server's first session imports the libraries
+        _wait_rendered(page, "tokens", time.perf_counter())
+        for slug in PAGES:  # a fresh load of each page from its URL (what a shared link does)
+            start = time.perf_counter()
+            page.goto(f"{server}/?page={slug}")
+            script, drawn = _wait_rendered(page, slug, start)
+            timings[slug] = {"load_s": drawn, "load_script_done_s": script}
+            assert page.locator('[data-testid="stException"]').count() == 0, slug
+            page.screenshot(path=str(ARTIFACTS / f"dashboard-{slug}.png"))
+        for slug in [*list(PAGES)[1:], "overview"]:  # moving between pages in the sidebar
+            page.locator('[data-testid="stSidebar"] label').filter(has_text=PAGES[slug][0]).first.click()
+            timings[slug]["switch_s"] = _wait_rendered(page, slug, time.perf_counter())[1]
+            assert page.locator('[data-testid="stException"]').count() == 0, slug
+            page.wait_for_url(f"**page={slug}**", timeout=5_000)  # the URL follows: the view can be shared
     report = {
         "n_steps": N_STEPS,
         "tokens_per_step": TOKENS_PER_STEP,
@@ -156,3 +165,28 @@ def test_every_page_renders_in_the_browser(server, tmp_path):
         print(
             f"  {PAGES[slug][0]:<32} load {load:5.2f} s (script done {script:4.2f} s)  switch {switch:5.2f} s"
         )
+
+
+def test_the_overview_opens_with_the_verdict(fixture_store, tmp_path):
+    """The real runs in chromium: the first thing under the title is the verdict banner, above every chart,
+    rendered as text (no Markdown marks or escapes left), saying the gate's verdict, the gated method, the
+    engine floor's verdict with its interval, the safe staleness and the loss; saved as a screenshot."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with serve(fixture_store) as url, chromium(tmp_path / "profile") as page:
+        page.goto(f"{url}/?page=overview&run=recompute")
+        page.wait_for_function(SCRIPT_DONE, arg="Overview", timeout=60_000, polling=50)
+        page.wait_for_function(CHARTS_DRAWN, arg=CHARTS["overview"], timeout=30_000, polling=50)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        first = page.locator('[data-testid="stMain"] [data-testid="stAlert"]').first
+        text = first.inner_text()
+        assert text.startswith("Verdict on run recompute\n") and "Gate passed" in text, text
+        for part in ("the default thresholds, schemas/default_thresholds.toml", "These thresholds gate",
+                     "loglinear_shipped", "Engine floor: passes the tolerance", "of the gradient mass (95%: ",
+                     "by verl's lines", "by NeMo-RL's line (1.05)", "Safe staleness of loglinear_shipped",
+                     "with 95% confidence", "PPO, clip [0.8, 1.2]"):  # fmt: skip
+            assert part in text, part
+        assert "**" not in text and "\\" not in text and "`" not in text  # Markdown rendered, escapes gone
+        top = first.bounding_box()["y"]
+        charts = page.locator('[data-testid="stPlotlyChart"]')
+        assert all(top < charts.nth(i).bounding_box()["y"] for i in range(charts.count()))
+        first.screenshot(path=str(ARTIFACTS / "dashboard-banner.png"))
