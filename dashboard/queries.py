@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from dashboard import raw_logs
+from dashboard import raw_logs, token_estimates
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
@@ -243,6 +243,12 @@ def engine_floor(db: Path, run_id: str) -> pd.DataFrame:
     return _frame(db, "SELECT * FROM engine_floor WHERE run_id = ?", [run_id])
 
 
+def steps_with_prox(db: Path, run_id: str) -> list[int]:
+    """The steps of `run_id` that have tokens with `prox_logp` (the ground truth), in order."""
+    sql = "SELECT step FROM file_tokens WHERE run_id = ? GROUP BY step HAVING sum(n_prox) > 0 ORDER BY step"
+    return [int(step) for step in _frame(db, sql, [run_id])["step"]]
+
+
 def store_loss(db: Path) -> Loss:
     """The loss the store's decision metrics were computed under (the default before the first replay)."""
     frame = _frame(db, "SELECT value FROM store_meta WHERE key = 'loss'")
@@ -292,6 +298,12 @@ def sequences(db: Path, run_id: str, step: int, limit: int = 500) -> pd.DataFram
 def sequence_tokens(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFrame:
     """Every token of one sequence from the reachable raw token logs (`raw_logs.sequence_tokens`)."""
     return raw_logs.sequence_tokens(_reachable(db, run_id, step), run_id, step, seq_id)
+
+
+def sequence_estimates(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFrame:
+    """Each estimator's estimate of log pi_prox and its error on every token of one sequence
+    (`token_estimates.per_token` of `sequence_tokens`)."""
+    return token_estimates.per_token(sequence_tokens(db, run_id, step, seq_id), step)
 
 
 GATE_COLUMNS = ("check", "run_id", "method", "figure", "metric", "stat", "warn_only", "verdict", "outcome",

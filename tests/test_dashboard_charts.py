@@ -1,5 +1,5 @@
 """The dashboard's figures as data: a log axis that labels enough ticks and shows zeros, the mean in the
-legend, intervals as error bars, the weight glyphs explained."""
+legend, intervals as error bars, the weight glyphs explained, the inspector's segment labels apart."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from dashboard import charts, drift_charts, log_axis, weight_charts
+from dashboard import charts, drift_charts, log_axis, token_charts, weight_charts
 from evaluator.formulas.loss import DEFAULT_LOSS
 
 
@@ -81,3 +81,16 @@ def test_weight_glyphs_are_explained_in_the_legend():
     names = {t.name for t in fig.data if t.legendrank == 1}
     assert names == {"whisker: min..max", "bar: p50..p99", "ticks: p50, p90", "diamond: mean"}
 
+
+def test_segment_labels_of_short_segments_do_not_share_a_line():
+    """Versions 5, 6, 7 on one token each: their labels alternate between two heights."""
+    logps = {c: -1.0 for c in ("behave_logp", "prox_logp", "theta_logp")}
+    tokens = pd.DataFrame({"pos": range(6), "behave_version": [4, 4, 5, 6, 7, 7], "proximal_t_version": None,
+                           "proximal_t_logp": None, **logps})  # fmt: skip
+    estimates = pd.DataFrame({"pos": range(6), "method": "rollout", "estimate": -1.0, "error": 0.0})
+    fig, described = token_charts.token_logps(tokens, estimates, ["rollout"])
+    labels = [(a.text, a.y) for a in fig.layout.annotations]
+    assert [t for t, _ in labels] == ["v4", "v5", "v6", "v7"]
+    assert all(a[1] != b[1] for a, b in zip(labels, labels[1:], strict=False))
+    assert described[1] == "segment 1: pos 2..2, behave_version 5"
+    assert {"rollout (estimate)", "rollout - prox_logp"} <= {t.name for t in fig.data}

@@ -9,13 +9,16 @@ import json
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
-from test_dashboard_app import fixture_logs, frame_with, no_exception, run_app
+from test_dashboard_app import fixture_logs, frame_with, no_exception, run_app, texts
 
+from dashboard import token_estimates
 from dashboard.views.common import plain
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from tests.reference import decision_figures, reference_values, safe_staleness
+from tests.reference import decision_figures, estimates, loss_tokens, reference_values, safe_staleness
 
 TOLERANCE = 0.01  # the default tolerance and the default thresholds' bound, both figures
 BLOCKING = {  # the default thresholds' blocking checks: (interval of), staleness, method, figure
@@ -209,3 +212,57 @@ def test_compare_lists_the_decision_figures_with_intervals(fixture_store, monkey
     assert side.loc["min", "B / A"] == (
         "n/a (A is 0)" if errors[0].min() == 0 else f"{errors[1].min() / errors[0].min():.4g}"
     )
+
+
+def test_inspector_defaults_to_a_step_with_prox_and_says_when_a_link_misses(fixture_store, monkeypatch):
+    """The loglinear run recomputed prox on even steps only: in steps 11..16 the middle (13) has none, so
+    the page opens on a step next to it that has; a link's step outside the run is said, not swapped."""
+    tokens = pd.concat([pq.read_table(f).to_pandas() for f in fixture_logs("loglinear")])
+    with_prox = set(tokens.loc[tokens["prox_logp"].notna(), "step"])
+    at = run_app(fixture_store, monkeypatch, page="tokens", run="loglinear", steps="11-16")
+    no_exception(at)
+    step = at.number_input(key="step").value
+    assert step in with_prox and abs(step - 13) == 1 and 13 not in with_prox
+    assert not at.warning
+    at = run_app(fixture_store, monkeypatch, page="tokens", run="loglinear", step="999")
+    no_exception(at)
+    assert at.warning[0].value.startswith("The link asks for step = 999, which is not here (run ")
+    assert f"showing step = {at.number_input(key='step').value}." in at.warning[0].value
+    at = run_app(fixture_store, monkeypatch, page="tokens", run="loglinear", step="13")
+    assert "Step 13 has no prox_logp" in texts(at)
+    names = {trace["name"] for trace in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert "loglinear_shipped (estimate)" in names and not names & {
+        "prox_logp",
+        "loglinear_shipped - prox_logp",
+    }
+    at = run_app(fixture_store, monkeypatch, page="tokens", run="loglinear", step="12")
+    names = {trace["name"] for trace in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert {"loglinear_shipped (estimate)", "prox_logp", "loglinear_shipped - prox_logp"} <= names
+
+
+def test_inspector_estimates_are_the_estimators_on_the_raw_tokens():
+    """The inspector's estimates and errors against numpy over the same tokens (tests/reference.py)."""
+    tokens = loss_tokens(fixture_logs("recompute"))
+    tokens = tokens[
+        (tokens["step"] == 12) & (tokens["seq_id"] == tokens.loc[tokens["step"] == 12, "seq_id"].max())
+    ]
+    expected = estimates(tokens)
+    got = token_estimates.per_token(tokens.drop(columns=["prev_version"]).sort_values("pos"), 12)
+    for method, values in expected.items():
+        if method == "ground_truth":
+            continue
+        part = got[got["method"] == method].sort_values("pos")
+        np.testing.assert_allclose(part["estimate"], values, rtol=0, atol=1e-12, err_msg=method)
+        np.testing.assert_allclose(part["error"], values - expected["ground_truth"], rtol=0, atol=1e-12)
+
+
+def test_the_heat_map_says_why_cells_are_blank(fixture_store, monkeypatch):
+    tokens = loss_tokens(fixture_logs("loglinear"))
+    steps, with_prox = tokens["step"].nunique(), tokens.loc[tokens["prox_logp"].notna(), "step"].nunique()
+    at = run_app(fixture_store, monkeypatch, page="training", run="loglinear")
+    no_exception(at)
+    assert (
+        f"This run recorded prox_logp on {with_prox} of its {steps} steps" in texts(at) and with_prox < steps
+    )
+    at = run_app(fixture_store, monkeypatch, page="training", run="recompute")
+    assert "Blank cells have no token with prox_logp" in texts(at) and "This run recorded" not in texts(at)
