@@ -42,7 +42,9 @@ def render(ctx: Context) -> None:
     note_missing_ground_truth(ctx)
     seed("metric", "abs_error", choice(ERROR_METRICS))
     left, right = st.columns([3, 1])
-    metric = left.selectbox("error metric", ERROR_METRICS, key="metric", help="DOMAIN.md section 3")
+    metric = left.selectbox(
+        "error metric", ERROR_METRICS, key="metric", help="their formulas: docs/metrics.md, 'The metrics'"
+    )
     log_y = right.toggle("log y", value=True)
     estimators = ctx.filters.methods
     frame = load(ctx.db, "by_staleness", ctx.with_methods(*estimators, "ground_truth"), (metric, "drift"))
