@@ -163,26 +163,6 @@ FIGURES: dict[str, str] = {
     "floor_clip_flip_rate": "the engine floor: rollout's clip_flip_rate at staleness 0; no method",
     "warnings": "the number of data-driven warnings stored with the run (`run_findings`); no method",
 }
-ESTIMATOR_FIGURES = (
-    "gradient_mass_error",
-    "clip_flip_rate",
-    "bound_flip_rate",
-    "dual_clip_flip_rate",
-    "bound_lower_flip_rate",
-    "sequence_clip_flip_rate",
-    "sequence_bound_flip_rate",
-    "excess_gradient_mass_error",
-    "excess_clip_flip_rate",
-    "excess_bound_flip_rate",
-    "safe_staleness",
-    "safe_staleness_beyond_floor",
-)
-RUN_FIGURES = ("warnings", "floor_gradient_mass_error", "floor_clip_flip_rate")
-"""Figures of a whole run, judged without a method."""
-
-# Summary statistics every view carries for each (method, metric).
-STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
-
 INTERVAL_FIGURES = (
     "gradient_mass_error",
     "clip_flip_rate",
@@ -195,6 +175,18 @@ INTERVAL_FIGURES = (
 """The decision figures that carry a 95% interval (a bootstrap over steps)."""
 EXCESS_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate")
 """... and an excess over the engine floor (the figure minus `rollout`'s at staleness 0)."""
+ESTIMATOR_FIGURES = (
+    *INTERVAL_FIGURES,
+    *(f"excess_{figure}" for figure in EXCESS_FIGURES),
+    "safe_staleness",
+    "safe_staleness_beyond_floor",
+)
+RUN_FIGURES = ("warnings", "floor_gradient_mass_error", "floor_clip_flip_rate")
+"""Figures of a whole run, judged without a method."""
+
+# Summary statistics every view carries for each (method, metric).
+STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
+
 DECISION_COLUMNS = (
     "method",
     "n",
