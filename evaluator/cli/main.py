@@ -241,7 +241,9 @@ def summary(
 @library_errors
 def query(db, sql, fmt) -> None:
     """Run one SQL query on DB, opened read-only, and print its rows: the public views (run_summary,
-    decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed."""
+    decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed. One statement
+    that reads: SELECT (WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW and SUMMARIZE too); any other (DROP,
+    CREATE, INSERT, SET, ...) is refused, exit 2."""
     from evaluator.summary import query_table, render
 
     say(render(query_table(db, sql), fmt), fmt)
