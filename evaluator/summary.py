@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from evaluator.errors import UsageError
 from evaluator.store import open_store
+from evaluator.store.reader import require_run
 from evaluator.text_table import aligned_lines
 from schemas.store import DEFAULT_TOLERANCE, METHODS, METRICS, Tolerance
 
@@ -91,14 +92,7 @@ def summary_table(
     condition = "WHERE " + " AND ".join(where) if where else ""
     sql = f"SELECT * FROM {source} {condition} ORDER BY {', '.join(order)}"
     with open_store(db_path) as con:
-        if (
-            run is not None
-            and not con.execute("SELECT 1 FROM file_tokens WHERE run_id = ?", [run]).fetchall()
-        ):
-            runs = [
-                r[0] for r in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()
-            ]
-            raise UsageError(f"no run {run!r} in {db_path}; runs: {', '.join(runs) or 'none'}")
+        require_run(con, run, db_path)
         return con.sql(sql, params=params).to_arrow_table()
 
 

@@ -118,7 +118,8 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """Judge the metrics in DB against the checks of a thresholds file.
 
     Exit code 0 when every check passes (warnings allowed), 1 when any check fails (including a metric
-    the database lacks or too few tokens), 2 for a bad thresholds file or a missing database.
+    the database lacks or too few tokens), 2 for a bad thresholds file, a missing database or a --run it
+    does not hold.
     """
     from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
     from evaluator.gate.report import render_table, write_reports

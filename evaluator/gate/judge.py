@@ -14,6 +14,7 @@ import duckdb
 
 from evaluator.errors import ThresholdsError
 from evaluator.store import open_store
+from evaluator.store.reader import require_run
 from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
 
@@ -28,7 +29,7 @@ OUTCOMES = (
     "insufficient_data",  # fewer than min_tokens tokens in the selection (of the run or of the baseline)
     "missing_metric",  # the run has no rows at all for this method and metric
     "missing_baseline",  # the baseline run has no rows for this method and metric
-    "missing_run",  # the run named by the check or by --run is not in the database
+    "missing_run",  # the run the check pins is not in the database, or it holds no run
     "not_selected",  # pinned to another run than --run, or --run selects the check's baseline
 )
 
@@ -290,7 +291,8 @@ def _runs_with_metric(con: duckdb.DuckDBPyConnection, method: str, metric: str) 
 
 
 def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> GateResult:
-    """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check.
+    """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check
+    (of `run` alone if given: UsageError when the store does not hold it).
 
     The thresholds are validated before the database is opened, so a bad file is reported first."""
     try:
@@ -298,5 +300,6 @@ def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> 
     except ThresholdsFormatError as error:
         raise ThresholdsError(str(error)) from None
     with open_store(db) as con:  # read-only; StoreError if missing, locked or not a proxaudit store
+        require_run(con, run, db)  # an unknown --run is a usage error, not a failed verdict per check
         verdicts = evaluate(con, parsed, only_run=run)
     return GateResult(db=str(db), thresholds=str(thresholds), verdicts=tuple(verdicts))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from evaluator.errors import StoreError
+from evaluator.errors import StoreError, UsageError
 from schemas.store import STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 
 READ_LOCK_WAIT_S = 3.0
@@ -136,3 +136,11 @@ def open_store(
         yield con
     finally:
         con.close()
+
+
+def require_run(con: duckdb.DuckDBPyConnection, run: str | None, db: str | os.PathLike) -> None:
+    """A `UsageError` naming the store's runs when `run` (a `--run` option; None: every run) is not in it."""
+    if run is None or con.execute("SELECT 1 FROM file_tokens WHERE run_id = ? LIMIT 1", [run]).fetchall():
+        return
+    runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
+    raise UsageError(f"no run {run!r} in {db}; runs: {', '.join(runs) or 'none'}")
