@@ -32,6 +32,8 @@ class FileOutcome:
         found = "; ".join(
             f"{p.rule} on {p.column or '-'} ({p.rows:,} rows): {p.message}"
             if p.rows
+            else p.message
+            if p.rule == self.status  # `PATH: unreadable: why`, the rule said once
             else f"{p.rule}: {p.message}"
             for p in self.problems
         )

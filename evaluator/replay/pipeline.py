@@ -253,6 +253,7 @@ def replay(
                 "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
                 "replay them without --ray ADDRESS (or with a local --ray)"
             )
+        _require_one_parquet(files, staging)  # before the store: no input, no store
         announcer = _Announcer(staging, on_file)
         findings: list[Finding] = []
         ingest_s = 0.0
@@ -279,6 +280,23 @@ def replay(
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes, findings, ingest_s)
+
+
+def _require_one_parquet(files: list[Path], staging: Staging) -> None:
+    """`NothingReadableError`, saying why of each file, when not one of `files` opens as Parquet (a CSV,
+    a truncated file): checked on the footers before the store is opened, so such a call leaves no store
+    (and no folder) behind. Costs one footer read when the first file opens."""
+    lines = []
+    for path in files:
+        try:
+            pq.read_metadata(path)
+            return
+        except Exception:  # pyarrow raises several types; the validator says why in its own words
+            report = check_file(path).report
+            if report.readable:
+                return
+            lines.append(FileOutcome(staging.location(path), "unreadable", problems=report.problems).line())
+    raise NothingReadableError("no input file could be read: " + "; ".join(lines))
 
 
 def _runner(ray: str | None, workers: int):
