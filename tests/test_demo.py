@@ -22,6 +22,9 @@ def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
     out = result.output
     for stage in ("== validate", "== replay", "== summary", "== gate"):
         assert stage in out
+    header = next(line for line in out.splitlines() if line.startswith("== validate"))
+    n_files = len(list(FIXTURES.glob("*.parquet")))
+    assert header.startswith(f"== validate: {n_files} files in {FIXTURES} ") and ".parquet" not in header
     assert "0 with problems, 0 unreadable" in out
     assert "gate PASSED" in out or "gate FAILED" in out  # the verdict is shown, not the exit code
     with duckdb.connect(str(tmp_path / "proxaudit.duckdb"), read_only=True) as con:
