@@ -1,12 +1,15 @@
-"""What replay did with each file (`FileOutcome`) and with a call (`ReplayReport`)."""
+"""What replay did with each file (`FileOutcome`) and with a call (`ReplayReport`), and the `Announcer` that
+hands each outcome on once the store shows it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from evaluator.problems import Finding
+from evaluator.sources import Staging
 
 Status = Literal["ingested", "already ingested", "skipped", "unreadable", "failed"]
 
@@ -57,3 +60,28 @@ class ReplayReport:
     def clean(self) -> bool:
         """True when no file was skipped for breaking a rule."""
         return all(o.status in ("ingested", "already ingested") for o in self.outcomes)
+
+
+@dataclass
+class Announcer:
+    """Hands each outcome to `on_file` once the store shows it ("ingested" means readers see it), with
+    the location the file was read from (its URI for a staged copy)."""
+
+    staging: Staging
+    on_file: Callable[[FileOutcome], None] | None
+    outcomes: list[FileOutcome] = field(default_factory=list)
+    waiting: list[FileOutcome] = field(default_factory=list)
+
+    def add(self, outcome: FileOutcome, published: bool) -> None:
+        """One more outcome; `published`: the store shows every outcome so far."""
+        self.waiting.append(outcome)
+        if published:
+            self.flush()
+
+    def flush(self) -> None:
+        for outcome in self.waiting:
+            outcome.path = self.staging.location(outcome.path)
+            self.outcomes.append(outcome)
+            if self.on_file is not None:
+                self.on_file(outcome)
+        self.waiting = []

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -34,7 +34,7 @@ from tqdm import tqdm
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Finding, Problem
-from evaluator.replay.outcomes import FileOutcome, ReplayReport
+from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
 from evaluator.replay.tasks import Check, Summarise
 from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
@@ -254,7 +254,7 @@ def replay(
                 "replay them without --ray ADDRESS (or with a local --ray)"
             )
         _require_one_parquet(files, staging)  # before the store: no input, no store
-        announcer = _Announcer(staging, on_file)
+        announcer = Announcer(staging, on_file)
         findings: list[Finding] = []
         ingest_s = 0.0
         runner = _runner(ray, file_workers(len(files)) if workers is None else workers)
@@ -319,28 +319,3 @@ def _settled(
     if isinstance(summary, FileFailed):
         return _failed(slot.path, summary)
     return _outcome(slot, summary, location, store)
-
-
-@dataclass
-class _Announcer:
-    """Hands each outcome to `on_file` once the store shows it ("ingested" means readers see it), with
-    the location the file was read from (its URI for a staged copy)."""
-
-    staging: Staging
-    on_file: Callable[[FileOutcome], None] | None
-    outcomes: list[FileOutcome] = field(default_factory=list)
-    waiting: list[FileOutcome] = field(default_factory=list)
-
-    def add(self, outcome: FileOutcome, published: bool) -> None:
-        """One more outcome; `published`: the store shows every outcome so far."""
-        self.waiting.append(outcome)
-        if published:
-            self.flush()
-
-    def flush(self) -> None:
-        for outcome in self.waiting:
-            outcome.path = self.staging.location(outcome.path)
-            self.outcomes.append(outcome)
-            if self.on_file is not None:
-                self.on_file(outcome)
-        self.waiting = []
