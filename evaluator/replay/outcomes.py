@@ -11,7 +11,7 @@ from typing import Literal
 from evaluator.problems import Finding
 from evaluator.sources import Staging
 
-Status = Literal["ingested", "already ingested", "skipped", "unreadable", "failed"]
+Status = Literal["ingested", "already ingested", "copy", "skipped", "unreadable", "failed"]
 
 
 @dataclass
@@ -23,6 +23,10 @@ class FileOutcome:
     n_rows: int = 0
     n_tokens: int = 0
     problems: list = field(default_factory=list)
+    copy_of: Path | str | None = None
+    """A copy: the file (path or URI) whose tokens are in the store, or went in first in this call."""
+    resaved: bool = False
+    """A copy with other bytes (the same tokens and values), rather than the same bytes."""
 
     def line(self) -> str:
         """One line for the terminal: `PATH: ingested (N tokens)` or the rules it broke."""
@@ -30,6 +34,10 @@ class FileOutcome:
             return f"{self.path}: ingested ({self.n_tokens:,} loss tokens of {self.n_rows:,} rows)"
         if self.status == "already ingested":
             return f"{self.path}: already ingested, unchanged"
+        if self.status == "copy":
+            how = "re-saved copy" if self.resaved else "copy"
+            same = "the same tokens and values, other bytes" if self.resaved else "the same bytes"
+            return f"{self.path}: a {how} of {self.copy_of} ({same}), ingested from there: not counted again"
         if self.status == "failed":
             return f"{self.path}: failed: {'; '.join(p.message for p in self.problems)}"
         found = "; ".join(
@@ -59,7 +67,7 @@ class ReplayReport:
     @property
     def clean(self) -> bool:
         """True when no file was skipped for breaking a rule."""
-        return all(o.status in ("ingested", "already ingested") for o in self.outcomes)
+        return all(o.status in ("ingested", "already ingested", "copy") for o in self.outcomes)
 
 
 @dataclass
@@ -81,6 +89,8 @@ class Announcer:
     def flush(self) -> None:
         for outcome in self.waiting:
             outcome.path = self.staging.location(outcome.path)
+            if isinstance(outcome.copy_of, Path):  # an earlier file of this call
+                outcome.copy_of = self.staging.location(outcome.copy_of)
             self.outcomes.append(outcome)
             if self.on_file is not None:
                 self.on_file(outcome)
