@@ -28,7 +28,7 @@ COLUMNS = {
 
 def _tolerance() -> Tolerance:
     """The safe staleness's tolerance, chosen in an expander (and kept in the URL)."""
-    with st.expander("tolerance of the safe staleness (DOMAIN.md 3b defaults: 1%, 1%, 1,000 tokens)"):
+    with st.expander("tolerance of the safe staleness (defaults: 1%, 1%, 1,000 tokens)"):
         cols = st.columns(3)
         seed("tol_gme", 1.0, float)
         seed("tol_flip", 1.0, float)
@@ -77,7 +77,7 @@ def render(ctx: Context) -> None:
     st.subheader("May I ship this estimator?")
     st.caption(
         "On a token that is neither clipped nor masked, prox cancels out of the gradient: an error in its "
-        "estimate matters only where it flips PPO's clip or the behaviour-weight bound (DOMAIN.md 3b)."
+        "estimate matters only where it flips PPO's clip or the behaviour-weight bound (docs/metrics.md)."
     )
     tolerance = _tolerance()
     frame = load(ctx.db, "decision", ctx.filters, tolerance)

@@ -42,7 +42,8 @@ def render(ctx: Context) -> None:
     note_missing_ground_truth(ctx)
     seed("metric", "abs_error", choice(ERROR_METRICS))
     left, right = st.columns([3, 1])
-    metric = left.selectbox("error metric", ERROR_METRICS, key="metric", help="DOMAIN.md section 3")
+    help_text = "each estimate against prox_logp, per token (docs/metrics.md, the metrics)"
+    metric = left.selectbox("error metric", ERROR_METRICS, key="metric", help=help_text)
     log_y = right.toggle("log y", value=True)
     estimators = ctx.filters.methods
     frame = load(ctx.db, "by_staleness", ctx.with_methods(*estimators, "ground_truth"), (metric, "drift"))
