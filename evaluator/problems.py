@@ -64,6 +64,7 @@ SEVERITY: dict[str, Severity] = {
     "staleness_gap": "warning",
     "engine_mismatch": "warning",
     "prox_logp_zero": "warning",
+    "no_ground_truth": "warning",
 }
 """Every data-driven finding (`evaluator.validate.findings`) and its severity (the docs list each; a test
 checks it)."""

@@ -11,10 +11,11 @@ import os
 import duckdb
 import pyarrow as pa
 
-from evaluator.errors import UsageError
+from evaluator.errors import NoGroundTruthError, UsageError
 from evaluator.store import open_store
-from evaluator.store.reader import require_run
+from evaluator.store.reader import require_run, runs_without_truth
 from evaluator.text_table import aligned_lines
+from evaluator.validate.no_truth import no_truth_message
 from schemas.store import DEFAULT_TOLERANCE, METHODS, METRICS, Tolerance
 
 VIEW_BY = {
@@ -94,6 +95,21 @@ def summary_table(
     with open_store(db_path) as con:
         require_run(con, run, db_path)
         return con.sql(sql, params=params).to_arrow_table()
+
+
+def truth_notes(db_path: str | os.PathLike, run: str | None = None) -> list[str]:
+    """The sentence of each run of the selection (every run, or `run`) none of whose tokens has prox_logp:
+    the ground truth every error and decision figure needs."""
+    with open_store(db_path) as con:
+        without = runs_without_truth(con)
+    return [no_truth_message(r, n) for r, n in without.items() if run in (None, r)]
+
+
+def require_rows(table: pa.Table, notes: list[str]) -> None:
+    """`NoGroundTruthError` saying `notes` when they leave the table empty: runs without ground truth and
+    no row to show, which an empty table would pass off as a clean result."""
+    if notes and not table.num_rows:
+        raise NoGroundTruthError("; ".join(notes))
 
 
 READ_ONLY_SQL = "SELECT (also WITH ..., FROM ..., VALUES, TABLE, DESCRIBE, SHOW, SUMMARIZE)"

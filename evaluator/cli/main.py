@@ -224,15 +224,24 @@ def summary(
 ) -> None:
     """Print the public views of DB: n, mean, min, max, p50, p90, p99 of every metric (--by run,
     staleness or step), or the derived figures: AReaL's shipped pairing, the decision figures with each
-    method's safe staleness, the weight diagnostics, the engine mismatch floor."""
-    from evaluator.summary import NOTES, render, summary_table
+    method's safe staleness, the weight diagnostics, the engine mismatch floor.
+
+    A run none of whose tokens has prox_logp (the ground truth) has no error or decision figure: a line
+    says so (on stderr for json and csv). Exit code 0, or 2 for a missing database, an unknown run,
+    method or metric, and when such runs leave nothing to show.
+    """
+    from evaluator.summary import NOTES, render, require_rows, summary_table, truth_notes
     from schemas.store import Tolerance
 
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
+    notes = truth_notes(db, run_id)
+    require_rows(table, notes)
     say(render(table, fmt), fmt)
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
+    if notes:
+        say("\n" + "\n".join(notes), err=fmt != "table")
 
 
 @cli.command()

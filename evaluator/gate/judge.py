@@ -13,8 +13,9 @@ from pathlib import Path
 import duckdb
 
 from evaluator.errors import ThresholdsError
+from evaluator.gate.ground_truth import explained
 from evaluator.store import open_store
-from evaluator.store.reader import require_run
+from evaluator.store.reader import require_run, runs_without_truth
 from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
 
@@ -301,5 +302,5 @@ def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> 
         raise ThresholdsError(str(error)) from None
     with open_store(db) as con:  # read-only; StoreError if missing, locked or not a proxaudit store
         require_run(con, run, db)  # an unknown --run is a usage error, not a failed verdict per check
-        verdicts = evaluate(con, parsed, only_run=run)
+        verdicts = explained(evaluate(con, parsed, only_run=run), runs_without_truth(con))
     return GateResult(db=str(db), thresholds=str(thresholds), verdicts=tuple(verdicts))

@@ -144,3 +144,10 @@ def require_run(con: duckdb.DuckDBPyConnection, run: str | None, db: str | os.Pa
         return
     runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
     raise UsageError(f"no run {run!r} in {db}; runs: {', '.join(runs) or 'none'}")
+
+
+def runs_without_truth(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """`{run_id: loss tokens}` of the stored runs none of whose tokens has `prox_logp` (the ground truth):
+    runs with no error or decision figure at all."""
+    sql = "SELECT run_id, sum(n_tokens) FROM file_tokens GROUP BY run_id HAVING sum(n_prox) = 0 ORDER BY 1"
+    return {run: int(n) for run, n in con.execute(sql).fetchall()}

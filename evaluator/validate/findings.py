@@ -13,6 +13,7 @@ import polars as pl
 
 from evaluator.problems import Finding
 from evaluator.validate.evidence import Evidence, RunEvidence
+from evaluator.validate.no_truth import no_ground_truth
 from evaluator.validate.zero_prox import prox_logp_zero
 
 MIN_TOKENS = 300
@@ -282,6 +283,7 @@ RULES = (
     _staleness_range,
     _engine_mismatch,
     prox_logp_zero,
+    no_ground_truth,
 )
 
 
