@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -26,13 +27,17 @@ def run_files(out_dir: str | Path, run_id: str) -> list[Path]:
 
 
 def _max_seq_id(path: Path) -> int:
-    """The largest seq_id of a file: from its row groups' statistics, else its column."""
-    meta = pq.read_metadata(path)
-    column = meta.schema.names.index("seq_id")
-    stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
-    if all(s is not None and s.has_min_max for s in stats):
-        return max((s.max for s in stats), default=-1)
-    top = pc.max(pq.read_table(path, columns=["seq_id"])["seq_id"]).as_py()
+    """The largest seq_id of a file: from its row groups' statistics, else its column; -1 for a file that
+    is no token log (unreadable, no seq_id): replay cannot count its tokens either."""
+    try:
+        meta = pq.read_metadata(path)
+        column = meta.schema.names.index("seq_id")
+        stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
+        if all(s is not None and s.has_min_max for s in stats):
+            return max((s.max for s in stats), default=-1)
+        top = pc.max(pq.read_table(path, columns=["seq_id"])["seq_id"]).as_py()
+    except (OSError, ValueError, pa.ArrowException):
+        return -1
     return -1 if top is None else top
 
 
