@@ -239,8 +239,14 @@ def store_loss(db: Path) -> Loss:
 
 
 def findings(db: Path, run_id: str) -> pd.DataFrame:
-    """`run_findings` of one run: the data-driven warnings `replay` stored with it (docs/validate.md)."""
-    sql = "SELECT rule, column_name, n_rows, message FROM run_findings WHERE run_id = ? ORDER BY rule"
+    """The data-driven warnings `replay` stored with one run, with their evidence (docs/validate.md)."""
+    sql = "SELECT * EXCLUDE (run_id, found_at) FROM run_finding WHERE run_id = ? ORDER BY rule"
+    return _frame(db, sql, [run_id])
+
+
+def undecided_checks(db: Path, run_id: str) -> pd.DataFrame:
+    """The checks of the findings the data could not decide on one run, and why."""
+    sql = "SELECT check_name, why FROM run_check WHERE run_id = ? AND status = 'undecided' ORDER BY 1"
     return _frame(db, sql, [run_id])
 
 
@@ -262,7 +268,8 @@ def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
         [run_id, step],
     )
     frame["readable"] = [
-        raw_logs.readable_copy(p, d) for p, d in frame[["path", "digest"]].itertuples(index=False)
+        raw_logs.readable_copy(p, d, n)
+        for p, d, n in frame[["path", "digest", "n_rows"]].itertuples(index=False)
     ]
     frame["reachable"] = frame["readable"].notna()
     return frame.drop(columns="digest")

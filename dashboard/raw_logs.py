@@ -1,10 +1,16 @@
 """The token inspector's raw logs: a Parquet file recorded at replay is read only where replay read it and
 only while it holds the bytes recorded then (a local path hashed again when it changes, an object-storage
-URI through a verified local copy), so a crafted store cannot make the dashboard read any other file."""
+URI through a verified local copy), so a crafted store cannot make the dashboard read any other file.
+
+What a store records is data: a path is used only when it is absolute, a regular file, a Parquet file with
+the recorded row count and then the recorded digest; a URI only in the form replay records
+(`evaluator.sources.object_path`: no options, credentials, host or port), read with the environment's
+endpoint and credentials; neither ever becomes SQL text (the files are registered as an Arrow dataset)."""
 
 from __future__ import annotations
 
 import functools
+import stat
 import tempfile
 from pathlib import Path
 
@@ -13,8 +19,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from evaluator.duck import connect
 from evaluator.errors import StoreError
-from evaluator.sources import is_uri, verified_copy
+from evaluator.sources import DIGEST, is_uri, parquet_rows, verified_copy
 from evaluator.store import file_digest
 from schemas.token_log import COLUMNS
 
@@ -23,7 +30,7 @@ INSPECTOR_COLUMNS = tuple(
     c.name for c in COLUMNS if c.name not in ("run_id", "step", "seq_id", "advantage", "reward")
 )
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
+_DIGESTS: dict[tuple[str, int, int, int], str | None] = {}
 
 
 @functools.cache
@@ -32,23 +39,27 @@ def _copies() -> Path:
     return Path(tempfile.mkdtemp(prefix="proxaudit-inspector-"))
 
 
-def readable_copy(path: str, digest: str) -> str | None:
+def readable_copy(path: str, digest: str, n_rows: int) -> str | None:
     """Where to read the file recorded as `path` at replay, only while it holds the bytes recorded then
-    (its BLAKE2b digest): the path itself (hashed once per path, size and mtime), or for an object-storage
-    URI a verified local copy (`evaluator.sources.verified_copy`); None when it is gone or changed."""
+    (`n_rows` in its Parquet footer, then its BLAKE2b `digest`): the path itself (checked once per path,
+    size and mtime), or for an object-storage URI a verified local copy
+    (`evaluator.sources.verified_copy`); None when it is gone, changed, or not a path replay records."""
     if is_uri(path):
-        copy = verified_copy(path, digest, _copies())
+        copy = verified_copy(path, digest, n_rows, _copies())
         return None if copy is None else str(copy)
+    local = Path(path)
+    if "\x00" in path or not local.is_absolute() or not DIGEST.fullmatch(digest):
+        return None
     try:
-        stat = Path(path).stat()
-        if not Path(path).is_file():
-            return None
-        key = (path, stat.st_size, stat.st_mtime_ns)
-        if key not in _DIGESTS:
-            _DIGESTS[key] = file_digest(path)
-        return path if _DIGESTS[key] == digest else None
+        info = local.stat()
     except OSError:
         return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    key = (path, info.st_size, info.st_mtime_ns, n_rows)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = file_digest(path) if parquet_rows(path) == n_rows else None
+    return path if _DIGESTS[key] == digest else None
 
 
 def columns_of(paths: list[str]) -> set[str]:
@@ -60,15 +71,16 @@ def columns_of(paths: list[str]) -> set[str]:
 
 
 def raw_frame(paths: list[str], sql: str, params: list) -> pd.DataFrame:
-    """Run `sql` over `raw` = the union (by column name) of the raw token logs in `paths`."""
+    """Run `sql` over `raw` = the union (by column name) of the raw token logs in `paths`, registered as
+    one Arrow dataset (a path never becomes SQL text, nor a pattern DuckDB would expand)."""
+    import pyarrow.dataset as ds  # here only: the inspector's page
+
     try:
-        with duckdb.connect() as con:
-            files = ", ".join(
-                "'" + p.replace("'", "''") + "'" for p in paths
-            )  # a view cannot take parameters
-            con.execute(f"CREATE VIEW raw AS SELECT * FROM read_parquet([{files}], union_by_name = true)")
+        schema = pa.unify_schemas([pq.read_schema(p) for p in paths], promote_options="permissive")
+        with connect() as con:
+            con.register("raw", ds.dataset(paths, schema=schema, format="parquet"))
             return con.execute(sql, params).df()
-    except duckdb.Error as error:
+    except (duckdb.Error, OSError, pa.ArrowException) as error:
         raise StoreError(f"cannot read the raw token log {paths}: {error}") from error
 
 

@@ -87,7 +87,7 @@ def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = pr
     _banner(echo, f"validate: {_described(sources)}")
     validation = validate_paths(sources)
     reports = validation.reports
-    echo(render_validation(reports, validation.findings))
+    echo(render_validation(reports, validation.findings, validation.checks))
     _banner(echo, f"replay into {db}")
     replayed = replay(sources, db, on_file=lambda outcome: echo(outcome.line()), progress=None)
     _banner(echo, "summary: does the error change the update? (decision figures per method)")

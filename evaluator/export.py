@@ -6,6 +6,9 @@ exists). The x-axis is the trainer step."""
 
 from __future__ import annotations
 
+import hashlib
+import re
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,14 +78,25 @@ def run_series(db: str | Path, run_id: str | None = None) -> list[RunSeries]:
     return [RunSeries(run, series) for run, series in out.items()]
 
 
+def run_folder(run_id: str) -> str:
+    """The name of a run's folder: the run_id with every character but letters, digits and `-_.=+`
+    percent-encoded, and a leading dot too, so that a run_id from the data never names another place
+    (`../x`, `/etc/x`), a hidden file or the export folder itself (`.`, the empty run_id: `%`); a long one
+    keeps a digest of itself (file names end at 255 bytes)."""
+    name = re.sub(r"^\.", "%2E", urllib.parse.quote(run_id, safe="-_.=+")) or "%"
+    if len(name) > 200:
+        name = f"{name[:180]}~{hashlib.blake2b(run_id.encode(), digest_size=8).hexdigest()}"
+    return name
+
+
 def to_tensorboard(runs: list[RunSeries], log_dir: str | Path) -> list[Path]:
-    """One event-file folder per run under `log_dir` (`log_dir/{run_id}`), through TensorBoard's own
-    writer (`tensorboard.summary.Writer`)."""
+    """One event-file folder per run under `log_dir` (`log_dir/{run_folder(run_id)}`: the run_id itself
+    for a plain name), through TensorBoard's own writer (`tensorboard.summary.Writer`)."""
     from tensorboard.summary import Writer
 
     written = []
     for run in runs:
-        folder = Path(log_dir) / run.run_id
+        folder = Path(log_dir) / run_folder(run.run_id)
         writer = Writer(str(folder))
         for tag, (xs, ys) in run.series.items():
             for x, y in zip(xs, ys, strict=True):

@@ -16,6 +16,7 @@ from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
 from evaluator.text_table import aligned_lines
 from evaluator.validate.no_truth import no_truth_message
+from evaluator.verdict import loss_line, verdict_lines
 from schemas.store import DEFAULT_TOLERANCE, METHODS, METRICS, Tolerance
 
 VIEW_BY = {
@@ -51,13 +52,35 @@ PAIRING_NOTE = (
 NOTES = {
     "pairing": PAIRING_NOTE,
     "decision": "gradient_mass_error: the share of the policy-gradient mass the estimate moves (sum |W(a) - "
-    "W(g)| / sum W(g)); *_flip_rate: tokens whose clip or bound decision the estimate flips; safe_staleness: "
-    "the largest staleness up to which every staleness with enough tokens meets the tolerance (-1: not even "
-    "staleness 0): set it as the trainer's maximum off-policyness if you ship the method.",
+    "W(g)| / sum W(g)) under the store's loss; *_flip_rate: tokens whose clip or bound decision the "
+    "estimate flips; [lower, upper]: the 95% interval (a bootstrap over steps); excess_*: the figure minus "
+    "the engine floor's (behave_logp at staleness 0); safe_staleness [95% confidence, at most]: the largest "
+    "staleness up to which every staleness with enough tokens meets the tolerance (-1: not even staleness "
+    "0), absolute and beyond the floor: set it as the trainer's maximum off-policyness if you ship the "
+    "method. JSON and CSV carry every column (--format json).",
     "mismatch": "staleness 0 is the engine mismatch floor (inference engine vs trainer at one version): "
     "verl calls a mean prob_drift below 0.005 normal and above 0.01 a precision problem, NeMo-RL flags a "
     "mean exp_abs_drift above 1.05; floor_share: how much of each staleness's drift the floor explains.",
 }
+
+
+FLOOR_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate", "prob_drift", "exp_abs_drift")
+_FLOOR_COLUMNS = ", ".join(
+    f"f.{c}{e} AS floor_{c}{e}" for c in FLOOR_FIGURES for e in ("", "_lower", "_upper")
+)
+DECISION_SOURCE = f"""(
+    SELECT d.*, s.* EXCLUDE (run_id, method), {_FLOOR_COLUMNS}
+    FROM decision_summary d LEFT JOIN {Tolerance.SQL} s USING (run_id, method)
+    LEFT JOIN engine_floor f USING (run_id))"""
+"""`--by decision`: each method's figures with their intervals and excess over the engine floor, its safe
+staleness (absolute and beyond the floor, each with its 95% bounds), and its run's floor."""
+COMPACT = {
+    "decision": (
+        "run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "excess_gradient_mass_error",
+        "safe_staleness", "safe_staleness_beyond_floor",
+    ),
+}  # fmt: skip
+"""The columns a terminal table shows (figures with their intervals); JSON and CSV carry every column."""
 
 
 def summary_table(
@@ -86,8 +109,7 @@ def summary_table(
     params = [value for value in filters.values() if value is not None]
     source = VIEW_BY[by]
     if by == "decision":
-        joined = f"decision_summary d LEFT JOIN {Tolerance.SQL} s USING (run_id, method)"
-        source = f"(SELECT d.*, s.safe_staleness FROM {joined})"
+        source = DECISION_SOURCE
         params = tolerance.values() + params
     order = ORDER_BY.get(by, ["run_id", *([by] if by != "run" else []), "method", "metric"])
     condition = "WHERE " + " AND ".join(where) if where else ""
@@ -95,6 +117,29 @@ def summary_table(
     with open_store(db_path) as con:
         require_run(con, run, db_path)
         return con.sql(sql, params=params).to_arrow_table()
+
+
+def verdict_text(
+    db_path: str | os.PathLike, tolerance: Tolerance, run: str | None, method: str | None
+) -> str:
+    """The verdict in words (`evaluator.verdict`): each run's engine floor and each method's safe
+    staleness beyond it, with the store's loss."""
+    with open_store(db_path) as con:
+        methods = (method,) if method else ()
+        return "\n".join([loss_line(con), *verdict_lines(con, tolerance, methods, run)])
+
+
+def gate_verdict_text(result) -> str:
+    """The verdict in words for a gate's result (`evaluator.gate.judge.GateResult`): each judged run's
+    engine floor and the safe staleness of the methods its checks gate, or that it has no ground truth."""
+    methods = tuple(sorted({v.check.method for v in result.verdicts if v.check.method}))
+    runs = sorted({v.run_id for v in result.verdicts if v.run_id and v.verdict != "skip"})
+    with open_store(result.db) as con:
+        lines, without = [loss_line(con)], runs_without_truth(con)
+        for run in runs:
+            blind = [no_truth_message(run, without[run])] if run in without else None  # no verdict to say
+            lines += blind or verdict_lines(con, DEFAULT_TOLERANCE, methods, run)
+    return "\n".join(lines)
 
 
 def truth_notes(db_path: str | os.PathLike, run: str | None = None) -> list[str]:
@@ -147,6 +192,31 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.6g}"
     return str(value)
+
+
+def _with_interval(value: object, lower: object, upper: object) -> str:
+    if value is None:
+        return "None"
+    if lower is None or upper is None:
+        return _cell(value)
+    return f"{_cell(value)} [{_cell(lower)}, {_cell(upper)}]"
+
+
+def compact(table: pa.Table, by: str) -> pa.Table:
+    """The terminal's view of a wide table: its `COMPACT` columns, each figure with its interval (the
+    safe staleness as `point [95% confidence, at most]`)."""
+    if by not in COMPACT:
+        return table
+    rows, names = table.to_pylist(), table.column_names
+    out = {}
+    for column in COMPACT[by]:
+        if f"{column}_lower" in names:
+            out[column] = [
+                _with_interval(r[column], r[f"{column}_lower"], r[f"{column}_upper"]) for r in rows
+            ]
+        else:
+            out[column] = table.column(column)
+    return pa.table(out)
 
 
 def render(table: pa.Table, fmt: str = "table") -> str:

@@ -1,18 +1,45 @@
 """Plain text for the terminal and text reports: the one column aligner of `validate`, `summary` and
-`gate`, and `printable`, which escapes control characters that a value from the data may carry."""
+`gate`; `printable`, which spells out the control and format characters a value from the data may carry;
+`markdown_code`, which sets a value from the data as inert Markdown."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Container, Sequence
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {ord("\n"): "\\n", ord("\t"): "\\t"}
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+"""Unicode categories `printable` spells out: controls (C0, DEL and C1, where U+009B is a CSI on many
+terminals), format characters (bidirectional overrides and isolates that reorder what a line shows, zero
+widths, the BOM), line and paragraph separators, lone surrogates (which cannot even be encoded)."""
+_SPECIAL = {"\n": "\\n", "\t": "\\t"}
+_SUSPECT = re.compile(r"[^\x20-\x7e]")
+_SUSPECT_BUT_LINES = re.compile(r"[^\x20-\x7e\n\t]")
+
+
+def _spelled(match: re.Match) -> str:
+    char = match.group()
+    if unicodedata.category(char) not in UNSAFE_CATEGORIES:
+        return char
+    code = ord(char)
+    return _SPECIAL.get(char) or (
+        f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    )
 
 
 def printable(text: str, keep_lines: bool = False) -> str:
-    """`text` with control characters (an escape sequence a run_id smuggles to the terminal, a byte XML
-    cannot hold) written as `\\xNN`; with `keep_lines`, newlines and tabs stay."""
-    table = {k: v for k, v in _CONTROL.items() if not keep_lines or k not in (ord("\n"), ord("\t"))}
-    return text.translate(table)
+    """`text` with the characters of `UNSAFE_CATEGORIES` (an escape sequence a run_id smuggles to the
+    terminal, a bidi override that makes it read as another, a byte XML cannot hold) written as Python
+    writes them (`\\x1b`, `\\x9b`, `\\u202e`); with `keep_lines`, newlines and tabs stay."""
+    return (_SUSPECT_BUT_LINES if keep_lines else _SUSPECT).sub(_spelled, text)
+
+
+def markdown_code(text: str) -> str:
+    """`text` as an inline Markdown code span, whose content no Markdown renderer parses (never a link,
+    even for a bare URL, an image, HTML or a heading), `printable` first."""
+    text = printable(text)
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"  # CommonMark strips one space on each side of a code span
 
 
 def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:

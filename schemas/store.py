@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 
-STORE_SCHEMA_VERSION = "4"
+STORE_SCHEMA_VERSION = "5"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (
@@ -141,9 +141,16 @@ def metrics_for(method: str, loss: object | None = None) -> tuple[Metric, ...]:
 # Figures derived from the exact sums of several metrics (DOMAIN.md 3b), per run and staleness range:
 # what `decision_*` and `weight_*` views report, and what the gate can judge besides a metric's stat.
 FIGURES: dict[str, str] = {
-    "gradient_mass_error": "sum grad_weight_abs_error / the ground truth's sum grad_weight",
+    "gradient_mass_error": "sum grad_weight_abs_error / sum true_grad_weight (on the same tokens)",
     "clip_flip_rate": "mean clip_flip",
     "bound_flip_rate": "mean bound_flip",
+    "dual_clip_flip_rate": "mean dual_clip_flip",
+    "bound_lower_flip_rate": "mean bound_lower_flip",
+    "sequence_clip_flip_rate": "mean sequence_clip_flip (over sequences)",
+    "sequence_bound_flip_rate": "mean sequence_bound_flip (over sequences)",
+    "excess_gradient_mass_error": "gradient_mass_error minus the engine floor's (rollout at staleness 0)",
+    "excess_clip_flip_rate": "clip_flip_rate minus the engine floor's",
+    "excess_bound_flip_rate": "bound_flip_rate minus the engine floor's",
     "ess_fraction": "(sum w)^2 / (n sum w^2) of w = behave_imp_weight",
     "chi2": "n sum w^2 / (sum w)^2 - 1 of w = behave_imp_weight",
     "kl_k1": "mean -r of r = behave_approx_kl",
@@ -151,15 +158,43 @@ FIGURES: dict[str, str] = {
     "kl_k3": "mean exp(r) - 1 - r",
     "safe_staleness": "the largest staleness s such that every staleness <= s with enough tokens meets the "
     "tolerance",
+    "safe_staleness_beyond_floor": "the same, judging each staleness's excess over the engine floor",
+    "floor_gradient_mass_error": "the engine floor: rollout's gradient_mass_error at staleness 0; no method",
+    "floor_clip_flip_rate": "the engine floor: rollout's clip_flip_rate at staleness 0; no method",
     "warnings": "the number of data-driven warnings stored with the run (`run_findings`); no method",
 }
-ESTIMATOR_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate", "safe_staleness")
-RUN_FIGURES = ("warnings",)
+ESTIMATOR_FIGURES = (
+    "gradient_mass_error",
+    "clip_flip_rate",
+    "bound_flip_rate",
+    "dual_clip_flip_rate",
+    "bound_lower_flip_rate",
+    "sequence_clip_flip_rate",
+    "sequence_bound_flip_rate",
+    "excess_gradient_mass_error",
+    "excess_clip_flip_rate",
+    "excess_bound_flip_rate",
+    "safe_staleness",
+    "safe_staleness_beyond_floor",
+)
+RUN_FIGURES = ("warnings", "floor_gradient_mass_error", "floor_clip_flip_rate")
 """Figures of a whole run, judged without a method."""
 
 # Summary statistics every view carries for each (method, metric).
 STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
 
+INTERVAL_FIGURES = (
+    "gradient_mass_error",
+    "clip_flip_rate",
+    "bound_flip_rate",
+    "dual_clip_flip_rate",
+    "bound_lower_flip_rate",
+    "sequence_clip_flip_rate",
+    "sequence_bound_flip_rate",
+)
+"""The decision figures that carry a 95% interval (a bootstrap over steps)."""
+EXCESS_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate")
+"""... and an excess over the engine floor (the figure minus `rollout`'s at staleness 0)."""
 DECISION_COLUMNS = (
     "method",
     "n",
@@ -177,6 +212,9 @@ DECISION_COLUMNS = (
     "sequence_bound_flip_rate",
     "grad_weight_abs_error",
     "true_grad_weight",
+    "n_steps",
+    *(f"{f}_{end}" for f in INTERVAL_FIGURES for end in ("lower", "upper")),
+    *(f"excess_{f}{end}" for f in EXCESS_FIGURES for end in ("", "_lower", "_upper")),
 )
 WEIGHT_COLUMNS = ("method", "n", "ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3")
 ROLLOUT_CORR_COLUMNS = (
@@ -212,8 +250,8 @@ ROLLOUT_CORR_COLUMNS = (
 """verl's names (its `rollout_corr/` keys without the prefix), with verl's definitions."""
 # The public views of views.sql, a stable interface, with their columns (a test checks them).
 PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
-    "run_summary": ("run_id", "method", "metric", *STATS),
-    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS),
+    "run_summary": ("run_id", "method", "metric", *STATS, "mean_lower", "mean_upper"),
+    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS, "mean_lower", "mean_upper"),
     "step_summary": ("run_id", "step", "method", "metric", *STATS),
     "step_staleness_summary": ("run_id", "step", "staleness", "method", "metric", "n", "mean", "min", "max"),
     "pairing_summary": (
@@ -231,6 +269,22 @@ PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
     "rollout_corr_summary": ("run_id", *ROLLOUT_CORR_COLUMNS),
     "rollout_corr_staleness_summary": ("run_id", "staleness", *ROLLOUT_CORR_COLUMNS),
     "mismatch_summary": ("run_id", "staleness", "n", "drift", "prob_drift", "exp_abs_drift", "floor_share"),
+    "engine_floor": (
+        "run_id",
+        "n",
+        "n_steps",
+        *(
+            f"{f}{end}"
+            for f in (
+                "gradient_mass_error",
+                "clip_flip_rate",
+                "bound_flip_rate",
+                "prob_drift",
+                "exp_abs_drift",
+            )
+            for end in ("", "_lower", "_upper")
+        ),
+    ),
     "run_findings": ("run_id", "rule", "column_name", "n_rows", "message", "found_at"),
 }
 

@@ -1,4 +1,4 @@
--- proxaudit metrics store (DuckDB), store schema version 4: the tables. Idempotent: run on every open for
+-- proxaudit metrics store (DuckDB), store schema version 5: the tables. Idempotent: run on every open for
 -- writing. Tables are internal; the views of views.sql (and schemas/store.py) are the public interface.
 -- A file is ingested in one transaction; its rows carry its file_id (but the staleness sketches, merged
 -- at publish) and its summaries merge with those of other files by plain sums.
@@ -85,9 +85,25 @@ CREATE TABLE IF NOT EXISTS run_finding (
     rule        VARCHAR NOT NULL,
     column_name VARCHAR,
     n_rows      BIGINT NOT NULL,           -- the tokens the evidence is about
-    message     VARCHAR NOT NULL,          -- what was seen and what to check in the trainer
+    message     VARCHAR NOT NULL,          -- what was seen, example tokens and what to check in the trainer
     found_at    TIMESTAMP NOT NULL,
+    figure      DOUBLE,                    -- the figure the threshold judged
+    threshold   VARCHAR NOT NULL,          -- the threshold it crossed, e.g. '>= 95% of the stale tokens'
+    examples    VARCHAR NOT NULL,          -- a few tokens carrying the signal, 'step 3 seq_id 7 minibatch 0 pos 2; ...'
+    advice      VARCHAR NOT NULL,          -- what to check in the trainer, one line
     PRIMARY KEY (run_id, rule)
+);
+
+-- What each check of the findings made of each run at the latest replay that judged it: passed, found
+-- (its finding is in run_finding, or was an error), or undecided, with why (a column absent, one
+-- minibatch, too few tokens). The dashboard's Overview lists the undecided ones.
+CREATE TABLE IF NOT EXISTS run_check (
+    run_id     VARCHAR NOT NULL,
+    check_name VARCHAR NOT NULL,
+    status     VARCHAR NOT NULL,           -- passed, found or undecided
+    why        VARCHAR NOT NULL,           -- the rule found, or why the data cannot decide
+    checked_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, check_name)
 );
 
 -- Every metric's definition (schemas/store.py METRIC_TABLE), written by each replay: what a store's
@@ -99,4 +115,29 @@ CREATE TABLE IF NOT EXISTS metric_definition (
     methods     VARCHAR NOT NULL,          -- all, estimators or ground_truth
     per         VARCHAR NOT NULL,          -- token, or sequence (n counts sequences)
     is_binary   BOOLEAN NOT NULL
+);
+
+-- 95% intervals of the decision figures and of their excess over the engine floor (rollout at staleness
+-- 0), by a bootstrap over steps (evaluator/formulas/bootstrap.py), recomputed at every publish for each
+-- run (staleness NULL) and each (run, staleness); the views join them.
+CREATE TABLE IF NOT EXISTS decision_interval (
+    run_id       VARCHAR NOT NULL,
+    staleness    INTEGER,
+    method       VARCHAR NOT NULL,
+    n_steps      INTEGER NOT NULL,
+    figure       VARCHAR NOT NULL,
+    lower        DOUBLE,
+    upper        DOUBLE,
+    excess_lower DOUBLE,
+    excess_upper DOUBLE
+);
+
+-- ... and of the error metrics' means.
+CREATE TABLE IF NOT EXISTS mean_interval (
+    run_id    VARCHAR NOT NULL,
+    staleness INTEGER,
+    method    VARCHAR NOT NULL,
+    metric    VARCHAR NOT NULL,
+    lower     DOUBLE,
+    upper     DOUBLE
 );

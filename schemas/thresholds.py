@@ -49,6 +49,7 @@ CHECK_KEYS: dict[str, str] = {
     "warn_only": "a failure is reported as a warning and never fails the gate",
     "min_tokens": "fewer tokens in the selection means insufficient data",
     "on_insufficient": "verdict for insufficient data: fail or warn",
+    "on_inconclusive": "verdict when the figure's 95% interval straddles the bound: warn (default) or fail",
     "baseline_run": "run to compare against (needs max_regression)",
     "max_regression": "allowed relative worsening against baseline_run (0.10 = 10%)",
     "better": "direction of the regression: lower (default) or higher (default when only min is set)",
@@ -56,9 +57,15 @@ CHECK_KEYS: dict[str, str] = {
     "max_clip_flip_rate": "safe_staleness: the tolerance on clip_flip_rate per staleness (0.01)",
 }
 SAFE_STALENESS_KEYS = ("max_gradient_mass_error", "max_clip_flip_rate")
+SAFE_STALENESS_FIGURES = ("safe_staleness", "safe_staleness_beyond_floor")
 # Keys [defaults] may hold; a check's own value wins.
-DEFAULT_KEYS: tuple[str, ...] = ("min_tokens", "on_insufficient", "warn_only")
-BUILTIN_DEFAULTS: dict[str, Any] = {"min_tokens": 1, "on_insufficient": "fail", "warn_only": False}
+DEFAULT_KEYS: tuple[str, ...] = ("min_tokens", "on_insufficient", "on_inconclusive", "warn_only")
+BUILTIN_DEFAULTS: dict[str, Any] = {
+    "min_tokens": 1,
+    "on_insufficient": "fail",
+    "on_inconclusive": "warn",
+    "warn_only": False,
+}
 
 
 class ThresholdsFormatError(ValueError):
@@ -82,6 +89,7 @@ class Check:
     warn_only: bool = False
     min_tokens: int = 1
     on_insufficient: str = "fail"
+    on_inconclusive: str = "warn"
     baseline_run: str | None = None
     max_regression: float | None = None
     better: str = "lower"
@@ -210,11 +218,14 @@ def _check_rules(values: dict[str, Any], where: str) -> None:
                 raise ThresholdsFormatError(
                     f"{where}: key {key!r}: figure {values['figure']!r} counts over the whole run"
                 )
-    if values.get("figure") == "safe_staleness" and "staleness" in values:
-        raise ThresholdsFormatError(f"{where}: key 'staleness': safe_staleness looks at every staleness")
+    if values.get("figure") in SAFE_STALENESS_FIGURES and "staleness" in values:
+        raise ThresholdsFormatError(f"{where}: key 'staleness': {values['figure']} looks at every staleness")
     for key in SAFE_STALENESS_KEYS:
-        if key in values and values.get("figure") != "safe_staleness":
-            raise ThresholdsFormatError(f"{where}: key {key!r} only applies with figure = 'safe_staleness'")
+        if key in values and values.get("figure") not in SAFE_STALENESS_FIGURES:
+            raise ThresholdsFormatError(
+                f"{where}: key {key!r} only applies with figure = "
+                "'safe_staleness' or 'safe_staleness_beyond_floor'"
+            )
 
 
 def _value(raw: dict, key: str, where: str) -> Any:
@@ -244,7 +255,7 @@ def _value(raw: dict, key: str, where: str) -> Any:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ThresholdsFormatError(f"{here}: must be an integer >= 0, got {value!r}")
         return value
-    choices = {"on_insufficient": ON_INSUFFICIENT, "better": BETTER}[key]
+    choices = {"on_insufficient": ON_INSUFFICIENT, "on_inconclusive": ON_INSUFFICIENT, "better": BETTER}[key]
     if value not in choices:
         raise ThresholdsFormatError(f"{here}: must be one of {', '.join(choices)}, got {value!r}")
     return value

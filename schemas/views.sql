@@ -55,12 +55,21 @@ FROM moments m LEFT JOIN first_buckets q
     AND q.method = m.method AND q.metric = m.metric
 LEFT JOIN metric_definition d ON d.metric = m.metric;
 
+-- ... with the 95% interval of the error metrics' means (a bootstrap over steps: table mean_interval).
 CREATE OR REPLACE VIEW run_summary AS
-SELECT * EXCLUDE (staleness) FROM summary_over() ORDER BY run_id, method, metric;
+SELECT s.* EXCLUDE (staleness), i.lower AS mean_lower, i.upper AS mean_upper
+FROM summary_over() s
+LEFT JOIN mean_interval i ON i.run_id = s.run_id AND i.staleness IS NULL AND i.method = s.method
+                         AND i.metric = s.metric
+ORDER BY s.run_id, s.method, s.metric;
 
 CREATE OR REPLACE VIEW staleness_summary AS
-SELECT run_id, staleness, method, metric, n, mean, min, max, p50, p90, p99 FROM summary_over(by_staleness := true)
-ORDER BY run_id, staleness, method, metric;
+SELECT s.run_id, s.staleness, s.method, s.metric, s.n, s.mean, s.min, s.max, s.p50, s.p90, s.p99,
+       i.lower AS mean_lower, i.upper AS mean_upper
+FROM summary_over(by_staleness := true) s
+LEFT JOIN mean_interval i ON i.run_id = s.run_id AND i.staleness = s.staleness AND i.method = s.method
+                         AND i.metric = s.metric
+ORDER BY s.run_id, s.staleness, s.method, s.metric;
 
 -- The same per step, merging the step sketches (all staleness values).
 CREATE OR REPLACE VIEW step_summary AS
@@ -144,11 +153,98 @@ FROM sums e JOIN sums t
  AND t.method = 'ground_truth'
 WHERE e.method <> 'ground_truth';
 
+-- Engine mismatch floor (DOMAIN.md 3b): per run and staleness, the mean true drift, verl's probability gap
+-- |exp(g) - exp(b)| and NeMo-RL's exp(|g - b|); floor_share = the staleness-0 drift (pure inference engine
+-- vs trainer mismatch) over this staleness's drift: how much of the drift the floor explains.
+CREATE OR REPLACE VIEW mismatch_summary AS
+WITH by_staleness AS (
+    SELECT run_id, staleness,
+           sum(n) FILTER (WHERE metric = 'drift')::BIGINT AS n,
+           sum(sum) FILTER (WHERE metric = 'drift') / sum(n) FILTER (WHERE metric = 'drift') AS drift,
+           sum(sum) FILTER (WHERE metric = 'prob_drift') / sum(n) FILTER (WHERE metric = 'prob_drift')
+               AS prob_drift,
+           sum(sum) FILTER (WHERE metric = 'exp_abs_drift') / sum(n) FILTER (WHERE metric = 'exp_abs_drift')
+               AS exp_abs_drift
+    FROM metric_moments
+    WHERE method = 'ground_truth' AND metric IN ('drift', 'prob_drift', 'exp_abs_drift')
+    GROUP BY run_id, staleness
+)
+SELECT s.run_id, s.staleness, s.n, s.drift, s.prob_drift, s.exp_abs_drift,
+       least(f.drift / nullif(s.drift, 0), 1.0) AS floor_share
+FROM by_staleness s LEFT JOIN by_staleness f ON f.run_id = s.run_id AND f.staleness = 0
+ORDER BY s.run_id, s.staleness;
+
+-- The decision figures' 95% intervals by a bootstrap over steps (table decision_interval, recomputed
+-- at every publish), one row per (run, staleness or NULL for every staleness, method).
+CREATE OR REPLACE VIEW decision_interval_wide AS
+SELECT run_id, staleness, method, max(n_steps) AS n_steps,
+       max(lower) FILTER (WHERE figure = 'gradient_mass_error') AS gradient_mass_error_lower,
+       max(upper) FILTER (WHERE figure = 'gradient_mass_error') AS gradient_mass_error_upper,
+       max(lower) FILTER (WHERE figure = 'clip_flip_rate') AS clip_flip_rate_lower,
+       max(upper) FILTER (WHERE figure = 'clip_flip_rate') AS clip_flip_rate_upper,
+       max(lower) FILTER (WHERE figure = 'bound_flip_rate') AS bound_flip_rate_lower,
+       max(upper) FILTER (WHERE figure = 'bound_flip_rate') AS bound_flip_rate_upper,
+       max(lower) FILTER (WHERE figure = 'dual_clip_flip_rate') AS dual_clip_flip_rate_lower,
+       max(upper) FILTER (WHERE figure = 'dual_clip_flip_rate') AS dual_clip_flip_rate_upper,
+       max(lower) FILTER (WHERE figure = 'bound_lower_flip_rate') AS bound_lower_flip_rate_lower,
+       max(upper) FILTER (WHERE figure = 'bound_lower_flip_rate') AS bound_lower_flip_rate_upper,
+       max(lower) FILTER (WHERE figure = 'sequence_clip_flip_rate') AS sequence_clip_flip_rate_lower,
+       max(upper) FILTER (WHERE figure = 'sequence_clip_flip_rate') AS sequence_clip_flip_rate_upper,
+       max(lower) FILTER (WHERE figure = 'sequence_bound_flip_rate') AS sequence_bound_flip_rate_lower,
+       max(upper) FILTER (WHERE figure = 'sequence_bound_flip_rate') AS sequence_bound_flip_rate_upper,
+       max(excess_lower) FILTER (WHERE figure = 'gradient_mass_error') AS excess_gradient_mass_error_lower,
+       max(excess_upper) FILTER (WHERE figure = 'gradient_mass_error') AS excess_gradient_mass_error_upper,
+       max(excess_lower) FILTER (WHERE figure = 'clip_flip_rate') AS excess_clip_flip_rate_lower,
+       max(excess_upper) FILTER (WHERE figure = 'clip_flip_rate') AS excess_clip_flip_rate_upper,
+       max(excess_lower) FILTER (WHERE figure = 'bound_flip_rate') AS excess_bound_flip_rate_lower,
+       max(excess_upper) FILTER (WHERE figure = 'bound_flip_rate') AS excess_bound_flip_rate_upper
+FROM decision_interval GROUP BY run_id, staleness, method;
+
+-- The engine floor of each run: at staleness 0 every estimator built from behave_logp is behave_logp, so
+-- `rollout`'s decision figures there measure the inference engine against the trainer, not the
+-- approximation. With the drift at staleness 0 against verl's reference lines (mean prob_drift: below
+-- 0.005 normal, above 0.01 a precision problem) and NeMo-RL's (mean exp_abs_drift above 1.05 flagged).
+CREATE OR REPLACE VIEW engine_floor AS
+SELECT d.run_id, d.n, i.n_steps,
+       d.gradient_mass_error, i.gradient_mass_error_lower, i.gradient_mass_error_upper,
+       d.clip_flip_rate, i.clip_flip_rate_lower, i.clip_flip_rate_upper,
+       d.bound_flip_rate, i.bound_flip_rate_lower, i.bound_flip_rate_upper,
+       m.prob_drift, pd.lower AS prob_drift_lower, pd.upper AS prob_drift_upper,
+       m.exp_abs_drift, ed.lower AS exp_abs_drift_lower, ed.upper AS exp_abs_drift_upper
+FROM decision_over(lo := 0, hi := 0) d
+LEFT JOIN decision_interval_wide i ON i.run_id = d.run_id AND i.staleness = 0 AND i.method = d.method
+LEFT JOIN mismatch_summary m ON m.run_id = d.run_id AND m.staleness = 0
+LEFT JOIN mean_interval pd ON pd.run_id = d.run_id AND pd.staleness = 0 AND pd.method = 'ground_truth'
+                          AND pd.metric = 'prob_drift'
+LEFT JOIN mean_interval ed ON ed.run_id = d.run_id AND ed.staleness = 0 AND ed.method = 'ground_truth'
+                          AND ed.metric = 'exp_abs_drift'
+WHERE d.method = 'rollout'
+ORDER BY d.run_id;
+
+-- decision_over with the intervals and the excess over the engine floor (the figure minus the floor's,
+-- its interval on the same bootstrap draws), for every staleness or each.
+CREATE OR REPLACE MACRO decision_with_intervals(by_staleness := false) AS TABLE
+SELECT d.* EXCLUDE (step), i.n_steps,
+       i.gradient_mass_error_lower, i.gradient_mass_error_upper,
+       i.clip_flip_rate_lower, i.clip_flip_rate_upper,
+       i.bound_flip_rate_lower, i.bound_flip_rate_upper,
+       i.dual_clip_flip_rate_lower, i.dual_clip_flip_rate_upper,
+       i.bound_lower_flip_rate_lower, i.bound_lower_flip_rate_upper,
+       i.sequence_clip_flip_rate_lower, i.sequence_clip_flip_rate_upper,
+       i.sequence_bound_flip_rate_lower, i.sequence_bound_flip_rate_upper,
+       d.gradient_mass_error - f.gradient_mass_error AS excess_gradient_mass_error, i.excess_gradient_mass_error_lower, i.excess_gradient_mass_error_upper,
+       d.clip_flip_rate - f.clip_flip_rate AS excess_clip_flip_rate, i.excess_clip_flip_rate_lower, i.excess_clip_flip_rate_upper,
+       d.bound_flip_rate - f.bound_flip_rate AS excess_bound_flip_rate, i.excess_bound_flip_rate_lower, i.excess_bound_flip_rate_upper
+FROM decision_over(by_staleness := by_staleness) d
+LEFT JOIN decision_interval_wide i
+       ON i.run_id = d.run_id AND i.staleness IS NOT DISTINCT FROM d.staleness AND i.method = d.method
+LEFT JOIN engine_floor f ON f.run_id = d.run_id;
+
 CREATE OR REPLACE VIEW decision_summary AS
-SELECT * EXCLUDE (step, staleness) FROM decision_over() ORDER BY run_id, method;
+SELECT * EXCLUDE (staleness) FROM decision_with_intervals() ORDER BY run_id, method;
 
 CREATE OR REPLACE VIEW decision_staleness_summary AS
-SELECT * EXCLUDE (step) FROM decision_over(by_staleness := true) ORDER BY run_id, staleness, method;
+SELECT * FROM decision_with_intervals(by_staleness := true) ORDER BY run_id, staleness, method;
 
 -- Weight diagnostics (DOMAIN.md 3b) of every method, the ground truth too, over a step and a staleness
 -- range, from the exact sums of w = behave_imp_weight and r = behave_approx_kl = log w:
@@ -266,24 +362,44 @@ SELECT * EXCLUDE (step, staleness) FROM rollout_corr_over() ORDER BY run_id, met
 CREATE OR REPLACE VIEW rollout_corr_staleness_summary AS
 SELECT * EXCLUDE (step) FROM rollout_corr_over(by_staleness := true) ORDER BY run_id, staleness, method;
 
--- The safe staleness (DOMAIN.md 3b) for a tolerance: the largest staleness s such that every staleness
--- <= s with at least min_tokens tokens has gradient_mass_error <= max_gradient_mass_error and
--- clip_flip_rate <= max_clip_flip_rate; -1 when staleness 0 already fails; with no failure, the largest
--- staleness measured with enough tokens; NULL when no staleness has enough tokens.
+-- The safe staleness for a tolerance: the largest staleness s such that every staleness <= s with at
+-- least min_tokens tokens has gradient_mass_error <= max_gradient_mass_error and clip_flip_rate <=
+-- max_clip_flip_rate; -1 when staleness 0 already fails; with no failure, the largest staleness measured
+-- with enough tokens; NULL when no staleness has enough tokens. A staleness with no true gradient mass has
+-- nothing to move: it meets the tolerance unless the estimate moves some; a loss without a clip flips none.
+-- `_lower`: with 95% confidence (the intervals' upper bounds meet the tolerance); `_upper`: the lower bounds
+-- do. `_beyond_floor`: the same on the excess over the engine floor (the approximation's own share).
+CREATE OR REPLACE MACRO proxaudit_meets(figure, tolerance, moved) AS
+    coalesce(figure <= tolerance, moved = 0, false);
+
+CREATE OR REPLACE MACRO proxaudit_safe_level(first_failing, last_measured, any_measured) AS
+    CASE WHEN NOT any_measured THEN NULL ELSE coalesce(first_failing - 1, last_measured) END::INTEGER;
+
 CREATE OR REPLACE MACRO safe_staleness(max_gradient_mass_error := 0.01, max_clip_flip_rate := 0.01,
                                        min_tokens := 1000) AS TABLE
 WITH levels AS (
     SELECT run_id, method, staleness, n >= min_tokens AS enough,
-           -- no true gradient mass: nothing to move (0 / 0 meets the tolerance, error mass over none does
-           -- not); a loss without a clip flips none
-           coalesce(gradient_mass_error <= max_gradient_mass_error, grad_weight_abs_error = 0, false)
-           AND coalesce(clip_flip_rate, 0) <= max_clip_flip_rate AS ok
+           proxaudit_meets(gradient_mass_error, max_gradient_mass_error, grad_weight_abs_error)
+           AND coalesce(clip_flip_rate, 0) <= max_clip_flip_rate AS ok,
+           proxaudit_meets(gradient_mass_error_upper, max_gradient_mass_error, grad_weight_abs_error)
+           AND coalesce(clip_flip_rate_upper, 0) <= max_clip_flip_rate AS ok_upper,
+           proxaudit_meets(gradient_mass_error_lower, max_gradient_mass_error, grad_weight_abs_error)
+           AND coalesce(clip_flip_rate_lower, 0) <= max_clip_flip_rate AS ok_lower,
+           proxaudit_meets(excess_gradient_mass_error, max_gradient_mass_error, grad_weight_abs_error)
+           AND coalesce(excess_clip_flip_rate, 0) <= max_clip_flip_rate AS excess_ok,
+           proxaudit_meets(excess_gradient_mass_error_upper, max_gradient_mass_error, grad_weight_abs_error)
+           AND coalesce(excess_clip_flip_rate_upper, 0) <= max_clip_flip_rate AS excess_ok_upper,
+           proxaudit_meets(excess_gradient_mass_error_lower, max_gradient_mass_error, grad_weight_abs_error)
+           AND coalesce(excess_clip_flip_rate_lower, 0) <= max_clip_flip_rate AS excess_ok_lower
     FROM decision_staleness_summary
 )
 SELECT run_id, method,
-       CASE WHEN NOT bool_or(enough) THEN NULL
-            ELSE coalesce(min(staleness) FILTER (WHERE enough AND NOT ok) - 1,
-                          max(staleness) FILTER (WHERE enough)) END::INTEGER AS safe_staleness,
+       proxaudit_safe_level(min(staleness) FILTER (WHERE enough AND NOT ok), max(staleness) FILTER (WHERE enough), bool_or(enough)) AS safe_staleness,
+       proxaudit_safe_level(min(staleness) FILTER (WHERE enough AND NOT ok_upper), max(staleness) FILTER (WHERE enough), bool_or(enough)) AS safe_staleness_lower,
+       proxaudit_safe_level(min(staleness) FILTER (WHERE enough AND NOT ok_lower), max(staleness) FILTER (WHERE enough), bool_or(enough)) AS safe_staleness_upper,
+       proxaudit_safe_level(min(staleness) FILTER (WHERE enough AND NOT excess_ok), max(staleness) FILTER (WHERE enough), bool_or(enough)) AS safe_staleness_beyond_floor,
+       proxaudit_safe_level(min(staleness) FILTER (WHERE enough AND NOT excess_ok_upper), max(staleness) FILTER (WHERE enough), bool_or(enough)) AS safe_staleness_beyond_floor_lower,
+       proxaudit_safe_level(min(staleness) FILTER (WHERE enough AND NOT excess_ok_lower), max(staleness) FILTER (WHERE enough), bool_or(enough)) AS safe_staleness_beyond_floor_upper,
        count(*) FILTER (WHERE enough)::INTEGER AS measured_levels
 FROM levels GROUP BY run_id, method;
 
@@ -305,27 +421,6 @@ FROM (
     GROUP BY ALL
 )
 ORDER BY run_id, interpolation;
-
--- Engine mismatch floor (DOMAIN.md 3b): per run and staleness, the mean true drift, verl's probability gap
--- |exp(g) - exp(b)| and NeMo-RL's exp(|g - b|); floor_share = the staleness-0 drift (pure inference engine
--- vs trainer mismatch) over this staleness's drift: how much of the drift the floor explains.
-CREATE OR REPLACE VIEW mismatch_summary AS
-WITH by_staleness AS (
-    SELECT run_id, staleness,
-           sum(n) FILTER (WHERE metric = 'drift')::BIGINT AS n,
-           sum(sum) FILTER (WHERE metric = 'drift') / sum(n) FILTER (WHERE metric = 'drift') AS drift,
-           sum(sum) FILTER (WHERE metric = 'prob_drift') / sum(n) FILTER (WHERE metric = 'prob_drift')
-               AS prob_drift,
-           sum(sum) FILTER (WHERE metric = 'exp_abs_drift') / sum(n) FILTER (WHERE metric = 'exp_abs_drift')
-               AS exp_abs_drift
-    FROM metric_moments
-    WHERE method = 'ground_truth' AND metric IN ('drift', 'prob_drift', 'exp_abs_drift')
-    GROUP BY run_id, staleness
-)
-SELECT s.run_id, s.staleness, s.n, s.drift, s.prob_drift, s.exp_abs_drift,
-       least(f.drift / nullif(s.drift, 0), 1.0) AS floor_share
-FROM by_staleness s LEFT JOIN by_staleness f ON f.run_id = s.run_id AND f.staleness = 0
-ORDER BY s.run_id, s.staleness;
 
 -- The data-driven warnings stored with each run (evaluator/validate/findings.py), newest first.
 CREATE OR REPLACE VIEW run_findings AS

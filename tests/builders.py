@@ -156,6 +156,13 @@ def _non_finite_logp(t: pa.Table, path: Path) -> Broken:
     return _write(table, path, "non_finite_logp", "prox_logp", int(mask.sum()))
 
 
+def _non_finite_advantage(t: pa.Table, path: Path) -> Broken:
+    """NaN advantages on every 97th token (a division by a zero group std without eps)."""
+    mask = _rows(t)
+    table = where(t, "advantage", mask, float("nan"))
+    return _write(table, path, "non_finite_value", "advantage", int(mask.sum()))
+
+
 def _positive_logp(t: pa.Table, path: Path) -> Broken:
     mask = _rows(t)
     return _write(where(t, "theta_logp", mask, 0.25), path, "positive_logp", "theta_logp", int(mask.sum()))
@@ -285,6 +292,7 @@ BUILDERS: dict[str, Callable[[pa.Table, Path], Broken]] = {
     "corrupt_data": _corrupt_data,
     "null_required": _null_required,
     "non_finite_logp": _non_finite_logp,
+    "non_finite_advantage": _non_finite_advantage,
     "positive_logp": _positive_logp,
     "behave_version_after_step": _behave_version_after_step,
     "minibatch_out_of_range": _minibatch_out_of_range,

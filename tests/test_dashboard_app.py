@@ -4,6 +4,9 @@ that change what is read, URL state, a busy database, the gate verdict, and that
 from __future__ import annotations
 
 import hashlib
+import re
+import socketserver
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -247,7 +250,7 @@ def test_gate_verdict_on_the_overview(fixture_store, tmp_path, monkeypatch):
     bad.write_text("[[check]]\nmethod = 'no_such_method'\n")
     at = run_app(fixture_store, monkeypatch, page="overview", run="recompute", thresholds=bad)
     no_exception(at)
-    assert at.error[0].value.startswith("Gate:") and plain("bad.toml") in at.error[0].value
+    assert at.error[0].value.startswith("Gate:") and "bad.toml" in at.error[0].value
     assert len(at.get("plotly_chart")) == CHARTS["overview"]  # the rest of the page still renders
 
 
@@ -409,7 +412,119 @@ def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
     replay([tmp_path / "logs"], tmp_path / "m.duckdb", progress=False)
     at = run_app(tmp_path / "m.duckdb", monkeypatch, page="overview")
     no_exception(at)
-    assert "1 data-driven warning about builder" in at.warning[0].value
-    assert frame_with(at, "rule")["rule"].tolist() == ["loss_mask_edge"]
+    assert f"1 data-driven warning about {plain('builder')}" in at.warning[0].value
+    shown = frame_with(at, "rule")
+    assert shown["rule"].tolist() == ["loss_mask_edge"]
+    assert shown["figure"].iloc[0] == 1.0 and shown["threshold"].iloc[0].startswith(">= 90%")
+    assert (
+        shown["examples"].iloc[0].startswith("step 8 seq_id ")
+        and shown["what to check in the trainer"].iloc[0]
+    )
+    labels = [e.label for e in at.expander]
+    assert "loss_mask_edge: what was seen" in labels
+    undecided = next(label for label in labels if "could not decide" in label)
+    assert undecided.split()[0].isdigit() and "no alignment to test" in texts(at)
     clean = run_app(tmp_path / "m.duckdb", monkeypatch, page="drift")
     assert not clean.warning  # the Overview only
+
+
+class _Listener(socketserver.ThreadingTCPServer):
+    """A TCP server on 127.0.0.1 that records every connection it accepts (HTTP, TLS, anything)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.connections: list[bytes] = []
+        super().__init__(("127.0.0.1", 0), socketserver.BaseRequestHandler)
+
+    def verify_request(self, request, client_address) -> bool:
+        request.settimeout(2)
+        try:
+            self.connections.append(request.recv(4096))  # e.g. b"HEAD /bucket/b.parquet ... Authorization"
+        except OSError:
+            self.connections.append(b"")
+        return False
+
+
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "AKIAFAKEKEYID0000000",
+    "AWS_SECRET_ACCESS_KEY": "fake",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+CRAFTED = {
+    "s3 endpoint option": "s3://bucket/b.parquet?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1",
+    "s3 credentials, host": "s3://AKIA:secret@127.0.0.1:{port}/b.parquet?scheme=http",
+    "gs endpoint option": "gs://bucket/b.parquet?endpoint_override=127.0.0.1:{port}&scheme=http&anonymous=true",
+    "http": "http://127.0.0.1:{port}/b.parquet",
+    "hdfs": "hdfs://127.0.0.1:{port}/b.parquet",
+}
+
+
+@pytest.mark.parametrize("uri", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, monkeypatch, uri):
+    """A store is data a colleague can hand you: the file URI it records for the token inspector must
+    never choose a host, a scheme, credentials or filesystem options. The user's (fake) AWS credentials
+    are in the environment; nothing may connect to the listener the URI names."""
+    import duckdb
+
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+
+    log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="c"), 3, 1), tmp_path / "c.parquet")
+    replay([log], tmp_path / "m.duckdb", progress=False)
+    listener = _Listener()
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    try:
+        with duckdb.connect(str(tmp_path / "m.duckdb")) as con:
+            con.execute("UPDATE ingested_file SET path = ?", [uri.format(port=listener.server_address[1])])
+        for key, value in FAKE_AWS.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        at = run_app(tmp_path / "m.duckdb", monkeypatch, page="tokens", step="3")
+        no_exception(at)
+        assert "not reachable" in at.warning[0].value
+    finally:
+        listener.shutdown()
+        listener.server_close()
+    assert listener.connections == []
+
+
+HOSTILE = (
+    "see https://evil.example/x www.evil.example a@evil.example <a href='https://evil.example'>x</a> "
+    "[t](https://evil.example) ![i](https://evil.example/i.png) :red[**big**] $x$"
+)
+
+
+def outside_code(markdown: str) -> str:
+    """The text of `markdown` outside its inline code spans (a run of backticks up to the same run), its
+    backslash escapes resolved: what GitHub Markdown's autolinking then reads."""
+    text = re.sub(r"(?<!`)(`+)(?!`).*?(?<!`)\1(?!`)", "", markdown, flags=re.S)
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def test_values_from_the_data_are_inert_text(tmp_path, monkeypatch):
+    """A run_id and a file path that look like links, HTML, Markdown, an icon or a formula are shown as
+    code spans on every page (never a link: GitHub Markdown autolinks a URL even with its characters
+    escaped), and Plotly gets them HTML-escaped."""
+    import duckdb
+
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+
+    spec = SyntheticSpec(run_id=HOSTILE, prox_every=0, with_proximal_t=False)  # the pages say why empty
+    replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "h.parquet")], tmp_path / "m.duckdb")
+    with duckdb.connect(str(tmp_path / "m.duckdb")) as con:
+        con.execute("UPDATE ingested_file SET path = ?", [f"/nowhere/{HOSTILE}.parquet"])
+    named = set()
+    for page in PAGES:
+        at = run_app(tmp_path / "m.duckdb", monkeypatch, page=page)
+        no_exception(at)
+        shown = texts(at)
+        assert "evil.example" not in outside_code(shown), page
+        if HOSTILE in shown:  # inside a code span
+            named.add(page)
+        assert all("<a href" not in chart.proto.spec for chart in at.get("plotly_chart")), page
+    assert {"overview", "drift", "compare", "tokens"} <= named

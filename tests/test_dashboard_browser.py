@@ -5,6 +5,7 @@ Plotly charts rendered, save screenshots under tests/_artifacts/, and print each
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -13,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from dashboard.views import PAGES
@@ -65,12 +67,12 @@ def bench_store(tmp_path_factory) -> Path:
     return folder / "metrics.duckdb"
 
 
-@pytest.fixture(scope="module")
-def server(bench_store):
+@contextlib.contextmanager
+def serve(db: Path):
     """The dashboard served as `proxaudit dashboard` does, on a free local port; stopped afterwards."""
     port = free_port()
-    log = open(bench_store.parent / "streamlit.log", "w")  # noqa: SIM115 (closed in finally)
-    child = subprocess.Popen(streamlit_command(bench_store, "127.0.0.1", port), stdout=log,
+    log = open(db.parent / "streamlit.log", "w")  # noqa: SIM115 (closed in finally)
+    child = subprocess.Popen(streamlit_command(db, "127.0.0.1", port), stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -84,8 +86,7 @@ def server(bench_store):
                 pass
             if child.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(
-                    "the dashboard server did not start:\n"
-                    + (bench_store.parent / "streamlit.log").read_text()
+                    "the dashboard server did not start:\n" + (db.parent / "streamlit.log").read_text()
                 )
             time.sleep(0.25)
         yield url
@@ -97,6 +98,27 @@ def server(bench_store):
             child.kill()
             child.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(bench_store):
+    with serve(bench_store) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def chromium(profile: Path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(profile), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1500, "height": 2600},
+        )  # fmt: skip
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
 
 
 def _wait_rendered(page, slug: str, start: float) -> tuple[float, float]:
@@ -114,35 +136,23 @@ def _wait_rendered(page, slug: str, start: float) -> tuple[float, float]:
 
 
 def test_every_page_renders_in_the_browser(server, tmp_path):
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(exist_ok=True)
     timings: dict[str, dict[str, float]] = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1500, "height": 2600},
-        )  # fmt: skip
-        try:
-            page = browser.new_page()
-            page.goto(f"{server}/?page=tokens")  # warm-up: the server's first session imports the libraries
-            _wait_rendered(page, "tokens", time.perf_counter())
-            for slug in PAGES:  # a fresh load of each page from its URL (what a shared link does)
-                start = time.perf_counter()
-                page.goto(f"{server}/?page={slug}")
-                script, drawn = _wait_rendered(page, slug, start)
-                timings[slug] = {"load_s": drawn, "load_script_done_s": script}
-                assert page.locator('[data-testid="stException"]').count() == 0, slug
-                page.screenshot(path=str(ARTIFACTS / f"dashboard-{slug}.png"))
-            for slug in [*list(PAGES)[1:], "overview"]:  # moving between pages in the sidebar
-                page.locator('[data-testid="stSidebar"] label').filter(has_text=PAGES[slug][0]).first.click()
-                timings[slug]["switch_s"] = _wait_rendered(page, slug, time.perf_counter())[1]
-                assert page.locator('[data-testid="stException"]').count() == 0, slug
-                page.wait_for_url(
-                    f"**page={slug}**", timeout=5_000
-                )  # the URL follows: the view can be shared
-        finally:
-            browser.close()
+    with chromium(tmp_path / "profile") as page:
+        page.goto(f"{server}/?page=tokens")  # warm-up: the server's first session imports the libraries
+        _wait_rendered(page, "tokens", time.perf_counter())
+        for slug in PAGES:  # a fresh load of each page from its URL (what a shared link does)
+            start = time.perf_counter()
+            page.goto(f"{server}/?page={slug}")
+            script, drawn = _wait_rendered(page, slug, start)
+            timings[slug] = {"load_s": drawn, "load_script_done_s": script}
+            assert page.locator('[data-testid="stException"]').count() == 0, slug
+            page.screenshot(path=str(ARTIFACTS / f"dashboard-{slug}.png"))
+        for slug in [*list(PAGES)[1:], "overview"]:  # moving between pages in the sidebar
+            page.locator('[data-testid="stSidebar"] label').filter(has_text=PAGES[slug][0]).first.click()
+            timings[slug]["switch_s"] = _wait_rendered(page, slug, time.perf_counter())[1]
+            assert page.locator('[data-testid="stException"]').count() == 0, slug
+            page.wait_for_url(f"**page={slug}**", timeout=5_000)  # the URL follows: the view can be shared
     report = {
         "n_steps": N_STEPS,
         "tokens_per_step": TOKENS_PER_STEP,
@@ -156,3 +166,31 @@ def test_every_page_renders_in_the_browser(server, tmp_path):
         print(
             f"  {PAGES[slug][0]:<32} load {load:5.2f} s (script done {script:4.2f} s)  switch {switch:5.2f} s"
         )
+
+
+def test_values_from_the_data_are_never_links(tmp_path):
+    """A run_id and a recorded path that look like links, HTML or Markdown: rendered by chromium, no page
+    has a link or an image of theirs (GitHub Markdown autolinks a bare URL even with every character
+    escaped), and the text is there, as code."""
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+
+    hostile = (
+        "see https://evil.example/x www.evil.example a@evil.example <a href='https://evil.example'>x</a>"
+    )
+    spec = SyntheticSpec(run_id=hostile, prox_every=0, with_proximal_t=False)  # pages say why, naming the run
+    db = tmp_path / "m.duckdb"
+    replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "h.parquet")], db, progress=False)
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE ingested_file SET path = ?", ["/nowhere/see www.evil.example/h.parquet"])
+    with serve(db) as url, chromium(tmp_path / "profile") as page:
+        for slug in ("overview", "drift", "compare", "tokens"):
+            page.goto(f"{url}/?page={slug}")
+            page.wait_for_function(SCRIPT_DONE, arg=PAGES[slug][0], timeout=60_000, polling=50)
+            assert page.locator('[data-testid="stException"]').count() == 0, slug
+            alert = page.locator('[data-testid="stAlert"]', has_text="www.evil.example").first
+            alert.wait_for(timeout=30_000)  # each of these pages says why it is empty, naming the run or file
+            for element in ("a", "img", "area", "iframe"):
+                assert page.locator(f'{element}[href*="evil"], {element}[src*="evil"]').count() == 0, slug
+            assert alert.locator("code", has_text="www.evil.example").count() == 1, slug  # shown, as code

@@ -105,3 +105,31 @@ def test_nothing_to_export_is_a_usage_error(fixture_store, tmp_path):
     args = ["export", "--db", str(fixture_store), "--to", "tensorboard", str(tmp_path), "--run", "nope"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2 and "no run nope" in result.output
+
+
+def test_a_run_id_never_names_a_folder_outside_the_export(tmp_path):
+    """A run_id is data (a token log's, a store's): `../../x`, an absolute path, `.`, the empty string
+    or a control character become percent-encoded folder names under the export folder, and the lines
+    printed spell control characters out."""
+    from evaluator.export import run_folder
+    from evaluator.logio import write_log_atomic
+    from evaluator.replay.pipeline import replay
+    from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+
+    runs = ["../../escaped", str(tmp_path / "absolute"), ".", "", "red\x1b[31m", "plain-run.v2"]
+    for i, run_id in enumerate(runs):
+        log = synthetic_steps(SyntheticSpec(run_id=run_id, tokens_per_step=256, mean_length=16), 4, 2)
+        write_log_atomic(log, tmp_path / "logs" / f"{i}.parquet")
+    replay([tmp_path / "logs"], tmp_path / "m.duckdb", progress=False)
+    out = tmp_path / "deep" / "tb"
+    result = CliRunner().invoke(
+        cli, ["export", "--db", str(tmp_path / "m.duckdb"), "--to", "tensorboard", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(run_folder(r) for r in runs)
+    assert {"%2E.%2F..%2Fescaped", "%2E", "%", "red%1B%5B31m", "plain-run.v2"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert [p for p in tmp_path.rglob("*") if p.name in ("escaped", "absolute")] == []
+    assert all(p.parent.parent == out for p in out.rglob("events.out.tfevents.*"))
+    assert "\x1b" not in result.output

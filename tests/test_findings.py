@@ -4,6 +4,7 @@ The bugs are edits of clean logs, as trainers and adapters make them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,7 +24,23 @@ from evaluator.problems import SEVERITY
 from evaluator.replay.pipeline import replay
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.trainer.train import Args, train
-from evaluator.validate import findings, validate_paths
+from evaluator.validate import (
+    block_sample,
+    check_advantage,
+    check_logp,
+    check_mask,
+    check_minibatch,
+    check_proximal_t,
+    check_versions,
+    evidence,
+    findings,
+    groups,
+    segments,
+    shapes,
+    validate_paths,
+    verdicts,
+    zero_prox,
+)
 from tests.builders import clean_table, roll_within_sequences, sequence_index, set_column, where
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -103,6 +120,71 @@ def test_no_finding_on_reference_trainer_runs(tmp_path, shape):
     train(Args(steps=20, out_dir=str(out), run_id=shape, steps_per_file=5, log_every=0, **shape_args))
     validation = validate_paths([out])
     assert validation.findings == [] and all(r.ok for r in validation.reports)
+
+
+@pytest.mark.parametrize(
+    "staleness, minibatches, length",
+    [(0, 1, 8), (12, 4, 200), (12, 1, 24), (4, 2, 100), (8, 3, 48), (1, 4, 8), (6, 2, 200)],
+)
+def test_no_finding_on_synthetic_logs_over_staleness_minibatches_and_lengths(
+    tmp_path, staleness, minibatches, length
+):
+    spec = SyntheticSpec(
+        run_id="grid", max_staleness=staleness, n_minibatches=minibatches, mean_length=length,
+        tokens_per_step=max(2048, 24 * length), drift=0.3, seed=staleness + 10 * minibatches,
+    )  # fmt: skip
+    validation = found(synthetic_steps(spec, 12, 16), tmp_path, files=3)
+    assert validation.findings == [] and all(r.ok for r in validation.reports)
+
+
+def test_no_finding_on_a_fresh_train_demo(tmp_path):
+    """`proxaudit train-demo` with a tiny budget, as a user would start."""
+    result = CliRunner().invoke(
+        cli, ["train-demo", "--steps", "24", "--out-dir", str(tmp_path), "--log-every", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    validation = validate_paths([tmp_path])
+    assert validation.findings == [] and all(r.ok for r in validation.reports)
+    assert {c.status for c in validation.checks} >= {"passed"}
+
+
+def test_the_report_says_which_checks_could_not_decide_and_why(tmp_path):
+    """One minibatch, no advantage, no reward, no masked token: the checks that need them say so, in the
+    terminal and the JSON report, run by run."""
+    spec = replace(SPEC, n_minibatches=1, loss_mask_drop=0.0)
+    table = synthetic_steps(spec, 8, 6).drop_columns(["advantage", "reward"])
+    write_log_atomic(table, tmp_path / "logs" / "a.parquet")
+    validation = validate_paths([tmp_path / "logs"])
+    why = {c.check: c.why for c in validation.checks if c.status == "undecided"}
+    assert why["theta_moves"] == "one minibatch per step"
+    assert why["advantage_reward"] == why["advantage_movement"] == "no advantage column"
+    assert why["reward_over_response"] == "no reward column"
+    assert why["loss_mask_fragmented"] == "no response mixes trained and masked tokens"
+    assert {c.check for c in validation.checks} == {c.name for c in findings.CHECKS}
+    result = CliRunner().invoke(cli, ["validate", str(tmp_path / "logs")])
+    assert "checks that could not decide" in result.output and "one minibatch per step" in result.output
+    result = CliRunner().invoke(cli, ["validate", "--format", "json", str(tmp_path / "logs")])
+    (run,) = json.loads(result.output)["runs"]
+    assert run["run_id"] == "bug" and run["findings"] == []
+    assert {"check": "theta_moves", "status": "undecided", "why": "one minibatch per step"} in run["checks"]
+
+
+def test_the_evidence_is_in_the_terminal_and_the_json_report(tmp_path):
+    write_log_atomic(_last_token_masked(clean_table()), tmp_path / "logs" / "a.parquet")
+    finding = validate_paths([tmp_path / "logs"]).findings[0]
+    text = CliRunner().invoke(cli, ["validate", str(tmp_path / "logs")]).output
+    example = finding.examples[0]
+    assert f"{finding.figure:.4g} ({finding.threshold})" in text and f"check: {finding.advice}" in text
+    assert (
+        f"step {example['step']} seq_id {example['seq_id']} minibatch {example['minibatch']} pos "
+        f"{example['pos']}" in text
+    )
+    data = json.loads(
+        CliRunner().invoke(cli, ["validate", "--format", "json", str(tmp_path / "logs")]).output
+    )
+    (reported,) = data["runs"][0]["findings"]
+    assert reported["figure"] == finding.figure and reported["check"] == finding.advice
+    assert reported["examples"][0] == example and reported["threshold"] == finding.threshold
 
 
 # --- each bug, its finding ------------------------------------------------------------------------
@@ -198,7 +280,8 @@ def test_each_bug_is_found(tmp_path, rule):
     print(rules(validation))
     (finding,) = [f for f in validation.findings if f.rule == rule]
     assert (finding.run_id, finding.column, finding.severity) == ("bug", bug.column, SEVERITY[rule])
-    assert finding.rows > 0 and "Check" in finding.message
+    assert finding.rows > 0 and finding.figure is not None and finding.threshold and finding.advice
+    assert 1 <= len(finding.examples) <= 3 and f"Check {finding.advice}" in finding.text
 
 
 # --- bugs in the reference trainer's logs ----------------------------------------------------------
@@ -254,20 +337,52 @@ def test_every_finding_is_documented(repo_root):
     for rule, severity in SEVERITY.items():
         assert f"| `{rule}` | {severity} |" in text, rule
         assert f"`{rule}`" in readme, rule
-    for name in (
-        "MIN_TOKENS",
-        "THETA_NOISE",
-        "EXACT_SHARE",
-        "PROXIMAL_T_WORSE",
-        "AS_OLD_AS_BEHAVE",
-        "TELLABLE",
-        "EARLIER_CLOSER",
-        "EDGE_MASKED",
-        "FRESH_LIKE",
-        "GAP_FACTOR",
-    ):
-        value = getattr(findings, name)
-        assert f"{value:g}" in text or f"{value:.0%}" in text, name
+    assert {r for c in findings.CHECKS for r in c.rules} == set(SEVERITY)
+    for check in findings.CHECKS:
+        assert f"`{check.name}`" in text, check.name
+
+
+THRESHOLD_MODULES = (
+    verdicts, check_minibatch, check_logp, check_versions, check_proximal_t, check_mask, check_advantage,
+    groups, segments, shapes, block_sample, evidence, zero_prox,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("module", THRESHOLD_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_every_threshold_is_documented_with_its_reason(repo_root, module):
+    """Each threshold is a named constant with a docstring (its reason), and its value is in the docs."""
+    import ast
+    import inspect
+
+    text = (repo_root / "docs" / "validate.md").read_text()
+    tree = ast.parse(inspect.getsource(module))
+    body = tree.body
+    names = [
+        (node.targets[0], body[i + 1] if i + 1 < len(body) else None)
+        for i, node in enumerate(body)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant | ast.UnaryOp | ast.Tuple)
+    ]
+    assert names, module.__name__
+    for target, after in names:
+        for name in [e.id for e in target.elts] if isinstance(target, ast.Tuple) else [target.id]:
+            if not name.isupper() or name.startswith("_") or name in ("SIZES",):
+                continue
+            documented = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            assert documented, f"{module.__name__}.{name} has no docstring (its reason)"
+            value = getattr(module, name)
+            forms = {
+                f"{value:g}",
+                f"{value:,}",
+                f"{value:.0%}",
+                f"{value:.2%}".replace(".00", ""),
+                f"{value:,.0f}",
+            }
+            row = next(
+                (line for line in text.splitlines() if f"`{name}`" in line and line.startswith("|")), ""
+            )
+            assert any(form in row for form in forms), (
+                f"{module.__name__}.{name} = {value}: no row in the docs"
+            )
 
 
 # --- what the call does with them -----------------------------------------------------------------
@@ -287,9 +402,24 @@ def test_replay_stores_warnings_and_the_gate_reads_them(tmp_path):
     db = tmp_path / "m.duckdb"
     report = replay([tmp_path / "logs"], db, progress=False)
     assert [f.rule for f in report.findings] == ["loss_mask_edge"] and report.clean
+    finding = report.findings[0]
     with duckdb.connect(str(db), read_only=True) as con:
         stored = con.execute("SELECT run_id, rule, column_name, n_rows FROM run_findings").fetchall()
-    assert stored == [("builder", "loss_mask_edge", "loss_mask", report.findings[0].rows)]
+        evidence = con.execute(
+            "SELECT figure, threshold, examples, advice, message FROM run_finding"
+        ).fetchall()
+        checks = dict(
+            con.execute("SELECT check_name, status FROM run_check WHERE run_id = 'builder'").fetchall()
+        )
+    assert stored == [("builder", "loss_mask_edge", "loss_mask", finding.rows)]
+    ((figure, threshold, examples, advice, message),) = evidence
+    assert (figure, threshold, advice) == (finding.figure, finding.threshold, finding.advice)
+    assert examples.startswith(f"step {finding.examples[0]['step']} seq_id {finding.examples[0]['seq_id']}")
+    assert message == finding.text
+    assert checks == {
+        c.name: ("found" if c.name == "loss_mask_edges" else checks[c.name]) for c in findings.CHECKS
+    }
+    assert checks["theta_at_minibatch_0"] == "passed" and "undecided" in checks.values()
     (tmp_path / "t.toml").write_text('[[check]]\nfigure = "warnings"\nmax = 0\nmin_tokens = 0\n')
     gate = run_gate(db, tmp_path / "t.toml")
     assert [(v.verdict, v.observed) for v in gate.verdicts] == [("fail", 1.0)]

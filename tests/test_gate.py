@@ -21,31 +21,51 @@ from evaluator.errors import StoreError, ThresholdsError, UsageError
 from evaluator.formulas.sketch import bucket_code, sketch_quantile
 from evaluator.gate.judge import DEFAULT_THRESHOLDS, GateResult, judge, run_gate, selection_stats
 from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
+from evaluator.store.intervals import refresh_intervals
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
 from tests.reference import QUANTILE_PERCENT, promised_value, safe_staleness, within_promise
 
 
-def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]) -> Path:
+def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray], steps: int = 0) -> Path:
     """A store holding exactly `samples[(run_id, staleness, method, metric)]`, each split over two files
-    (so every statistic has to merge rows), with the tables `proxaudit replay` fills."""
+    (so every statistic has to merge rows), with the tables `proxaudit replay` fills, the intervals too.
+    Each staleness is its own step (10 + staleness), or with `steps`, every step (10..) holds every
+    staleness's values in turn (as a trainer's steps do: the intervals of a bootstrap over steps are then
+    those of evenly spread tokens)."""
     con = duckdb.connect(str(path))
     con.execute(STORE_DDL)
     con.execute("INSERT INTO store_meta VALUES ('store_schema_version', ?)", [STORE_SCHEMA_VERSION])
     moments, sketches, tokens = [], [], {}
     for (run, staleness, method, metric), values in samples.items():
-        for file_id, part in enumerate(np.array_split(np.asarray(values, np.float64), 2), start=1):
-            if len(part) == 0:
-                continue
-            step = 10 + staleness
-            moments.append((file_id, run, step, staleness, method, metric, len(part), *_moments(part)))
-            buckets, counts = np.unique(bucket_code(part), return_counts=True)
-            sketches += [
-                (run, staleness, method, metric, int(b), int(c))  # unmerged: as before a publish
-                for b, c in zip(buckets, counts, strict=True)
-            ]
-            key = (file_id, run, step, staleness)
-            tokens[key] = max(tokens.get(key, 0), len(part))
+        values = np.asarray(values, np.float64)
+        parts = (
+            [(10 + staleness, values)] if not steps else [(10 + k, values[k::steps]) for k in range(steps)]
+        )
+        for step, in_step in parts:
+            _add(in_step, run, step, staleness, method, metric, moments, sketches, tokens)
+    _insert(con, moments, sketches, tokens)
+    refresh_intervals(con)
+    con.close()
+    return path
+
+
+def _add(values, run, step, staleness, method, metric, moments, sketches, tokens) -> None:
+    """One step's values as the rows of two files."""
+    for file_id, part in enumerate(np.array_split(values, 2), start=1):
+        if len(part) == 0:
+            continue
+        moments.append((file_id, run, step, staleness, method, metric, len(part), *_moments(part)))
+        buckets, counts = np.unique(bucket_code(part), return_counts=True)
+        sketches += [
+            (run, staleness, method, metric, int(b), int(c))  # unmerged: as before a publish
+            for b, c in zip(buckets, counts, strict=True)
+        ]
+        key = (file_id, run, step, staleness)
+        tokens[key] = max(tokens.get(key, 0), len(part))
+
+
+def _insert(con, moments, sketches, tokens) -> None:
     tokens_rows = [(*key, n, n) for key, n in tokens.items()]
     for table, rows in (
         ("metric_moments", moments),
@@ -56,8 +76,6 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
             names = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
             frame = pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})  # noqa: F841
             con.execute(f"INSERT INTO {table} SELECT * FROM frame")
-    con.close()
-    return path
 
 
 def _moments(part: np.ndarray) -> tuple[float, float, float, float]:
@@ -378,7 +396,7 @@ def decision_store(tmp_path) -> Path:
         samples["r", s, "loglinear", "true_grad_weight"] = mass  # the truth's W on loglinear's tokens
         samples["r", s, "loglinear", "clip_flip"] = flips
         samples["r", s, "loglinear", "behave_imp_weight"] = rng.lognormal(0, 0.3 + 0.1 * s, n)
-    return build_store(tmp_path / "decisions.duckdb", samples)
+    return build_store(tmp_path / "decisions.duckdb", samples, steps=20)
 
 
 def figure(body: str) -> str:
@@ -387,11 +405,15 @@ def figure(body: str) -> str:
 
 class TestFigureChecks:
     def test_gradient_mass_error_over_a_staleness_range_is_a_ratio_of_sums(self, decision_store, tmp_path):
-        # staleness 0-2: (4 * (2 + 4 + 8)) / (2 * 6000) = 56 / 12000 = 0.004667
+        # staleness 0-2: (4 * (2 + 4 + 8)) / (2 * 6000) = 56 / 12000 = 0.004667, from 14 error tokens in
+        # 20 steps: its 95% interval straddles 0.005, so the verdict is undecided (a warning by default)
         body = figure('figure="gradient_mass_error"\nmax=0.005\nstaleness=[0, 2]\n')
         (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
-        assert verdict.verdict == "pass" and verdict.observed == pytest.approx(56 / 12000, rel=1e-12)
-        assert verdict.tokens == 6000
+        assert verdict.observed == pytest.approx(56 / 12000, rel=1e-12) and verdict.tokens == 6000
+        assert (verdict.verdict, verdict.outcome) == ("warn", "inconclusive")
+        assert verdict.lower < 0.005 < verdict.upper and "more steps with prox_logp" in verdict.reason
+        blocking = body + 'on_inconclusive = "fail"\n'
+        assert run_gate(decision_store, gate_file(tmp_path, blocking)).verdicts[0].verdict == "fail"
         # every staleness: 4 * (2 + 4 + 8 + 1 + 32) / (2 * 8200); the per-staleness mean would be wrong
         body = figure('figure="gradient_mass_error"\nmax=0.005\n')
         (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
@@ -417,7 +439,8 @@ class TestFigureChecks:
         body = figure('figure="safe_staleness"\nmin=4\nmin_tokens=1000\n')
         (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
         assert (verdict.observed, verdict.verdict) == (3, "fail")
-        assert verdict.tokens == 8000 and "safe_staleness 3 < min 4" in verdict.reason
+        assert verdict.tokens == 8000 and "safe_staleness 3 (95%: " in verdict.reason
+        assert "< min 4" in verdict.reason and verdict.lower <= 3 == verdict.upper
         # a looser tolerance: nothing fails, the largest measured staleness (4) is safe
         looser = body.replace("min_tokens=1000", "min_tokens=1000\nmax_gradient_mass_error=0.05")
         assert run_gate(decision_store, gate_file(tmp_path, looser)).verdicts[0].observed == 4
@@ -487,7 +510,7 @@ def edge_expected(run: str) -> int | None:
 def test_safe_staleness_edges_follow_the_definition(tmp_path):
     """The macro `safe_staleness()` and the gate's figure on too few tokens, all or no level failing, gaps
     in the levels, a failure below a pass, and levels with no true gradient mass."""
-    store = build_store(tmp_path / "edges.duckdb", edge_samples(EDGE_CASES))
+    store = build_store(tmp_path / "edges.duckdb", edge_samples(EDGE_CASES), steps=20)
     expected = {run: edge_expected(run) for run in EDGE_CASES}
     assert expected == {
         "few-tokens-first": 1, "all-fail": -1, "first-judged-fails": 0, "none-fail": 2, "gap": 3,

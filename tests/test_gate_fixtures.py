@@ -104,7 +104,8 @@ def test_max_and_min_pass_and_fail_on_every_stat(db, views, run, tmp_path, stat)
     code, report = gate(db, tmp_path, body)
     assert code == 1
     assert verdicts(report) == [("pass", "ok"), ("fail", "threshold"), ("pass", "ok"), ("fail", "threshold")]
-    assert all(v["observed"] == observed for v in report["verdicts"])  # the public view's value exactly
+    # the public view's value (to the last bits DuckDB's parallel sums may order differently)
+    assert all(v["observed"] == pytest.approx(observed, rel=1e-12) for v in report["verdicts"])
     code, _ = gate(db, tmp_path, check_toml(run, stat, max=observed + spread, min=observed - spread))
     assert code == 0
 
@@ -157,7 +158,8 @@ def test_baseline_regression_passes_and_fails(db, views, tmp_path):
     assert code == 1
     assert verdicts(report) == [("pass", "ok"), ("fail", "regression"), ("pass", "ok")]
     first = report["verdicts"][1]
-    assert first["baseline_value"] == summary[better]["mean"] and first["observed"] == summary[worse]["mean"]
+    assert first["baseline_value"] == pytest.approx(summary[better]["mean"], rel=1e-12)
+    assert first["observed"] == pytest.approx(summary[worse]["mean"], rel=1e-12)
     assert first["regression_limit"] == pytest.approx(summary[better]["mean"] * (1 + ratio / 2))
     # a `min` check regresses downwards: the run with fewer tokens is worse on n
     fewer, more = sorted(summary, key=lambda r: summary[r]["n"])[:2]
@@ -292,7 +294,11 @@ def test_default_thresholds_run_on_the_fixtures(db, views, capsys):
     result = run_gate(db, DEFAULT_THRESHOLDS)
     assert len(result.verdicts) == len(load_thresholds(DEFAULT_THRESHOLDS).checks) * len(views["summary"])
     assert {v.verdict for v in result.verdicts if v.check.figure == "warnings"} == {"pass"}  # clean logs
-    assert {v.outcome for v in result.verdicts} <= {"ok", "threshold"}  # every metric measured, enough tokens
+    # every metric measured, enough tokens; an interval may straddle a bound (80 steps of 12 responses)
+    assert {v.outcome for v in result.verdicts} <= {"ok", "threshold", "inconclusive"}
+    undecided = [v for v in result.verdicts if v.outcome == "inconclusive"]
+    bound = lambda c: c.max if c.max is not None else c.min  # noqa: E731
+    assert all(v.verdict == "warn" and v.lower <= bound(v.check) <= v.upper for v in undecided)
     with capsys.disabled():
         counts = ", ".join(f"{result.count(v)} {v}" for v in ("pass", "warn", "fail"))
         print(f"\ndefault thresholds on the fixtures: {counts}")

@@ -15,7 +15,7 @@ import torch
 from evaluator.formulas.gradients import Sequences, decide, weight
 from evaluator.formulas.loss import Loss, Rule
 
-torch.set_default_dtype(torch.float64)
+F64 = torch.float64  # every tensor here is float64 (no global default: other tests train in float32)
 
 
 def tokens(seed: int, lengths=(1, 3, 7, 12, 2, 9), spread: float = 0.35):
@@ -60,11 +60,11 @@ def correction(loss: Loss, x, b, code) -> tuple[torch.Tensor, torch.Tensor]:
     n = len(x)
     seqs = [np.flatnonzero(code == s) for s in np.unique(code)]
     if loss.behave_weight == "none":
-        w = torch.ones(n)
+        w = torch.ones(n, dtype=F64)
     elif loss.behave_weight == "token":
         w = torch.exp(d)
     else:
-        w = torch.empty(n)
+        w = torch.empty(n, dtype=F64)
         for idx in seqs:
             total = d[idx].sum() if loss.behave_weight == "sequence_product" else d[idx].mean()
             w[idx] = torch.exp(total)
@@ -72,7 +72,7 @@ def correction(loss: Loss, x, b, code) -> tuple[torch.Tensor, torch.Tensor]:
     for rule in loss.rules:
         value = statistic(rule.statistic, d, x, b)
         if rule.level == "sequence":
-            per = torch.empty(n)
+            per = torch.empty(n, dtype=F64)
             for idx in seqs:
                 if rule.statistic == "ratio":  # aggregated in log space
                     agg = {
@@ -105,7 +105,7 @@ def reference_loss(loss: Loss, t, x, b, advantage, code) -> torch.Tensor:
     w, kept = correction(loss, x, b, code)
     A = advantage
     if loss.ratio_level == "sequence":
-        ratio, A = torch.empty(len(t)), A.clone()
+        ratio, A = torch.empty(len(t), dtype=F64), A.clone()
         for s in np.unique(code):
             idx = torch.as_tensor(np.flatnonzero(code == s))
             k = idx[kept[idx]]
@@ -125,7 +125,9 @@ def reference_loss(loss: Loss, t, x, b, advantage, code) -> torch.Tensor:
     elif loss.policy == "cispo":
         per = -torch.clamp(ratio, low, high).detach() * A * t
     else:
-        tau = torch.where(A > 0, loss.sapo_tau_pos, loss.sapo_tau_neg)
+        tau = torch.where(
+            A > 0, torch.tensor(loss.sapo_tau_pos, dtype=F64), torch.tensor(loss.sapo_tau_neg, dtype=F64)
+        )
         per = -(4 / tau) * torch.sigmoid(tau * (ratio - 1)) * A
     return (per * w * kept).sum()
 
@@ -180,8 +182,8 @@ LOSSES = {
 def test_w_is_the_autograd_gradient_of_the_loss(name, seed):
     loss = LOSSES[name]
     x, b, t, advantage, seq = tokens(seed)
-    theta = torch.tensor(t, requires_grad=True)
-    total = reference_loss(loss, theta, torch.tensor(x), torch.tensor(b), torch.tensor(advantage), seq.code)
+    theta = torch.tensor(t, dtype=F64, requires_grad=True)
+    total = reference_loss(loss, theta, *(torch.tensor(v, dtype=F64) for v in (x, b, advantage)), seq.code)
     (grad,) = torch.autograd.grad(total, theta)
     got = decide(
         x, t=t, b=b, advantage=advantage, abs_advantage=np.abs(advantage), off_policy_weight=weight(t - b),

@@ -284,6 +284,9 @@ class TestWriter:
     def test_bad_run_id(self, tmp_path):
         with pytest.raises(ValueError, match="file-name-safe"):
             TokenLogHook(tmp_path, "../escape")
+        with pytest.raises(ValueError, match="at most 200 characters"):
+            TokenLogHook(tmp_path, "r" * 201)
+        TokenLogHook(tmp_path, "r" * 200).close()  # the validator's limit: its files are valid
 
     def test_sigkill_mid_write_leaves_no_partial_file(self, tmp_path):
         """A trainer process killed while its writer is half-way through a file: only whole files show."""

@@ -19,6 +19,7 @@ STAGES = {
         (
             "evaluator",
             "evaluator.errors",
+            "evaluator.duck",
             "evaluator.problems",
             "evaluator.text_table",
             "evaluator.logio",
@@ -35,7 +36,7 @@ STAGES = {
     "store": (5, ("evaluator.store",)),
     "replay": (6, ("evaluator.replay",)),
     "gate": (7, ("evaluator.gate",)),
-    "read": (7, ("evaluator.summary", "evaluator.export")),
+    "read": (7, ("evaluator.summary", "evaluator.export", "evaluator.verdict")),
     "apps": (8, ("evaluator.bench", "evaluator.demo")),
     "dashboard": (8, ("dashboard",)),
     "cli": (9, ("evaluator.cli",)),

@@ -4,6 +4,9 @@ characters in the data, absurd thresholds. Readers during a replay: `tests/test_
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import subprocess
 import sys
@@ -71,6 +74,26 @@ class TestExtremeButValidValues:
         result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
         assert result.exit_code == EXIT_FINDINGS and "2 of 3 files ingested" in result.output
 
+    def test_a_file_without_rows_is_valid_and_ingested_as_empty_by_both(self, tmp_path):
+        """Decided once: a zero-row file with the schema is valid (a writer that flushed an empty buffer)
+        and replay records it without a token, so a second replay calls it already ingested."""
+        logs(tmp_path / "logs", n=1)
+        t = synthetic_steps(SyntheticSpec(run_id="r", tokens_per_step=256, mean_length=16), 40, 1)
+        empty = write_log_atomic(t.slice(0, 0), tmp_path / "logs" / "empty.parquet")
+        result = run("validate", "-v", str(empty))
+        assert result.exit_code == EXIT_OK and "empty file: no tokens" in result.output
+        db = tmp_path / "m.duckdb"
+        result = run("replay", str(tmp_path / "logs"), "--db", str(db))
+        assert result.exit_code == EXIT_OK, result.output
+        assert f"{empty}: ingested (0 loss tokens of 0 rows)" in result.output
+        assert "2 of 2 files ingested" in result.output
+        assert table(db, "SELECT n_rows, n_tokens FROM ingested_file WHERE path LIKE '%empty.parquet'") == [
+            (0, 0)
+        ]
+        assert table(db, "SELECT DISTINCT run_id FROM file_tokens") == [("r",)]
+        again = run("replay", str(empty), "--db", str(db))
+        assert again.exit_code == EXIT_OK and "already ingested" in again.output
+
     def test_far_apart_steps_group_like_near_ones(self, tmp_path):
         """Steps 0 and 3e9 in two runs would overflow one int64 key: the same groups as small steps."""
         run_ = np.array([0, 1, 1, 0, 1])
@@ -82,6 +105,43 @@ class TestExtremeButValidValues:
         np.testing.assert_array_equal(order_far, order_near)
         np.testing.assert_array_equal(groups_far.group, groups_near.group)
         assert groups_far.cells.labels["step"].tolist() == [0, 0, 7, 3_000_000_000, 3_000_000_000]
+
+
+class TestUnboundedStrings:
+    """The store repeats a run's id on every row of its summaries: a long one is refused by a rule, named
+    with the file and the column, before anything is summarised (replay of a 576-row file with a
+    20,000-character run_id peaked at 4.3 GB; BENCHMARKS.md)."""
+
+    def test_a_run_id_beyond_200_bytes_is_a_rule_in_validate_and_replay(self, tmp_path):
+        logs(tmp_path / "logs", n=1)
+        t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=64, mean_length=16), 4, 9).slice(0, 576)
+        for name, run_id in {"long": "r" * 20_000, "euro": "\u20ac" * 67, "accent": "\u00e9" * 100}.items():
+            write_log_atomic(
+                set_column(t, "run_id", pa.array([run_id] * 576)), tmp_path / "logs" / f"{name}.parquet"
+            )
+        long = tmp_path / "logs" / "long.parquet"
+        result = run("validate", str(long))
+        assert result.exit_code == EXIT_FINDINGS
+        assert f"{long}" in result.output and "run_id_too_long" in result.output
+        assert "at most 200 bytes" in result.output and "worst found 20000" in result.output
+        assert "pos_gap" not in result.output and "r" * 300 not in result.output
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        assert result.exit_code == EXIT_FINDINGS
+        lines = {line.split(":")[0]: line for line in result.output.splitlines()}
+        assert "skipped: run_id_too_long on run_id (576 rows)" in lines[str(long)]
+        assert (
+            "skipped: run_id_too_long on run_id (576 rows)" in lines[str(tmp_path / "logs" / "euro.parquet")]
+        )
+        stored = table(tmp_path / "m.duckdb", "SELECT DISTINCT run_id FROM file_tokens ORDER BY 1")
+        assert stored == [("r",), ("\u00e9" * 100,)]  # 200 bytes: within the limit
+
+
+def _read(fd: int) -> bytes:
+    """The next bytes from a pty's leader side; b"" once the child has closed it."""
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: no writer left
+        return b""
 
 
 def pc_add(column: pa.ChunkedArray, k: int) -> pa.Array:
@@ -140,6 +200,41 @@ class TestPathsThatCannotHoldAStore:
         assert "ingested" not in result.output
         if before is not None:
             assert Path(target).read_bytes() == before
+
+    @pytest.mark.parametrize("where", ["/proc/no-such-folder/m.duckdb", "/proc/m.duckdb", "/sys/m.duckdb"])
+    def test_an_unwritable_place_is_exit_2_naming_it(self, tmp_path, where):
+        logs(tmp_path / "logs", n=1)
+        result = run("replay", str(tmp_path / "logs"), "--db", where)
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert f"--db {where}: cannot write a store there: " in result.output
+        assert "Traceback" not in result.output and not isinstance(result.exception, OSError)
+
+    @pytest.mark.skipif(os.geteuid() == 0, reason="root writes whatever a folder's mode")
+    def test_a_read_only_folder_is_exit_2_and_the_store_untouched(self, tmp_path):
+        logs(tmp_path / "logs", n=1)
+        (tmp_path / "ro").mkdir()
+        (tmp_path / "ro").chmod(0o555)
+        try:
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            assert result.exit_code == EXIT_USAGE and "Permission denied" in result.output, result.output
+            (tmp_path / "ro").chmod(0o755)
+            assert (
+                run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb")).exit_code
+                == 0
+            )
+            before = (tmp_path / "ro" / "m.duckdb").read_bytes()
+            logs(tmp_path / "logs", n=2)
+            (tmp_path / "ro").chmod(0o555)  # a store there already, the folder read-only since
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            assert result.exit_code == EXIT_USAGE and "cannot write a store there" in result.output
+            assert (tmp_path / "ro" / "m.duckdb").read_bytes() == before
+        finally:
+            (tmp_path / "ro").chmod(0o755)
+
+    def test_a_report_that_cannot_be_written_is_exit_2(self, store):
+        result = run("gate", "--db", str(store), "--junit", "/proc/no-such-folder/gate.xml")
+        assert result.exit_code == EXIT_USAGE and "/proc/no-such-folder" in result.output, result.output
+        assert not isinstance(result.exception, OSError)
 
     def test_a_foreign_duckdb_database_is_refused_an_empty_one_adopted(self, tmp_path):
         logs(tmp_path / "logs", n=1)
@@ -203,6 +298,34 @@ class TestTamperedAndCraftedStores:
         result = run("query", "--db", str(store), f"SELECT * FROM read_csv('{secret}')")
         assert result.exit_code == EXIT_USAGE and "SECRET" not in result.output
 
+    @pytest.mark.parametrize(
+        "table, change, says",
+        [
+            (
+                "sketch_by_step",
+                "run_id = repeat('r', 20000)",
+                "sketch_by_step.run_id are longer than 200 bytes",
+            ),
+            ("metric_moments", "method = '<a href=\"https://evil.example\">x</a>'", "not a method"),
+            ("sketch_by_staleness", "metric = 'x'", "sketch_by_staleness.metric are not a metric"),
+            ("ingested_file", "digest = '../../etc' || file_id", "not a BLAKE2b digest"),
+            ("run_finding", "message = repeat('m', 9000)", "run_finding.message are over 8192 bytes"),
+        ],
+    )
+    def test_values_replay_never_writes_are_refused(self, store, tmp_path, table, change, says):
+        """A crafted store repeating a long or foreign value on every row would cost readers memory per
+        row (a 20,000-character run_id compresses to nothing on disk) and put foreign names on charts."""
+        from dashboard import queries
+
+        with duckdb.connect(str(store)) as con:
+            con.execute("INSERT INTO run_finding VALUES ('r', 'some_rule', NULL, 1, 'm', now())")
+            con.execute(f"UPDATE {table} SET {change} WHERE rowid IN (SELECT rowid FROM {table} LIMIT 3)")
+        for args in (["summary", "--db", str(store)], ["replay", str(tmp_path / "logs"), "--db", str(store)]):
+            result = run(*args)
+            assert result.exit_code == EXIT_USAGE and says in result.output, result.output
+        with pytest.raises(queries.StoreError, match=says):
+            queries.store_overview(store)
+
     def test_the_token_inspector_opens_only_the_bytes_replay_read(self, store, tmp_path):
         from dashboard import queries
 
@@ -220,23 +343,132 @@ class TestTamperedAndCraftedStores:
         finally:
             Path(path).write_bytes(original)
 
+    def test_the_inspector_hashes_no_file_but_a_parquet_file_of_the_recorded_rows(
+        self, store, tmp_path, monkeypatch
+    ):
+        """A crafted store's paths are data: relative, `file://`, a folder, a device, a file that is not
+        Parquet or has another row count are not reachable, and none of them is read whole."""
+        from dashboard import queries, raw_logs
+
+        hashed = []
+        monkeypatch.setattr(raw_logs, "file_digest", lambda path: hashed.append(path) or "0" * 64)
+        other = logs(tmp_path / "other", n=1, run_id="o", tokens_per_step=256)[0]
+        (tmp_path / "big.bin").write_bytes(b"x" * 100_000)
+        for path in ["logs/r-0.parquet", f"file://{tmp_path}/logs/r-0.parquet", str(tmp_path), "/dev/zero",
+                     str(tmp_path / "big.bin"), str(other), f"{tmp_path}/logs/r-*.parquet"]:  # fmt: skip
+            with duckdb.connect(str(store)) as con:
+                con.execute("UPDATE ingested_file SET path = ?", [path])
+            assert not queries.log_files(store, "r", 4)["reachable"].any(), path
+        assert hashed == []
+
+
+class TestMachineReadableOutput:
+    # Every DuckDB connection of the child runs its queries as slowly as under load (DuckDB shows its
+    # progress bar after 1 ms instead of 2 s) from its first statement that is not a SET: the caller may
+    # configure it first, as `evaluator.duck.connect` does (a SET would print the bar itself if it took 1 ms).
+    SLOW = """
+import sys, duckdb
+real = duckdb.connect
+class Loaded:
+    def __init__(self, con):
+        self._con, self._loaded = con, False
+    def _load(self, sql):
+        if not self._loaded and not str(sql).lstrip().upper().startswith("SET"):
+            self._con.execute("SET progress_bar_time = 1")
+            self._loaded = True
+    def execute(self, sql, *args, **kwargs):
+        self._load(sql)
+        self._con.execute(sql, *args, **kwargs)
+        return self
+    def sql(self, sql, *args, **kwargs):
+        self._load(sql)
+        return self._con.sql(sql, *args, **kwargs)
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self._con.close()
+duckdb.connect = lambda *args, **kwargs: Loaded(real(*args, **kwargs))
+from evaluator.cli.main import main
+sys.argv[0] = "proxaudit"
+main()
+"""
+
+    def proxaudit_under_load(self, *args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", self.SLOW, *args], capture_output=True, text=True)
+        assert done.returncode in (EXIT_OK, EXIT_FINDINGS), done.stderr
+        return done.stdout
+
+    def test_json_and_csv_carry_nothing_but_their_format(self, store, tmp_path):
+        slow_sql = "SELECT count(*) AS n FROM range(20000000) t(x) WHERE x % 7 = 1"
+        for args in (["summary", "--db", str(store), "--format", "json"],
+                     ["summary", "--db", str(store), "--by", "decision", "--format", "json"],
+                     ["query", "--db", str(store), "--format", "json", slow_sql],
+                     ["validate", str(tmp_path / "logs"), "--format", "json"]):  # fmt: skip
+            json.loads(self.proxaudit_under_load(*args))
+        text = self.proxaudit_under_load("summary", "--db", str(store), "--format", "csv")
+        rows = list(csv.reader(io.StringIO(text)))
+        assert rows[0][:3] == ["run_id", "method", "metric"] and all(len(r) == len(rows[0]) for r in rows)
+
+    def test_every_connection_we_open_goes_through_duck_connect(self):
+        repo = Path(__file__).resolve().parents[1]
+        sources = [*repo.glob("evaluator/**/*.py"), *repo.glob("dashboard/**/*.py")]
+        # the one exception: the readers benchmark's "raw duckdb" reader is a user's own connection
+        own = {repo / "evaluator" / "duck.py", repo / "evaluator" / "bench" / "readers.py"}
+        assert [p for p in sources if p not in own and "duckdb.connect(" in p.read_text()] == []
+
 
 class TestReports:
-    NASTY = "run\x1b[31m-red\x07\x00"
+    # C0 and C1 controls (U+009B is a CSI on many terminals), a bidi override and isolate, a zero width, a
+    # line separator; then what Markdown would make a link of
+    NASTY = "run\x1b[31m-red\x07\x00\x9b31m\u202edne\u2066\u200b\u2028 https://evil.example [x](https://e.example)"
+    RAW = ("\x1b", "\x00", "\x07", "\x9b", "\u202e", "\u2066", "\u200b", "\u2028")
+    SPELLED = ("\\x1b[31m", "\\x9b31m", "\\u202e", "\\u2066", "\\u200b", "\\u2028")
 
-    def test_control_characters_never_reach_the_terminal_or_break_junit(self, tmp_path):
+    def test_control_and_format_characters_never_reach_the_terminal_or_break_reports(self, tmp_path):
         t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 4)
         nasty = t.set_column(0, "run_id", pa.array([self.NASTY] * t.num_rows))
         write_log_atomic(nasty, tmp_path / "logs" / "nasty.parquet")
         db = tmp_path / "m.duckdb"
         assert run("replay", str(tmp_path / "logs"), "--db", str(db)).exit_code == EXIT_OK
         reports = ["--junit", str(tmp_path / "j.xml"), "--markdown", str(tmp_path / "g.md")]
-        for args in (["summary", "--db", str(db)], ["gate", "--db", str(db), *reports]):
+        for args in (
+            ["summary", "--db", str(db)],
+            ["gate", "--db", str(db), *reports],
+            ["query", "--db", str(db), "SELECT DISTINCT run_id FROM run_summary"],
+        ):
             output = run(*args).output
-            assert "\x1b" not in output and "\x00" not in output and "\\x1b[31m" in output
+            assert not any(c in output for c in self.RAW), args[0]
+            assert all(c in output for c in self.SPELLED), args[0]
         cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")  # well-formed XML
-        assert any("\\x1b" in case.get("classname") for case in cases)
-        assert "\x1b" not in (tmp_path / "g.md").read_text()
+        assert any("\\x9b31m" in case.get("classname") for case in cases)
+        markdown = (tmp_path / "g.md").read_text()
+        assert not any(c in markdown for c in self.RAW)
+        # the run is a code span in the table (GitHub renders the step summary: no link, no image)
+        assert "` run\\x1b[31m-red" in markdown and "example) ` |" in markdown
+
+    def test_csv_is_exact_into_a_pipe_and_spelled_out_on_a_terminal(self, tmp_path):
+        """CSV is data for a program, byte for byte (click stripped escape sequences from it); on a
+        terminal its control characters are spelled out, as a table's are."""
+        import pty
+
+        t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 2)
+        write_log_atomic(set_column(t, "run_id", pa.array([self.NASTY] * t.num_rows)), tmp_path / "n.parquet")
+        db = tmp_path / "m.duckdb"
+        replay([tmp_path / "n.parquet"], db)
+        command = [sys.executable, "-m", "evaluator.cli", "summary", "--db", str(db), "--format", "csv"]
+        piped = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        assert {row[0] for row in list(csv.reader(io.StringIO(piped)))[1:]} == {self.NASTY}  # exact
+        leader, follower = pty.openpty()
+        with subprocess.Popen(command, stdout=follower, stderr=subprocess.DEVNULL):
+            os.close(follower)
+            shown = b""
+            while chunk := _read(leader):
+                shown += chunk
+        os.close(leader)
+        text = shown.decode()
+        assert not any(c in text for c in self.RAW) and all(c in text for c in self.SPELLED)
 
     @pytest.mark.parametrize("value", ["1e308", "-1e308", "1e101"])
     def test_absurd_thresholds_are_exit_2(self, store, tmp_path, value):

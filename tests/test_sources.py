@@ -123,6 +123,41 @@ def test_a_missing_prefix_or_bucket_is_a_usage_error(s3, tmp_path, uri, says):
     assert not (tmp_path / "m.duckdb").exists()
 
 
+@pytest.mark.parametrize(
+    "uri",
+    [
+        f"s3://{BUCKET}/run-a/?endpoint_override=127.0.0.1:9&scheme=http",
+        f"s3://test:test@{BUCKET}/run-a/",
+        "s3://127.0.0.1:9/run-a/",
+        "hdfs://127.0.0.1:9/run-a/",
+        "http://127.0.0.1:9/run-a/part-0.parquet",
+    ],
+)
+def test_a_uri_with_options_credentials_or_a_host_is_refused(s3, tmp_path, uri):
+    """Options in a URI would be recorded in the store and followed by the token inspector: the endpoint
+    and credentials come from the environment only."""
+    for command in (["validate", uri], ["replay", uri, "--db", str(tmp_path / "m.duckdb")]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 2, result.output
+        assert "s3://BUCKET/KEY or gs://BUCKET/KEY" in result.output and "AWS_ENDPOINT_URL" in result.output
+    assert not (tmp_path / "m.duckdb").exists()
+
+
+def test_a_key_that_climbs_out_of_its_prefix_is_refused(s3, tmp_path):
+    """An object's key is the bucket's data: a key with `..` would be sent as another bucket's object (the
+    SDK collapses the segments) and could place a copy outside the staging folder; it is an error naming
+    it, and nothing is written."""
+    client, local = s3
+    key = "climb/../../../../escaped.parquet"
+    client.upload_file(str(local / "part-0.parquet"), BUCKET, key)
+    try:
+        result = CliRunner().invoke(cli, ["replay", f"s3://{BUCKET}/climb/", "--db", str(tmp_path / "m.db")])
+    finally:
+        client.delete_object(Bucket=BUCKET, Key=key)
+    assert result.exit_code == 2 and f"s3://{BUCKET}/{key}: a key with a `.` or `..`" in result.output
+    assert not (tmp_path / "m.db").exists()
+
+
 def test_the_inspector_reads_an_object_only_while_it_holds_the_replayed_bytes(s3, tmp_path):
     from dashboard import queries
 

@@ -14,7 +14,7 @@ import streamlit as st
 from dashboard import queries
 from dashboard.queries import Filters
 from evaluator.store import StoreBusy
-from evaluator.text_table import printable
+from evaluator.text_table import markdown_code
 from schemas.store import METHODS
 
 ESTIMATORS = tuple(m for m in METHODS if m != "ground_truth")
@@ -83,14 +83,12 @@ def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
     return value
 
 
-_MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()#+-.!|<>~$:&"})
-
-
 def plain(value: object) -> str:
-    """A value from the store as literal Markdown: every Markdown character escaped and control
-    characters spelled out, so a crafted run_id or path shows as the text it is (never a link, an image,
-    a heading or an icon)."""
-    return printable(str(value)).translate(_MARKDOWN_SPECIAL)
+    """A value from the data as inert Markdown (`markdown_code`): shown as the characters it is, never
+    as a link (Markdown's autolinks turn `www.x.org` or `a@b.org` into links even when escaped), an
+    image, HTML, an icon or a formula. (Streamlit rewrites `:material/` to `:material_` before parsing,
+    inside code too.)"""
+    return markdown_code(str(value))
 
 
 def seed(key: str, default: Any, parse: Callable[[str], Any] = str) -> None:

@@ -1,4 +1,5 @@
-"""Overview: the run's data-driven warnings if any, the decision (may I ship this estimator?), then the
+"""Overview: the run's data-driven warnings if any (with their evidence, and the checks that could not
+decide), the decision (may I ship this estimator?), then the
 engine mismatch floor, what is in the store, the gate's verdict and the headline error of each method on
 the selected run."""
 
@@ -56,17 +57,25 @@ def _gate(ctx: Context) -> None:
 
 
 def _findings(ctx: Context) -> None:
-    """The run's data-driven warnings (stored by replay): what to check in the trainer before trusting
-    any number below."""
+    """The run's data-driven warnings (stored by replay) with their evidence: what to check in the trainer
+    before trusting any number below; and the checks the data could not decide."""
     rows = load(ctx.db, "findings", ctx.run_id)
-    if rows.empty:
-        return
-    st.warning(
-        f"{len(rows)} data-driven warning{'s' * (len(rows) != 1)} about {plain(ctx.run_id)}: the logs look "
-        "wrong in a way a trainer bug leaves (docs/validate.md, 'Findings'). Check before trusting the "
-        "numbers."
-    )
-    st.dataframe(rows, hide_index=True, width="stretch")
+    undecided = load(ctx.db, "undecided_checks", ctx.run_id)
+    if not rows.empty:
+        st.warning(
+            f"{len(rows)} data-driven warning{'s' * (len(rows) != 1)} about {plain(ctx.run_id)}: the logs "
+            "look "
+            "wrong in a way a trainer bug leaves (docs/validate.md, 'Findings'). Check before trusting the "
+            "numbers."
+        )
+        shown = rows.drop(columns="message").rename(columns={"advice": "what to check in the trainer"})
+        st.dataframe(shown, hide_index=True, width="stretch")
+        for row in rows.itertuples():
+            with st.expander(f"{row.rule}: what was seen"):
+                st.text(row.message)
+    if not undecided.empty:
+        with st.expander(f"{len(undecided)} checks of the findings could not decide on this run"):
+            st.markdown("\n".join(f"- {plain(r.check_name)}: {plain(r.why)}" for r in undecided.itertuples()))
 
 
 def _pairing(ctx: Context) -> None:

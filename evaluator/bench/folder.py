@@ -13,9 +13,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import duckdb
-
 from evaluator.bench.replay import timed_replay
+from evaluator.duck import connect
 from evaluator.trainer.synthetic import SyntheticSpec, write_synthetic_log
 
 TABLES = ("file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
@@ -23,7 +22,7 @@ TABLES = ("file_tokens", "metric_moments", "sketch_by_step", "sketch_by_stalenes
 
 def store_hash(db: Path) -> tuple[int, ...]:
     """One order-independent hash of each table's rows (bit-exact: doubles hash by their bits)."""
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect(str(db), read_only=True)
     try:
         return tuple(con.execute(f"SELECT sum(hash(t)) FROM {t} AS t").fetchall()[0][0] for t in TABLES)
     finally:

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import psutil
 
+from evaluator.duck import connect
 from evaluator.errors import ProxauditError
 from evaluator.trainer.synthetic import SyntheticSpec, write_synthetic_log
 
@@ -61,7 +61,7 @@ class BenchResult:
 
 def bare_scan_seconds(path: Path) -> float:
     """Best of two timed scans summing `behave_logp`, `prox_logp`, `theta_logp` (one warms the cache)."""
-    con = duckdb.connect()
+    con = connect()
     escaped = str(path).replace("'", "''")
     query = f"SELECT sum(behave_logp), sum(prox_logp), sum(theta_logp) FROM read_parquet('{escaped}')"
     times = []
@@ -76,7 +76,7 @@ def bare_scan_seconds(path: Path) -> float:
 def table_bytes(db: Path, table: str) -> tuple[int, int]:
     """(rows, bytes) of one table in a DuckDB file: its column segments' extents in their blocks, each
     up to the next segment of any table (or the block's end), from `pragma_storage_info`: an upper bound."""
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect(str(db), read_only=True) as con:
         tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
         parts = " UNION ALL ".join(
             f"SELECT '{t}' AS t, block_id, block_offset FROM pragma_storage_info('{t}') WHERE block_id >= 0"

@@ -16,14 +16,19 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 def say(text: str, fmt: str = "table", err: bool = False) -> None:
-    """Print a command's output: human formats with control characters from the data escaped (`json`
-    escapes them itself; `csv` keeps the values as they are)."""
-    click.echo(printable(text, keep_lines=True) if fmt == "table" else text, err=err)
-    (sys.stderr if err else sys.stdout).flush()  # a line as it happens, also into a pipe (CI logs)
+    """Print a command's output: human formats with control characters from the data spelled out
+    (`printable`); `json` escapes them itself; `csv` keeps the values exact for a program, and is spelled
+    out too when it goes to a terminal (as `ls` quotes names only there)."""
+    stream = sys.stderr if err else sys.stdout
+    if fmt == "table" or (fmt == "csv" and stream.isatty()):
+        text = printable(text, keep_lines=True)
+    click.echo(text, err=err, color=True)  # click would strip escape sequences from a value into a pipe
+    stream.flush()  # a line as it happens, also into a pipe (CI logs)
 
 
 def library_errors(command: Callable) -> Callable:
-    """Turn the library's named exceptions into a one-line error and exit code 2."""
+    """Turn the library's named exceptions, and the file system's errors, into a one-line error and exit
+    code 2."""
 
     @wraps(command)
     def wrapper(*args, **kwargs):
@@ -31,6 +36,10 @@ def library_errors(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except ProxauditError as error:
             say(f"proxaudit: error: {error}", err=True)
+            sys.exit(EXIT_USAGE)
+        except OSError as error:  # a file the command writes or reads: a folder that is not writable, ...
+            where = f": {error.filename}" if error.filename else ""
+            say(f"proxaudit: error: {error.strerror or error}{where}", err=True)
             sys.exit(EXIT_USAGE)
 
     return wrapper

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from evaluator.cli.common import EXIT_USAGE
+from evaluator.cli.common import EXIT_USAGE, library_errors, say
 
 
 @click.command("import")
@@ -52,12 +52,12 @@ def import_cmd(
     convert = module.convert
     if fmt == "skyrl":
         if not trust_pickle:
-            click.echo(
+            say(
                 f"proxaudit: error: skyrl dumps are pickles: give --trust-pickle ({module.PICKLE_WARNING})",
                 err=True,
             )
             sys.exit(EXIT_USAGE)
-        click.echo(f"warning: {module.PICKLE_WARNING}", err=True)
+        say(f"warning: {module.PICKLE_WARNING}", err=True)
         convert = partial(module.convert, trust_pickle=True)
     if fmt == "slime":
         from evaluator.importers.slime_versions import Versions
@@ -67,34 +67,30 @@ def import_cmd(
     try:
         files = module.find(paths)
     except ImportFormatError as error:
-        click.echo(f"proxaudit: error: {error}", err=True)
+        say(f"proxaudit: error: {error}", err=True)
         sys.exit(EXIT_USAGE)
     if not files:
-        click.echo(f"proxaudit: error: no {fmt} dump files in {', '.join(paths)}", err=True)
+        say(f"proxaudit: error: no {fmt} dump files in {', '.join(paths)}", err=True)
         sys.exit(EXIT_USAGE)
     failed, names = 0, {}
     for path in files:
         first = names.setdefault(module.out_name(path, run_id), path)
         if first != path:  # two runs' dumps under one folder
             failed += 1
-            click.echo(
-                f"{path}: failed: its log would replace that of {first}: import them with two --run-id"
-            )
+            say(f"{path}: failed: its log would replace that of {first}: import them with two --run-id")
             continue
         try:
             result = convert(path, Path(out), run_id)
         except (ImportFormatError, OSError) as error:  # one file's trouble stops nothing
             failed += 1
-            click.echo(f"{path}: failed: {str(error).removeprefix(f'{path}: ')}")
+            say(f"{path}: failed: {str(error).removeprefix(f'{path}: ')}")
             continue
         where = result.out or "nothing written (no token in the loss)"
         skipped = "".join(f", {n:,} {why} skipped" for why, n in result.skipped.items())
-        click.echo(f"{path}: {result.sequences:,} sequences, {result.rows:,} rows{skipped} -> {where}")
+        say(f"{path}: {result.sequences:,} sequences, {result.rows:,} rows{skipped} -> {where}")
         for note in sorted(result.notes):
-            click.echo(f"  note: {note}")
-    click.echo(
-        f"{len(files) - failed} of {len(files)} files imported into {out}; next: proxaudit validate {out}"
-    )
+            say(f"  note: {note}")
+    say(f"{len(files) - failed} of {len(files)} files imported into {out}; next: proxaudit validate {out}")
     sys.exit(1 if failed else 0)
 
 
@@ -108,29 +104,23 @@ def import_cmd(
 @click.option("--project", default="proxaudit", show_default=True, help="W&B project.")
 @click.option("--online", is_flag=True, help="W&B: log to the server now instead of offline.")
 @click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+@library_errors
 def export_cmd(db: str, target: tuple[str, str], project: str, online: bool, run_id: str | None) -> None:
     """Every method x metric per step (`{method}/{metric}/avg|min|max`, AReaL's key style) and the
     decision figures per step (`{method}/decision/...`) as scalar series, one TensorBoard or W&B run per
     proxaudit run, so they line up with the trainer's own charts."""
-    from evaluator.errors import ProxauditError
     from evaluator.export import run_series, to_tensorboard, to_wandb
 
     kind, directory = target
-    try:
-        runs = run_series(db, run_id)
-    except ProxauditError as error:
-        click.echo(f"proxaudit: error: {error}", err=True)
-        sys.exit(EXIT_USAGE)
+    runs = run_series(db, run_id)
     if not runs:
-        click.echo(
-            f"proxaudit: error: {db} has no {'run ' + run_id if run_id else 'runs'} to export", err=True
-        )
+        say(f"proxaudit: error: {db} has no {'run ' + run_id if run_id else 'runs'} to export", err=True)
         sys.exit(EXIT_USAGE)
     if kind == "tensorboard":
         for folder in to_tensorboard(runs, directory):
-            click.echo(f"wrote {folder} (tensorboard --logdir {directory})")
+            say(f"wrote {folder} (tensorboard --logdir {directory})")
     else:
         ids = to_wandb(runs, project, directory, mode="online" if online else "offline")
-        click.echo(f"wrote W&B runs {', '.join(ids)} under {directory}" + ("" if online else " (wandb sync)"))
+        say(f"wrote W&B runs {', '.join(ids)} under {directory}" + ("" if online else " (wandb sync)"))
     scalars = sum(len(xs) for r in runs for xs, _ in r.series.values())
-    click.echo(f"{len(runs)} runs, {scalars:,} scalars")
+    say(f"{len(runs)} runs, {scalars:,} scalars")

@@ -63,10 +63,14 @@ def cli() -> None:
     type=click.Choice(["table", "json"]),
     default="table",
     show_default=True,
-    help="A readable table, or JSON (per file: path, n_rows, ok, readable, problems, notes).",
+    help="A readable table, or JSON (per file: path, n_rows, ok, readable, problems, notes; per run: "
+    "findings with their evidence, and every check's outcome).",
 )
 @click.option(
-    "-v", "--verbose", is_flag=True, help="Table: also show notes (what the alignment audit compared)."
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Table: also show notes (what the alignment audit compared) and the checks that passed.",
 )
 @_max_staleness
 @library_errors
@@ -84,9 +88,11 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
     from evaluator.validate.report import render_json, render_table
 
     checked = validate_paths(paths, max_staleness)
-    reports, findings = checked.reports, checked.findings
+    reports, findings, checks = checked.reports, checked.findings, checked.checks
     text = (
-        render_json(reports, findings) if fmt == "json" else render_table(reports, findings, verbose=verbose)
+        render_json(reports, findings, checks)
+        if fmt == "json"
+        else render_table(reports, findings, checks, verbose=verbose)
     )
     say(text, fmt)
     require_readable(reports)
@@ -123,9 +129,11 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """
     from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
     from evaluator.gate.report import render_table, write_reports
+    from evaluator.summary import gate_verdict_text
 
     result = run_gate(db, thresholds or DEFAULT_THRESHOLDS, run=run_id)
     say(render_table(result))
+    say("\n" + gate_verdict_text(result))
     write_reports(result, junit=junit, markdown=markdown, json_path=json_path)
     sys.exit(result.exit_code)
 
@@ -230,14 +238,24 @@ def summary(
     says so (on stderr for json and csv). Exit code 0, or 2 for a missing database, an unknown run,
     method or metric, and when such runs leave nothing to show.
     """
-    from evaluator.summary import NOTES, render, require_rows, summary_table, truth_notes
+    from evaluator.summary import (
+        NOTES,
+        compact,
+        render,
+        require_rows,
+        summary_table,
+        truth_notes,
+        verdict_text,
+    )
     from schemas.store import Tolerance
 
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
     notes = truth_notes(db, run_id)
     require_rows(table, notes)
-    say(render(table, fmt), fmt)
+    say(render(compact(table, by) if fmt == "table" else table, fmt), fmt)
+    if fmt == "table" and by == "decision":
+        say("\n" + verdict_text(db, tolerance, run_id, method))
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
     if notes:

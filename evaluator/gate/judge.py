@@ -13,19 +13,30 @@ from pathlib import Path
 import duckdb
 
 from evaluator.errors import ThresholdsError
+from evaluator.formulas.bootstrap import steps_to_decide
+from evaluator.gate.figures import FIGURE_METRIC, figure_stats, runs_with_metric, selection_stats
 from evaluator.gate.ground_truth import explained
 from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
-from schemas.store import STATS
-from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, load_thresholds
+from schemas.store import RUN_FIGURES
+from schemas.thresholds import (
+    DEFAULT_THRESHOLDS,
+    Check,
+    Thresholds,
+    ThresholdsFormatError,
+    load_thresholds,
+)
 
 __all__ = ["DEFAULT_THRESHOLDS", "GateResult", "Verdict", "judge", "run_gate", "selection_stats"]
 
 VERDICTS = ("pass", "warn", "fail", "skip")
+"""An `inconclusive` outcome (the 95% interval straddles the bound) is a warn, or a fail where the check
+asks (`on_inconclusive`)."""
 # Why a verdict is what it is (the JSON report's `outcome`).
 OUTCOMES = (
-    "ok",  # every condition holds
-    "threshold",  # an absolute max/min does not hold
+    "ok",  # every condition holds (with 95% confidence where the figure has an interval)
+    "threshold",  # an absolute max/min does not hold (with 95% confidence where it has an interval)
+    "inconclusive",  # the figure's 95% interval straddles the bound
     "regression",  # worse than the baseline by more than max_regression
     "insufficient_data",  # fewer than min_tokens tokens in the selection (of the run or of the baseline)
     "missing_metric",  # the run has no rows at all for this method and metric
@@ -33,74 +44,6 @@ OUTCOMES = (
     "missing_run",  # the run the check pins is not in the database, or it holds no run
     "not_selected",  # pinned to another run than --run, or --run selects the check's baseline
 )
-
-# n, mean, min, max and p50/p90/p99 per run over a staleness range, by the macro of the public views (with
-# the full range it is `run_summary`, with one staleness `staleness_summary`).
-_SELECTION_SQL = f"""
-    SELECT run_id, {", ".join(STATS)} FROM summary_over(lo := $lo, hi := $hi)
-    WHERE method = $method AND metric = $metric"""
-_ALL_STALENESS = (-(2**31), 2**31 - 1)
-_FIGURE_SQL = {
-    kind: f"SELECT * FROM {kind}_over(lo := $lo, hi := $hi) WHERE method = $method"
-    for kind in ("decision", "weight")
-}
-_SAFE_STALENESS_SQL = """
-    SELECT s.run_id, s.safe_staleness,
-           (SELECT coalesce(sum(d.n), 0) FROM decision_staleness_summary d
-            WHERE d.run_id = s.run_id AND d.method = s.method AND d.n >= $min_tokens) AS n
-    FROM safe_staleness(max_gradient_mass_error := $max_gme, max_clip_flip_rate := $max_flip,
-                        min_tokens := $min_tokens) s
-    WHERE s.method = $method"""
-# The metric whose rows a figure needs: a run without them is missing the figure.
-FIGURE_METRIC = {
-    "gradient_mass_error": "grad_weight_abs_error",
-    "clip_flip_rate": "clip_flip",
-    "bound_flip_rate": "bound_flip",
-    "safe_staleness": "grad_weight_abs_error",
-    **dict.fromkeys(("ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3"), "behave_imp_weight"),
-}
-
-
-def selection_stats(
-    con: duckdb.DuckDBPyConnection, method: str, metric: str, staleness: tuple[int, int] | None = None
-) -> dict[str, dict[str, float]]:
-    """`{run_id: {n, mean, min, max, p50, p90, p99}}` over the tokens with staleness in `[lo, hi]`
-    (every token if None); runs without such tokens are absent."""
-    lo, hi = staleness if staleness is not None else _ALL_STALENESS
-    params = {"method": method, "metric": metric, "lo": lo, "hi": hi}
-    rows = con.execute(_SELECTION_SQL, params).fetchall()
-    return {row[0]: dict(zip(STATS, row[1:], strict=True)) for row in rows}
-
-
-_WARNINGS_SQL = """
-    SELECT run_id, sum(n_tokens)::BIGINT AS n,
-           (SELECT count(*) FROM run_finding f WHERE f.run_id = t.run_id) AS warnings
-    FROM file_tokens t GROUP BY run_id"""
-
-
-def figure_stats(con: duckdb.DuckDBPyConnection, check: Check) -> dict[str, dict[str, float]]:
-    """`{run_id: {"n": tokens, figure: value}}` of the check's derived figure over its staleness range
-    (every token if None), from the exact sums. For safe_staleness: the tokens of the staleness levels
-    with at least `min_tokens` tokens (0 when none has enough). For warnings: the run's tokens."""
-    if check.figure == "warnings":
-        return {run: {"n": n, "warnings": count} for run, n, count in con.execute(_WARNINGS_SQL).fetchall()}
-    if check.figure == "safe_staleness":
-        params = {
-            "method": check.method,
-            "max_gme": check.max_gradient_mass_error,
-            "max_flip": check.max_clip_flip_rate,
-            "min_tokens": check.min_tokens,
-        }
-        rows = con.execute(_SAFE_STALENESS_SQL, params).fetchall()
-        return {run: {"n": n, "safe_staleness": value} for run, value, n in rows}
-    lo, hi = check.staleness if check.staleness is not None else _ALL_STALENESS
-    kind = "weight" if FIGURE_METRIC[check.figure] == "behave_imp_weight" else "decision"
-    cursor = con.execute(_FIGURE_SQL[kind], {"method": check.method, "lo": lo, "hi": hi})
-    names = [d[0] for d in cursor.description]
-    return {
-        row["run_id"]: {"n": row["n"], check.figure: row[check.figure]}
-        for row in (dict(zip(names, values, strict=True)) for values in cursor.fetchall())
-    }
 
 
 @dataclass(frozen=True)
@@ -117,6 +60,11 @@ class Verdict:
     baseline_value: float | None = None
     baseline_tokens: int | None = None
     regression_limit: float | None = None
+    lower: float | None = None
+    """the observed figure's 95% interval (a bootstrap over steps), where it has one"""
+    upper: float | None = None
+    steps_to_decide: int | None = None
+    """an inconclusive verdict: about how many more steps with prox_logp would decide it"""
 
 
 @dataclass(frozen=True)
@@ -194,12 +142,9 @@ def judge(check: Check, run_id: str, stats: dict | None, baseline: dict | None =
         )
         return Verdict(check, run_id, _failing(check), "missing_metric", why, tokens=n)
     observed = float(stats[check.measure])
-    fields: dict = dict(observed=observed, tokens=n)
-    failures = []  # (outcome, text); written as `not ok` so that NaN fails
-    if check.max is not None and not observed <= check.max:
-        failures.append(("threshold", f"{check.measure} {observed:.6g} > max {check.max:g}"))
-    if check.min is not None and not observed >= check.min:
-        failures.append(("threshold", f"{check.measure} {observed:.6g} < min {check.min:g}"))
+    lower, upper = stats.get(f"{check.measure}_lower"), stats.get(f"{check.measure}_upper")
+    fields: dict = dict(observed=observed, tokens=n, lower=lower, upper=upper)
+    failures, straddled = _bounds(check, observed, lower, upper)
     if check.baseline_run is not None:
         base_n = int(baseline["n"]) if baseline else 0
         fields["baseline_tokens"] = base_n
@@ -221,7 +166,43 @@ def judge(check: Check, run_id: str, stats: dict | None, baseline: dict | None =
     if failures:
         reason = "; ".join(text for _, text in failures)
         return Verdict(check, run_id, _failing(check), failures[0][0], reason, **fields)
-    return Verdict(check, run_id, "pass", "ok", f"{check.measure} {observed:.6g} within limits", **fields)
+    shown = _shown(observed, lower, upper)
+    if straddled is not None:
+        steps = stats.get("steps")
+        more = steps_to_decide(observed, lower, upper, straddled, steps) if steps else None
+        advice = f": about {more} more steps with prox_logp would decide it" if more else ""
+        verdict = "warn" if check.warn_only or check.on_inconclusive == "warn" else "fail"
+        reason = f"{check.measure} {shown} straddles {straddled:g}{advice}"
+        return Verdict(check, run_id, verdict, "inconclusive", reason, steps_to_decide=more, **fields)
+    return Verdict(check, run_id, "pass", "ok", f"{check.measure} {shown} within limits", **fields)
+
+
+def _shown(observed: float, lower: float | None, upper: float | None) -> str:
+    interval = "" if lower is None or upper is None else f" (95%: {lower:.6g} to {upper:.6g})"
+    return f"{observed:.6g}{interval}"
+
+
+def _bounds(
+    check: Check, observed: float, lower: float | None, upper: float | None
+) -> tuple[list[tuple[str, str]], float | None]:
+    """(failures, the bound an interval straddles) of `max` and `min`: with an interval, a bound fails
+    only when the whole interval is beyond it and is undecided when the interval straddles it; without
+    one, on the point (written as `not ok` so that NaN fails)."""
+    failures, straddled = [], None
+    high = observed if upper is None or lower is None else upper
+    low = observed if upper is None or lower is None else lower
+    shown = _shown(observed, lower, upper)
+    if check.max is not None and not high <= check.max:
+        if not low <= check.max:
+            failures.append(("threshold", f"{check.measure} {shown} > max {check.max:g}"))
+        else:
+            straddled = check.max
+    if check.min is not None and not low >= check.min:
+        if not high >= check.min:
+            failures.append(("threshold", f"{check.measure} {shown} < min {check.min:g}"))
+        else:
+            straddled = check.min
+    return failures, straddled
 
 
 def _runs_to_judge(check: Check, runs: list[str], only_run: str | None) -> list[str] | Verdict:
@@ -270,25 +251,20 @@ def evaluate(
             )
             verdicts.append(Verdict(check, None, _failing(check), "missing_run", why))
             continue
-        if check.figure == "warnings":
+        if check.figure in RUN_FIGURES:
             stats = figure_stats(con, check)
-            present = set(stats)
+            present = {run for run, values in stats.items() if values[check.figure] is not None}
         elif check.figure:
-            present = _runs_with_metric(con, check.method, FIGURE_METRIC[check.figure])
+            present = runs_with_metric(con, check.method, FIGURE_METRIC[check.figure])
             stats = figure_stats(con, check)
         else:
-            present = _runs_with_metric(con, check.method, check.metric)
+            present = runs_with_metric(con, check.method, check.metric)
             stats = selection_stats(con, check.method, check.metric, check.staleness)
         for run_id in selected:
             missing = _missing(check, run_id, runs, present)
             baseline = stats.get(check.baseline_run) if check.baseline_run else None
             verdicts.append(missing or judge(check, run_id, stats.get(run_id), baseline))
     return verdicts
-
-
-def _runs_with_metric(con: duckdb.DuckDBPyConnection, method: str, metric: str) -> set[str]:
-    sql = "SELECT DISTINCT run_id FROM metric_moments WHERE method = ? AND metric = ? AND n > 0"
-    return {row[0] for row in con.execute(sql, [method, metric]).fetchall()}
 
 
 def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> GateResult:

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from evaluator.gate.judge import GateResult, Verdict
-from evaluator.text_table import aligned_lines, column_widths, printable
+from evaluator.text_table import aligned_lines, column_widths, markdown_code, printable
 
 _MARK = {"pass": "✅ pass", "warn": "⚠️ warn", "fail": "❌ fail", "skip": "⏭️ skip"}
 
@@ -81,22 +81,22 @@ def render_table(result: GateResult) -> str:
 def render_markdown(result: GateResult) -> str:
     """GitHub-flavoured Markdown for `$GITHUB_STEP_SUMMARY`: a status heading, one row per verdict."""
 
-    def cell(text: str) -> str:
-        return printable(text).replace("|", "\\|")
+    def cell(text: str, data: bool = False) -> str:  # a pipe ends a table cell, in a code span too
+        return (markdown_code(text) if data else printable(text)).replace("|", "\\|")
 
     lines = [
         f"### proxaudit gate {'✅ passed' if result.passed else '❌ FAILED'}",
         "",
         summary_line(result).split(": ", 1)[1].capitalize()
-        + f" on `{result.db}` with `{result.thresholds}`.",
+        + f" on {markdown_code(str(result.db))} with {markdown_code(str(result.thresholds))}.",
         "",
         "| check | run | staleness | observed | threshold | tokens | verdict | reason |",
         "| --- | --- | --- | ---: | --- | ---: | --- | --- |",
     ]
     for v, row in zip(result.verdicts, _rows(result), strict=True):
         name, run, observed, threshold, tokens, verdict, reason = row
-        cells = [name, run, _selection(v), observed, threshold, tokens, _MARK[verdict], reason]
-        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+        cells = [cell(name, True), cell(run, True), cell(_selection(v)), observed, cell(threshold), tokens]
+        lines.append("| " + " | ".join([*cells, _MARK[verdict], cell(reason, True)]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -121,10 +121,14 @@ def verdict_record(v: Verdict) -> dict:
         "warn_only": check.warn_only,
         "min_tokens": check.min_tokens,
         "on_insufficient": check.on_insufficient,
+        "on_inconclusive": check.on_inconclusive,
         "baseline_run": check.baseline_run,
         "max_regression": check.max_regression,
         "better": check.better if check.max_regression is not None else None,
         "observed": clean(v.observed),
+        "observed_lower": clean(v.lower),
+        "observed_upper": clean(v.upper),
+        "steps_to_decide": v.steps_to_decide,
         "tokens": v.tokens,
         "baseline_value": clean(v.baseline_value),
         "baseline_tokens": v.baseline_tokens,

@@ -40,6 +40,7 @@ from evaluator.hook.layout import LAYOUT_TENSORS, TOKEN_COLUMNS, Alignment, Hook
 from evaluator.hook.rows import CallPlan, Snapshot, host_copies, make_plan, rows_table
 from evaluator.hook.rows import host_copy as host_copy  # one tensor's copy, as every group's on CUDA
 from evaluator.logio import token_table, write_log_atomic
+from schemas.token_log import RUN_ID_MAX_BYTES
 
 __all__ = ["Alignment", "HookShapeError", "HookWriterError", "RunIdReusedWarning", "TokenLogHook"]
 
@@ -84,8 +85,11 @@ class TokenLogHook:
         max_pending: int = 16,
         poll_seconds: float = 0.05,
     ) -> None:
-        if not _RUN_ID.match(run_id):
-            raise ValueError(f"run_id {run_id!r} must be a file-name-safe word (letters, digits, _ . = + -)")
+        if not _RUN_ID.match(run_id) or len(run_id) > RUN_ID_MAX_BYTES:
+            raise ValueError(
+                f"run_id {run_id!r} must be a file-name-safe word (letters, digits, _ . = + -) of at most "
+                f"{RUN_ID_MAX_BYTES} characters"
+            )
         if steps_per_file < 1 or tokens_per_file < 1 or max_pending < 1:
             raise ValueError("steps_per_file, tokens_per_file and max_pending must be >= 1")
         self.out_dir, self.run_id = Path(out_dir), run_id

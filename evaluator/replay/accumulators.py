@@ -134,12 +134,14 @@ class SketchCounts:
         table = _grown(table, len(self.cells), 0)
         table[rows, lo - first : lo - first + span] += counts
         self.dense[series] = first, table
+        if self.size() > DENSE_BUDGET:  # within a batch too: many cells x a wide range of buckets
+            self._spill()
 
     def size(self) -> int:
         return sum(table.size for _, table in self.dense.values())
 
-    def flush(self) -> None:
-        """Move the dense counts to sparse rows (nonzero cells only) and start afresh."""
+    def _spill(self) -> None:
+        """Move the dense counts to sparse rows (nonzero cells only), keeping the cells' rows."""
         labels = self.cells.labels()
         for series, (first, table) in self.dense.items():
             cell, offset = np.nonzero(table[: len(self.cells)])
@@ -151,7 +153,12 @@ class SketchCounts:
                     "count": table[cell, offset],
                 }
             )
-        self.cells, self.dense = CellIndex(self.names), {}
+        self.dense = {}
+
+    def flush(self) -> None:
+        """Move the dense counts to sparse rows and start afresh (between batches: new cells' rows)."""
+        self._spill()
+        self.cells = CellIndex(self.names)
 
     def maybe_flush(self) -> None:
         """Flush when the dense counts pass `DENSE_BUDGET` elements (call between batches only)."""

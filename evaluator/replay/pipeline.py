@@ -215,7 +215,8 @@ def replay(
                     load_kernels()  # numba's start, while the files are checked
                 _check(slots, runner, bar)
                 checked = [s.checked for s in slots if s.checked is not None]
-                findings = judge_call(checked, max_staleness, duplicates=False)
+                judgement = judge_call(checked, max_staleness, duplicates=False)
+                findings = judgement.findings
                 bar.reset()
                 for i, (slot, summary) in enumerate(_summaries(slots, runner, loss, bar), 1):
                     start = time.perf_counter()
@@ -223,7 +224,7 @@ def replay(
                     ingest_s += time.perf_counter() - start if summary is not None else 0.0
                     announcer.add(slot.outcome, published=not store.unpublished)
                     bar.set_description(f"replayed {i}/{len(files)} files")
-                store.record_findings([f for f in findings if f.severity == "warning"])
+                store.record_findings([f for f in findings if f.severity == "warning"], judgement.checks)
         finally:
             announcer.flush()  # after the last publish, an error or Ctrl-C too (the store keeps its files)
     outcomes = announcer.outcomes

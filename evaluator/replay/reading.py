@@ -111,10 +111,9 @@ def _joined(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
 def sorted_copy(path, out) -> None:
     """`path` rewritten to `out` with its rows ordered by sequence and position (DuckDB sorts out of core):
     what a file whose sequences are not contiguous is replayed from."""
-    import duckdb
+    from evaluator.duck import connect
 
-    with duckdb.connect() as con:
-        con.execute("SET enable_progress_bar = false")
+    with connect() as con:
         source = str(path).replace("'", "''")
         target = str(out).replace("'", "''")
         con.execute(

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import duckdb
+
+from evaluator.errors import StoreError
 
 
 def sibling(db: Path, suffix: str) -> Path:
@@ -30,3 +36,14 @@ def publish_copy(work: Path, db: Path) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
+
+
+@contextmanager
+def writing(db: Path, what: str) -> Iterator[None]:
+    """A `StoreError` naming the store and the file for an error of the file system while writing it (a
+    read-only folder, a path under /proc, a full disk) instead of a traceback."""
+    try:
+        yield
+    except (OSError, duckdb.IOException) as error:
+        why = f"{error.strerror} ({error.filename})" if isinstance(error, OSError) else str(error)
+        raise StoreError(f"--db {db}: {what}: {why}") from None

@@ -18,13 +18,25 @@ from pathlib import Path
 
 import duckdb
 
+from evaluator.duck import connect
 from evaluator.errors import StoreError, UsageError
-from schemas.store import STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
+from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
+from schemas.token_log import RUN_ID_MAX_BYTES
 
 READ_LOCK_WAIT_S = 3.0
 STORE = "store"
 """The name a reader attaches the store under."""
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
+TEXT_MAX_BYTES = 8192
+"""The longest text a store may hold in a column without a rule of its own (a path, a finding's message)."""
+_VALUE_RULES = {
+    "run_id": (f"strlen(run_id) > {RUN_ID_MAX_BYTES}", f"longer than {RUN_ID_MAX_BYTES} bytes"),
+    "method": (f"method NOT IN ({', '.join(map(repr, METHODS))})", "not a method proxaudit computes"),
+    "metric": (f"metric NOT IN ({', '.join(map(repr, METRICS))})", "not a metric proxaudit computes"),
+    "digest": ("NOT regexp_full_match(digest, '[0-9a-f]{64}')", "not a BLAKE2b digest"),
+}
+_CHECKED: dict[tuple, None] = {}
+"""Published stores whose values passed `check_values` in this process: (path, inode, size, mtime)."""
 
 
 class StoreBusy(StoreError):
@@ -65,15 +77,15 @@ def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tu
 @functools.cache
 def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
     """The store's tables and their (column, type), from the DDL (a reference in memory)."""
-    with duckdb.connect() as con:
+    with connect() as con:
         con.execute(TABLE_DDL)
         return _columns(con, "memory")
 
 
 def check_store(con: duckdb.DuckDBPyConnection, db: Path, catalog: str | None = None) -> None:
     """A `StoreError` unless the catalog (the connection's own database by default) holds a proxaudit
-    store of this schema version: every table of the DDL as a base table with its columns, and the schema
-    version recorded."""
+    store of this schema version: every table of the DDL as a base table with its columns, the schema
+    version recorded, and values replay writes (`check_values`)."""
     catalog = catalog or con.execute("SELECT current_database()").fetchone()[0]
     found = _columns(con, catalog)
     tables = "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = ?"
@@ -93,6 +105,37 @@ def check_store(con: duckdb.DuckDBPyConnection, db: Path, catalog: str | None = 
         if table not in base or found.get(table) != columns:
             got = "missing" if table not in found else "a view" if table not in base else "of other columns"
             raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
+    check_values(con, db, catalog)
+
+
+def check_values(con: duckdb.DuckDBPyConnection, db: Path, catalog: str) -> None:
+    """A `StoreError` unless every text value is one replay writes: a run_id of at most
+    `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
+    store repeats these on every row, so a crafted one with long or foreign values would cost readers
+    memory per row (and put foreign names on charts). One scan per published file in a process."""
+    info = db.stat()
+    key = (str(db), info.st_ino, info.st_size, info.st_mtime_ns)
+    if key in _CHECKED:
+        return
+    for table, columns in expected_tables().items():
+        texts = [c for c, dtype in columns if dtype == "VARCHAR"]
+        rules = [
+            _VALUE_RULES.get(c, (f"strlen({c}) > {TEXT_MAX_BYTES}", f"over {TEXT_MAX_BYTES} bytes"))
+            for c in texts
+        ]
+        if not texts:
+            continue
+        counts = con.execute(
+            f'SELECT {", ".join(f"count_if({r[0]})" for r in rules)} FROM "{catalog}".main.{table}'
+        ).fetchone()
+        for column, (_, what), count in zip(texts, rules, counts, strict=True):
+            if count:
+                raise StoreError(
+                    f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
+                )
+    if len(_CHECKED) >= 64:
+        _CHECKED.pop(next(iter(_CHECKED)))
+    _CHECKED[key] = None
 
 
 def _attach(con: duckdb.DuckDBPyConnection, db: Path, wait_s: float) -> None:
@@ -126,7 +169,7 @@ def open_store(
     db = check_db_path(db)
     if not db.is_file():
         raise StoreError(f"no metrics database at {db}: run `proxaudit replay LOGS --db {db}` first")
-    con = duckdb.connect()
+    con = connect()
     try:
         _attach(con, db, lock_wait_s)
         check_store(con, db, STORE)

@@ -26,10 +26,13 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from evaluator.problems import Finding, Problem
-from evaluator.store.files import publish_copy, sibling
+from evaluator.problems import CheckOutcome, Finding, Problem
+from evaluator.store import findings as stored_findings
+from evaluator.store.files import publish_copy, sibling, writing
+from evaluator.store.intervals import refresh_intervals
 from evaluator.store.reader import StoreBusy, check_db_path, check_store
 from evaluator.store.repeats import CopyOf, repeats
 from schemas.store import METRIC_TABLE, STORE_DDL, STORE_SCHEMA_VERSION
@@ -95,11 +98,13 @@ class StoreWriter:
         self._merged_rows = self._unmerged_rows = 0  # staleness sketch rows at the last merge, and since
 
     def __enter__(self) -> StoreWriter:
-        self.db.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = open(sibling(self.db, "lock"), "a+b")
+        with writing(self.db, "cannot write a store there"):
+            self.db.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = open(sibling(self.db, "lock"), "a+b")
         self._take_lock()
         try:
-            self._open()
+            with writing(self.db, "cannot write a store there"):
+                self._open()
         except BaseException:
             self.close()
             raise
@@ -132,7 +137,7 @@ class StoreWriter:
             stale.unlink(missing_ok=True)  # left by a killed replay: the published store is the truth
         fresh = not self.db.exists()
         if not fresh:
-            with duckdb.connect(str(self.db), read_only=True) as probe:
+            with connect(str(self.db), read_only=True) as probe:
                 empty = not probe.execute(
                     "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary"
                 ).fetchone()[0]
@@ -148,7 +153,7 @@ class StoreWriter:
             wal = self.db.with_name(self.db.name + ".wal")
             if wal.exists():  # written by another program: replayed when the copy is opened
                 shutil.copyfile(wal, self.work.with_name(self.work.name + ".wal"))
-        self.con = duckdb.connect(str(self.work))
+        self.con = connect(str(self.work))
         self.con.execute(STORE_DDL)
         self.con.execute(
             "INSERT INTO store_meta VALUES ('store_schema_version', ?) ON CONFLICT DO NOTHING",
@@ -217,29 +222,12 @@ class StoreWriter:
             self.publish()
         return True
 
-    def record_findings(self, findings: Sequence[Finding]) -> None:
+    def record_findings(self, findings: Sequence[Finding], checks: Sequence[CheckOutcome] = ()) -> None:
         """Store the warnings of one replay about runs the store holds (one row per run and rule: a
-        rule that fires again replaces its row; one that does not keeps the row of earlier files)."""
-        if not findings:
-            return
-        found = pa.table(
-            {
-                "run_id": [f.run_id for f in findings],
-                "rule": [f.rule for f in findings],
-                "column_name": pa.array([f.column for f in findings], pa.string()),
-                "n_rows": pa.array([f.rows for f in findings], pa.int64()),
-                "message": [f.message for f in findings],
-            }
-        )
-        self.con.register("found", found)
-        try:
-            self.con.execute(
-                "INSERT OR REPLACE INTO run_finding SELECT *, now() FROM found "
-                "WHERE run_id IN (SELECT run_id FROM file_tokens)"
-            )
-        finally:
-            self.con.unregister("found")
-        self._dirty = True
+        rule that fires again replaces its row; one that does not keeps the row of earlier files), and
+        what every check made of those runs (`evaluator.store.findings`)."""
+        if stored_findings.record(self.con, findings, checks):
+            self._dirty = True
 
     def _insert(self, location: str, digest: str, summary: FileSummary) -> None:
         con = self.con
@@ -272,8 +260,10 @@ class StoreWriter:
         started = time.monotonic()
         if self._unmerged_rows and (final or self._unmerged_rows >= self._merged_rows):
             self._merged_rows, self._unmerged_rows = self._merge_staleness_sketches(), 0
+        refresh_intervals(self.con)
         self.con.execute("CHECKPOINT")
-        publish_copy(self.work, self.db)
+        with writing(self.db, "cannot publish the store"):
+            publish_copy(self.work, self.db)
         self._published_at, self._publish_s = time.monotonic(), time.monotonic() - started
         self._dirty = False
 

@@ -9,6 +9,9 @@ so interpolating in version is close to, but not exactly, right (as in real trai
 engine adds a small mismatch to the log-probs it reports (`behave_logp`, `proximal_t_logp`). Responses
 are split into abort-resume segments whose versions rise by one per resume; `proximal_t` follows
 DOMAIN.md section 4 (version + 1 for tokens followed by a later segment, own log-prob in the last).
+Responses come in GRPO groups of consecutive `seq_id`s (one prompt each): a 0/1 reward per response, the
+advantage `(r - mean) / (std + 1e-6)` of its group; the updates within a step make the trained tokens of
+positive-advantage responses more likely (`learning`), as a trainer that trains on its advantages does.
 """
 
 from __future__ import annotations
@@ -53,8 +56,17 @@ class SyntheticSpec:
     the log-prob of behave_version (recomputed, so not bit-equal to behave_logp); `overwritten` gives every
     earlier segment the log-prob of the last segment's version (every resume overwrote every token,
     seeds/001). The proximal_t findings catch both."""
+    weights_offset: int = 0
+    """A bug: the trainer's forward passes (prox and theta) run on the weights of version step +
+    weights_offset (-1: the step's update never loaded). The findings catch it (`version_count`)."""
     loss_mask_drop: float = 0.02
     """Fraction of tokens with `loss_mask` false."""
+    group_size: int = 8
+    """Responses per prompt (GRPO group: consecutive seq_ids of one step; a step's last group may be
+    smaller)."""
+    learning: float = 0.1
+    """Logit change of a trained token per unit of advantage over one version of updates: theta at
+    minibatch m is moved by `learning * advantage * m / n_minibatches` on `loss_mask` tokens."""
 
 
 def _log_sigmoid(x: np.ndarray) -> np.ndarray:
@@ -99,14 +111,19 @@ def synthetic_steps(spec: SyntheticSpec, first_step: int, n_steps: int) -> pa.Ta
     slope = rng.normal(0.0, spec.drift, T)
     curvature = rng.normal(0.0, spec.drift / 10, T)
 
-    def logp(version: np.ndarray, noise: float = 0.0) -> np.ndarray:
+    def logp(version: np.ndarray, noise: float = 0.0, shift: np.ndarray | float = 0.0) -> np.ndarray:
         dv = version - step
-        return _log_sigmoid(u + slope * dv + curvature * dv**2 + rng.normal(0.0, noise, T) * (noise > 0))
+        x = u + slope * dv + curvature * dv**2 + shift
+        return _log_sigmoid(x + rng.normal(0.0, noise, T) * (noise > 0))
 
     mb = minibatch[seq_of]
+    reward, advantage = _grpo(rng, n_steps, n_seq_per_step, spec.group_size)  # (S,) each
+    loss_mask = rng.random(T) >= spec.loss_mask_drop
     behave_logp = logp(behave_version, spec.engine_mismatch)
-    prox_logp = logp(step.astype(float))
-    theta_logp = logp(step + mb / spec.n_minibatches)
+    weights = step + float(spec.weights_offset)  # (T,) the version of the trainer's weights
+    prox_logp = logp(weights)
+    within = mb / spec.n_minibatches  # theta's place in version time after `mb` updates of the step
+    theta_logp = logp(weights + within, shift=spec.learning * advantage[seq_of] * within * loss_mask)
     has_prox = (step % spec.prox_every == 0) if spec.prox_every > 0 else np.zeros(T, bool)
     columns = {
         "run_id": np.full(T, spec.run_id, dtype=object),
@@ -116,13 +133,13 @@ def synthetic_steps(spec: SyntheticSpec, first_step: int, n_steps: int) -> pa.Ta
         "seq_id": seq_id[seq_of],
         "pos": pos,
         "token_id": rng.integers(0, 32000, size=T),
-        "loss_mask": rng.random(T) >= spec.loss_mask_drop,
+        "loss_mask": loss_mask,
         "behave_logp": behave_logp,
         "behave_version": behave_version,
         "prox_logp": np.where(has_prox, prox_logp, np.nan),
         "theta_logp": theta_logp,
-        "advantage": rng.normal(0.0, 1.0, S)[seq_of],
-        "reward": (rng.random(S) < 0.5).astype(np.float32)[seq_of],
+        "advantage": advantage[seq_of],
+        "reward": reward[seq_of],
     }
     if spec.with_proximal_t:
         followed = segment < last_segment
@@ -135,6 +152,21 @@ def synthetic_steps(spec: SyntheticSpec, first_step: int, n_steps: int) -> pa.Ta
         columns["proximal_t_version"] = np.where(followed, behave_version + 1, behave_version)
     order = np.lexsort((pos, seq_of, mb, step))
     return token_table({name: values[order] for name, values in columns.items()})
+
+
+def _grpo(rng: np.random.Generator, n_steps: int, per_step: int, group_size: int):
+    """(reward, advantage) per response, float32: groups of `group_size` consecutive responses of a step,
+    each with its own success rate; advantage = (r - group mean) / (group std + 1e-6), as GRPO."""
+    response = np.arange(n_steps * per_step)  # (S,) in step order, seq_id order within a step
+    in_step = response % per_step
+    _, group = np.unique(response - in_step + in_step // max(1, group_size), return_inverse=True)
+    success = rng.random(group.max() + 1)[group]
+    reward = (rng.random(len(group)) < success).astype(np.float32)
+    count = np.bincount(group).astype(np.float32)
+    mean = (np.bincount(group, reward) / count).astype(np.float32)[group]
+    var = np.bincount(group, (reward - mean) ** 2) / np.maximum(count - 1, 1)
+    std = np.sqrt(var).astype(np.float32)[group]
+    return reward, ((reward - mean) / (std + np.float32(1e-6))).astype(np.float32)
 
 
 def write_synthetic_log(path: str | os.PathLike, n_tokens: int, spec: SyntheticSpec = SyntheticSpec()) -> int:

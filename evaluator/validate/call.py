@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from evaluator.errors import NothingReadableError, UsageError
-from evaluator.problems import FileReport, Finding, Problem
+from evaluator.problems import CheckOutcome, FileReport, Finding, Problem
 from evaluator.sources import Staging, is_uri
 from evaluator.validate import audit
 from evaluator.validate.evidence import pooled
@@ -41,13 +41,23 @@ def find_parquet_files(paths: Sequence[str | Path], staging: Staging | None = No
 
 
 @dataclass
+class Judgement:
+    """The run-level findings (errors and warnings) of `evaluator.validate.findings` on the files of a
+    call, and what every check made of every run (passed, found, undecided and why)."""
+
+    findings: list[Finding]
+    checks: list[CheckOutcome]
+
+
+@dataclass
 class Validation:
     """The verdict on the files of one call: a report per file (errors of the call-level checks
-    included) and the run-level findings (errors and warnings) of `evaluator.validate.findings`."""
+    included), the run-level findings and the checks' outcomes."""
 
     reports: list[FileReport]
     findings: list[Finding]
     checked: list[CheckedFile]
+    checks: list[CheckOutcome]
 
     @property
     def warnings(self) -> list[Finding]:
@@ -65,17 +75,18 @@ def validate_paths(paths: Sequence[str | Path], max_staleness: int | None = None
         checked = [check_file(path) for path in files]
     for c in checked:  # the call-level checks read no file, and their messages name what the user named
         c.report.path = staging.location(c.report.path)
-    return Validation([c.report for c in checked], judge_call(checked, max_staleness), checked)
+    judgement = judge_call(checked, max_staleness)
+    return Validation([c.report for c in checked], judgement.findings, checked, judgement.checks)
 
 
 def judge_call(
     checked: list[CheckedFile], max_staleness: int | None = None, duplicates: bool = True
-) -> list[Finding]:
+) -> Judgement:
     """The checks that need several files, on the files that broke no rule of their own: a token in two
     files (`duplicates`: replay checks against the store instead), the alignment audit pooled over a
     run's files where one file alone was inconclusive, and the data-driven findings per run. An error
     becomes a problem of the run's files (they lose their facts: replay skips them); every finding is
-    returned."""
+    returned, with every check's outcome per run."""
     clean = [c for c in checked if c.facts is not None]
     if duplicates:
         pairs = [(c.report.path, c.facts) for c in clean]
@@ -88,7 +99,7 @@ def judge_call(
     for run_id, files in by_run.items():
         _pooled_audit(run_id, files)
     clean = [c for c in clean if c.report.ok]
-    found = run_findings(pooled([c.evidence for c in clean]), max_staleness) if clean else []
+    found, outcomes = run_findings(pooled([c.evidence for c in clean]), max_staleness) if clean else ([], [])
     for finding in (f for f in found if f.severity == "error"):
         for c in clean:
             if finding.run_id in c.runs() and _shows(c, finding, max_staleness):
@@ -96,7 +107,7 @@ def judge_call(
     for c in checked:
         if not c.report.ok:
             c.facts = None
-    return found
+    return Judgement(found, outcomes)
 
 
 def _pooled_audit(run_id: str, files: list[CheckedFile]) -> None:
@@ -126,7 +137,7 @@ def _shows(c: CheckedFile, finding: Finding, max_staleness: int | None) -> bool:
     files that hold them."""
     if finding.rule != "staleness_beyond_max":
         return True
-    return bool(pc.any(pc.greater(c.evidence.cells["staleness"], max_staleness)).as_py())
+    return bool(pc.any(pc.greater(c.evidence.tables["cells"]["staleness"], max_staleness)).as_py())
 
 
 def require_readable(reports: Sequence[FileReport]) -> None:

@@ -1,17 +1,16 @@
 """What the data-driven findings need of one file (`evaluator.validate.findings`): small aggregates per run,
-computed by the validator in the same DuckDB pass as its rules, and pooled over the files of a call by
-adding them up.
+computed by the validator after its rules, and pooled over the files of a call by adding them up.
 
-- `cells`, per (run, step, minibatch, staleness): loss tokens, masked rows, tokens with `prox_logp`, the
-  sums of |prox - behave| (drift), verl's |exp(prox) - exp(behave)|, NeMo-RL's exp|prox - behave|,
-  |theta - prox|, how many tokens have behave exactly equal to prox or to theta, and how many with prox
-  have prox or behave exactly 0.
-- `proximal_t`, per (run, k = step - proximal_t_version, staleness) of the tokens whose proximal_t claims
-  the next version (a later segment follows): |proximal_t - prox| and |behave - prox| sums over the
-  tokens with prox, and how many have proximal_t exactly equal to behave; and `segment_pairs`, per run:
-  consecutive resumed segments of a sequence, and how often the earlier one's proximal_t is the closer
-  to prox (it should be the farther).
-- `edges`, per run: rows at the first and the last position of a response, and how many are masked.
+- `cells`, per (run, step, minibatch, staleness), over every row: loss tokens, masked rows, tokens with
+  `prox_logp`, the sums of |prox - behave| (drift) and of its square, verl's |exp(prox) - exp(behave)|,
+  NeMo-RL's exp|prox - behave|, |theta - prox|, |theta - behave|, how many tokens have behave exactly
+  equal to prox or to theta, theta exactly equal to prox, prox exactly 0, behave exactly 0 (with prox,
+  and where theta is below -0.1: a placeholder), the step's n_minibatches (least and most), and an
+  example token.
+- from a sample of whole blocks of consecutive responses (`block_sample`; a file under
+  `MAX_SAMPLE_ROWS` rows whole): the shape of each response (`shapes`: loss mask, advantage, reward,
+  movement, repeats), GRPO groups (`groups`) and the proximal_t segments (`segments`), each as counts
+  and sums per run, and a few example tokens per kind.
 """
 
 from __future__ import annotations
@@ -22,119 +21,131 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from evaluator.duck import connect
 from evaluator.formulas.gradients import LOG_WEIGHT_MAX
+from evaluator.validate import groups, segments, shapes
+from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
+
+KEYS: dict[str, tuple[str, ...]] = {
+    "cells": ("run_id", "step", "minibatch", "staleness"),
+    "proximal_t": ("run_id", "k", "staleness"),
+    "segment_pairs": ("run_id",),
+    "refresh": ("run_id",),
+    "mask": ("run_id",),
+    "mask_hist": ("run_id", "kind", "value"),
+    "advantage": ("run_id",),
+    "movement": ("run_id", "kind", "sign"),
+    "roll": ("run_id", "shift"),
+    "repeats": ("run_id",),
+    "groups": ("run_id", "size"),
+}
+"""Each table of the evidence and its key; the other columns add up over files (`examples`: kept)."""
+PLACEHOLDER_THETA = -0.1
+"""A trained token whose behave_logp is exactly 0 (probability 1) while the trainer gives it under 0.9
+has no engine log-prob: a placeholder (0 on none of the clean runs' tokens)."""
+_NOT_SUMMED = {
+    "n_minibatches": "max(n_minibatches)",
+    "n_minibatches_min": "min(n_minibatches_min)",
+    "example_seq": "min(example_seq)",
+    "example_pos": "arg_min(example_pos, example_seq)",
+}
 
 
 @dataclass
 class Evidence:
-    """One file's aggregates (Arrow tables keyed by run_id), or several files' added up."""
+    """One file's aggregates (Arrow tables with a run_id column), or several files' added up."""
 
-    cells: pa.Table
-    proximal_t: pa.Table
-    segment_pairs: pa.Table
-    edges: pa.Table
+    tables: dict[str, pa.Table]
+    examples: pa.Table
+    """run_id, kind, step, seq_id, minibatch, pos: a few example tokens per kind of signal."""
 
 
 def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
     prox = "prox_logp" if "prox_logp" in usable else "NULL::DOUBLE"
     return con.sql(f"""
         SELECT run_id, step, minibatch, max(n_minibatches)::INTEGER AS n_minibatches,
+               min(n_minibatches)::INTEGER AS n_minibatches_min,
                (step - behave_version)::BIGINT AS staleness,
                count(*) FILTER (WHERE loss_mask) AS n,
                count(*) FILTER (WHERE NOT loss_mask) AS n_masked,
                count({prox}) FILTER (WHERE loss_mask) AS n_prox,
                coalesce(sum(abs({prox} - behave_logp)) FILTER (WHERE loss_mask), 0) AS drift,
+               coalesce(sum(({prox} - behave_logp) ** 2) FILTER (WHERE loss_mask), 0) AS drift_sq,
                coalesce(sum(abs(exp({prox}) - exp(behave_logp))) FILTER (WHERE loss_mask), 0) AS prob_drift,
                coalesce(sum(exp(least(abs({prox} - behave_logp), {LOG_WEIGHT_MAX})))
                         FILTER (WHERE loss_mask), 0) AS exp_abs_drift,
                coalesce(sum(abs(theta_logp - {prox})) FILTER (WHERE loss_mask), 0) AS theta_gap,
+               coalesce(sum(abs(theta_logp - behave_logp) * ({prox} IS NOT NULL)::INTEGER)
+                        FILTER (WHERE loss_mask), 0) AS theta_drift,
                count(*) FILTER (WHERE loss_mask AND behave_logp = {prox}) AS behave_is_prox,
                count(*) FILTER (WHERE loss_mask AND behave_logp = theta_logp) AS behave_is_theta,
+               count(*) FILTER (WHERE loss_mask AND theta_logp = {prox}) AS theta_is_prox,
+               count(*) FILTER (WHERE loss_mask AND behave_logp = 0 AND theta_logp < {PLACEHOLDER_THETA})
+                   AS behave_zero,
                count(*) FILTER (WHERE loss_mask AND {prox} = 0) AS prox_is_zero,
-               count(*) FILTER (WHERE loss_mask AND {prox} IS NOT NULL AND behave_logp = 0) AS behave_is_zero
+               count(*) FILTER (WHERE loss_mask AND {prox} IS NOT NULL AND behave_logp = 0) AS behave_is_zero,
+               min(seq_id) AS example_seq, arg_min(pos, seq_id) AS example_pos
         FROM src GROUP BY run_id, step, minibatch, staleness""").to_arrow_table()
 
 
-def _proximal_t(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
-    empty = "SELECT NULL::VARCHAR AS run_id, 0::BIGINT AS k, 0::BIGINT AS staleness, 0::BIGINT AS n, "
-    empty += "0::BIGINT AS n_prox, 0.0 AS error, 0.0 AS rollout_error, "
-    empty += "0::BIGINT AS pt_is_behave LIMIT 0"
-    if not {"proximal_t_logp", "proximal_t_version"} <= usable:
-        return con.sql(empty).to_arrow_table()
-    prox = "prox_logp" if "prox_logp" in usable else "NULL::DOUBLE"
-    return con.sql(f"""
-        SELECT run_id, (step - proximal_t_version)::BIGINT AS k, (step - behave_version)::BIGINT AS staleness,
-               count(*) AS n, count({prox}) AS n_prox,
-               coalesce(sum(abs(proximal_t_logp - {prox})), 0) AS error,
-               coalesce(sum(abs(behave_logp - {prox})), 0) AS rollout_error,
-               count(*) FILTER (WHERE proximal_t_logp = behave_logp) AS pt_is_behave
-        FROM src WHERE loss_mask AND proximal_t_version = behave_version + 1
-        GROUP BY ALL""").to_arrow_table()
-
-
-def _segment_pairs(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
-    """Per run: consecutive resumed segments of one sequence (both followed by a later one, so both carry
-    proximal_t), and how often the earlier one's proximal_t sits closer to prox than the later one's."""
-    if not {"proximal_t_logp", "proximal_t_version", "prox_logp"} <= usable:
-        return con.sql(
-            "SELECT NULL::VARCHAR AS run_id, 0::BIGINT AS pairs, 0::BIGINT AS earlier_closer LIMIT 0"
-        ).to_arrow_table()
-    return con.sql("""
-        WITH segments AS (
-            SELECT run_id, seq_id, minibatch, behave_version, avg(abs(proximal_t_logp - prox_logp)) AS error
-            FROM src WHERE loss_mask AND proximal_t_version = behave_version + 1 AND prox_logp IS NOT NULL
-            GROUP BY ALL
-        ), pairs AS (
-            SELECT run_id, error,
-                   lead(error) OVER (PARTITION BY run_id, seq_id, minibatch ORDER BY behave_version) AS later
-            FROM segments
+def gather(con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int) -> tuple[Evidence, list[str]]:
+    """The file's evidence, from the view `src` (of `n_rows` rows), and a note when the shapes were read
+    on a sample; call only on a file that broke no rule."""
+    cells = _cells(con, usable)
+    sample = load_block_sample(con, usable, n_rows)
+    evidence = from_sample(sample)
+    evidence.tables["cells"] = cells
+    notes = []
+    if sample.sampled:
+        notes.append(
+            f"findings on the shape of responses, groups and proximal_t segments read a deterministic "
+            f"sample of whole blocks of {BLOCK} consecutive seq_ids: {len(sample.run):,} rows"
         )
-        SELECT run_id, count(later) AS pairs, count(*) FILTER (WHERE error < later) AS earlier_closer
-        FROM pairs GROUP BY run_id""").to_arrow_table()
+    return evidence, notes
 
 
-def _edges(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """First and last position of each response (the sequence table `seq` of the validator)."""
-    return con.sql("""
-        SELECT s.run_id,
-               count(*) FILTER (WHERE s.pos = 0) AS n_first,
-               count(*) FILTER (WHERE s.pos = 0 AND NOT s.loss_mask) AS masked_first,
-               count(*) FILTER (WHERE s.pos = q.mx) AS n_last,
-               count(*) FILTER (WHERE s.pos = q.mx AND NOT s.loss_mask) AS masked_last
-        FROM src s JOIN seq q USING (run_id, seq_id, minibatch)
-        WHERE s.pos = 0 OR s.pos = q.mx
-        GROUP BY s.run_id""").to_arrow_table()
-
-
-def gather(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> Evidence:
-    """The file's evidence, from the view `src` and the validator's sequence table; call only on a file
-    that broke no rule."""
-    return Evidence(_cells(con, usable), _proximal_t(con, usable), _segment_pairs(con, usable), _edges(con))
+def from_sample(sample: BlockSample) -> Evidence:
+    """Every table but the cells, from a sample of whole blocks of responses."""
+    r = shapes.responses(sample)
+    mask, mask_hist = shapes.mask_shape(sample, r)
+    group_table, group_examples = groups.group_stats(sample, r)
+    proximal_t, pairs, refresh, pt_examples = segments.proximal_t_tables(sample)
+    tables = {
+        "proximal_t": proximal_t,
+        "segment_pairs": pairs,
+        "refresh": refresh,
+        "mask": mask,
+        "mask_hist": mask_hist,
+        "advantage": shapes.advantage_shape(sample, r),
+        "movement": shapes.movement(sample, r),
+        "roll": shapes.roll(sample, r),
+        "repeats": shapes.repeats(sample, r),
+        "groups": group_table,
+    }
+    examples = pa.concat_tables([shapes.examples(sample, r), group_examples, pt_examples])
+    return Evidence(tables, examples)
 
 
 def pooled(evidences: list[Evidence]) -> Evidence:
-    """Several files' evidence added up per key."""
-    sums = {
-        "cells": ("run_id", "step", "minibatch", "staleness"),
-        "proximal_t": ("run_id", "k", "staleness"),
-        "segment_pairs": ("run_id",),
-        "edges": ("run_id",),
-    }
+    """Several files' evidence added up per key (a few examples kept per run and kind)."""
     out = {}
-    with duckdb.connect() as con:
-        for name, keys in sums.items():
-            part = pa.concat_tables([getattr(e, name) for e in evidences], promote_options="permissive")
+    with connect() as con:
+        for name, keys in KEYS.items():
+            part = pa.concat_tables([e.tables[name] for e in evidences], promote_options="permissive")
             con.register("part", part)
             values = [c for c in part.column_names if c not in keys]
             kind = {f.name: "BIGINT" if pa.types.is_integer(f.type) else "DOUBLE" for f in part.schema}
-            aggregate = ", ".join(
-                f"max({c}) AS {c}" if c == "n_minibatches" else f"sum({c})::{kind[c]} AS {c}" for c in values
-            )
+            aggregate = ", ".join(f"{_NOT_SUMMED.get(c, f'sum({c})::{kind[c]}')} AS {c}" for c in values)
             out[name] = con.sql(
                 f"SELECT {', '.join(keys)}, {aggregate} FROM part GROUP BY ALL"
             ).to_arrow_table()
             con.unregister("part")
-    return Evidence(**out)
+        con.register("part", pa.concat_tables([e.examples for e in evidences]))
+        examples = con.sql("""SELECT * EXCLUDE (rank) FROM (
+            SELECT *,
+                   row_number() OVER (PARTITION BY run_id, kind ORDER BY step, seq_id, minibatch, pos) AS rank
+            FROM part) WHERE rank <= 3 ORDER BY run_id, kind, rank""").to_arrow_table()
+    return Evidence(out, examples)
 
 
 @dataclass(frozen=True)
@@ -142,10 +153,13 @@ class RunEvidence:
     """One run's pooled evidence as polars frames."""
 
     run_id: str
-    cells: pl.DataFrame
-    proximal_t: pl.DataFrame
-    segment_pairs: pl.DataFrame
-    edges: pl.DataFrame
+    frames: dict[str, pl.DataFrame]
+    examples: pl.DataFrame
+
+    def __getattr__(self, name: str) -> pl.DataFrame:
+        if name in KEYS:
+            return self.frames[name]
+        raise AttributeError(name)
 
     def drift_by_staleness(self) -> dict[int, tuple[int, float]]:
         """{staleness: (tokens with prox, mean |prox - behave|)}."""
@@ -155,3 +169,39 @@ class RunEvidence:
             for r in by.iter_rows(named=True)
             if r["n_prox"]
         }
+
+    def example(self, *kinds: str) -> tuple[dict, ...]:
+        """Up to 3 example tokens of the first kind that has any: {step, seq_id, minibatch, pos}."""
+        for kind in kinds:
+            rows = self.examples.filter(pl.col("kind") == kind).drop("run_id", "kind")
+            if rows.height:
+                return tuple(rows.head(3).iter_rows(named=True))
+        return ()
+
+    def cell_examples(self, where: pl.Expr) -> tuple[dict, ...]:
+        """Up to 3 example tokens of the cells that pass `where` (by step)."""
+        rows = self.cells.filter(where).sort("step", "minibatch").head(3)
+        return tuple(
+            {
+                "step": r["step"],
+                "seq_id": r["example_seq"],
+                "minibatch": r["minibatch"],
+                "pos": r["example_pos"],
+            }
+            for r in rows.iter_rows(named=True)
+        )
+
+
+def split_runs(evidence: Evidence) -> list[RunEvidence]:
+    """The pooled evidence of each run, in run_id order."""
+    frames = {name: pl.from_arrow(t) for name, t in evidence.tables.items()}
+    examples = pl.from_arrow(evidence.examples)
+    runs = sorted(set(frames["cells"]["run_id"].to_list()))
+    return [
+        RunEvidence(
+            run,
+            {name: f.filter(pl.col("run_id") == run) for name, f in frames.items()},
+            examples.filter(pl.col("run_id") == run),
+        )
+        for run in runs
+    ]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 
+from evaluator.duck import connect
 from evaluator.problems import Problem
 
 SEQUENCE_KEYS = ("run_id", "seq_id", "minibatch")
@@ -74,7 +74,7 @@ def cross_file_duplicates(files: list[tuple[Path, FileFacts]]) -> dict[int, Prob
     ]
     if len(parts) < 2:
         return {}
-    with duckdb.connect() as con:
+    with connect() as con:
         con.register("keyed", pa.concat_tables(parts, promote_options="permissive"))
         rows = con.execute(overlaps_sql("keyed", "keyed", "l.file", "e.file", "e.file < l.file")).fetchall()
     return {

@@ -1,0 +1,18 @@
+"""DuckDB connections as proxaudit opens them: every one goes through `connect`.
+
+DuckDB prints a progress bar on standard output (not standard error, and whether or not it is a terminal)
+once a query runs past 2 s, so under load it landed inside `--format json` output. `connect` turns it off
+for the connection, and its printing too (a later `SET progress_bar_time` turns the bar itself back on);
+proxaudit draws its own progress on standard error.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+
+def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """`duckdb.connect(database, read_only)` with DuckDB's progress bar off."""
+    con = duckdb.connect(database, read_only=read_only)
+    con.execute("SET enable_progress_bar = false; SET enable_progress_bar_print = false")
+    return con

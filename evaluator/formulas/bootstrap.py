@@ -1,0 +1,59 @@
+"""95% intervals of ratio figures by a bootstrap over steps: pure numpy.
+
+A figure of a selection is a ratio of sums over its tokens, `F = sum_i N_i / sum_i D_i` with `N_i`, `D_i`
+the sums of step `i` (gradient mass error: `N` = sum |W(a) - W(g)|, `D` = sum W(g); a flip rate or a
+metric's mean: `N` = its sum, `D` = its count). The tokens of a step share its prompts, weights and
+advantages, so the step is the unit resampled: each of `REPLICATES` replicates draws the run's steps with
+replacement (`counts[r, i]` = how often step `i` is drawn) and recomputes `F_r = sum_i counts[r, i] N_i /
+sum_i counts[r, i] D_i`; the interval is the 2.5 and 97.5 percentiles of the `F_r` (the percentile
+bootstrap). The draws depend only on the run's number of steps and `SEED`, so the same store gives the same
+interval, and every figure of a run uses the same draws (differences such as a method's excess over the
+engine floor are paired).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from evaluator.formulas import F64
+
+REPLICATES = 1000
+SEED = 20261123
+LEVEL = 0.95
+
+
+def step_draws(n_steps: int, replicates: int = REPLICATES, seed: int = SEED) -> NDArray[np.float64]:
+    """`[replicates, n_steps]` multinomial counts: how often each step is drawn in each replicate."""
+    rng = np.random.default_rng([seed, n_steps])
+    return rng.multinomial(n_steps, np.full(n_steps, 1.0 / n_steps), size=replicates).astype(np.float64)
+
+
+def ratio_replicates(numerator: F64, denominator: F64, draws: F64) -> F64:
+    """`[replicates, cells]` bootstrap replicates of sum N / sum D for `[n_steps, cells]` sums (a cell with
+    no denominator in a replicate is NaN)."""
+    num, den = draws @ numerator, draws @ denominator  # (R, C)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den != 0, num / den, np.nan)
+
+
+def percentile_interval(replicates: F64, level: float = LEVEL) -> tuple[F64, F64]:
+    """(`[cells]` lower, upper): the central `level` interval of each cell's replicates (NaN replicates
+    left out; NaN where every replicate is)."""
+    tail = (1 - level) / 2 * 100
+    finite = ~np.isnan(replicates)
+    out = np.full((2, replicates.shape[1]), np.nan)
+    some = finite.any(axis=0)
+    if some.any():
+        out[:, some] = np.nanpercentile(replicates[:, some], [tail, 100 - tail], axis=0)
+    return out[0], out[1]
+
+
+def steps_to_decide(value: float, lower: float, upper: float, threshold: float, n_steps: int) -> int | None:
+    """About how many more steps an interval straddling `threshold` needs to exclude it: its half-width
+    shrinks as 1/sqrt(steps), so `n (half-width / |value - threshold|)^2 - n`; None when the value is on
+    the threshold (no number of steps decides it)."""
+    gap, half = abs(value - threshold), (upper - lower) / 2
+    if not gap > 0 or not np.isfinite(half):
+        return None
+    return max(1, int(np.ceil(round(n_steps * (half / gap) ** 2, 9))) - n_steps)

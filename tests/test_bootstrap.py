@@ -1,0 +1,64 @@
+"""The 95% intervals of a bootstrap over steps: they cover the true value of a ratio figure in about 95% of
+seeded replicate runs (a flip rate and a gradient-mass-like ratio, steps of uneven size and their own
+rates), the draws depend only on the number of steps, and the store's intervals are the gate's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evaluator.formulas.bootstrap import percentile_interval, ratio_replicates, step_draws, steps_to_decide
+
+RUNS = 200
+STEPS = 80
+
+
+def flip_run(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step (flips, tokens): 40-160 tokens a step, each step its own flip probability, Beta(2, 98)
+    (the true rate, E[flips] / E[tokens], is 2 / 100 since the rate is independent of the size)."""
+    tokens = rng.integers(40, 161, STEPS).astype(float)
+    return rng.binomial(tokens.astype(int), rng.beta(2, 98, STEPS)).astype(float), tokens
+
+
+def mass_run(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step (moved mass, mass): lognormal token weights, a token's weight moved with probability
+    0.03 by its full size (the true gradient mass error is 0.03)."""
+    moved, mass = np.empty(STEPS), np.empty(STEPS)
+    for i, n in enumerate(rng.integers(40, 161, STEPS)):
+        w = rng.lognormal(0, 1, n)
+        mass[i], moved[i] = w.sum(), (w * (rng.random(n) < 0.03)).sum()
+    return moved, mass
+
+
+@pytest.mark.parametrize("run, truth", [(flip_run, 0.02), (mass_run, 0.03)], ids=["flip_rate", "mass_error"])
+def test_intervals_cover_the_true_value_about_95_percent_of_the_time(run, truth):
+    rng = np.random.default_rng(7)
+    draws = step_draws(STEPS)
+    covered = 0
+    for _ in range(RUNS):
+        numerator, denominator = run(rng)
+        lower, upper = percentile_interval(ratio_replicates(numerator[:, None], denominator[:, None], draws))
+        covered += lower[0] <= truth <= upper[0]
+    # 95% of 200: a binomial's 99.9% range is about 178-199; the percentile bootstrap of 80 steps runs a
+    # little under its nominal level
+    assert 0.89 <= covered / RUNS <= 0.99, covered
+
+
+def test_draws_are_fixed_by_the_number_of_steps_and_resample_with_replacement():
+    a, b = step_draws(30), step_draws(30)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (1000, 30) and (a.sum(axis=1) == 30).all()
+    assert (a == 0).any() and (a > 1).any()  # some steps left out, some drawn twice
+    assert not np.array_equal(step_draws(31)[:, :30], a)
+
+
+def test_no_denominator_is_no_interval():
+    lower, upper = percentile_interval(ratio_replicates(np.zeros((5, 1)), np.zeros((5, 1)), step_draws(5)))
+    assert np.isnan(lower[0]) and np.isnan(upper[0])
+
+
+def test_steps_to_decide_grows_as_the_value_nears_the_bound():
+    # half-width 0.005 at 80 steps; 0.002 from the bound: 80 (0.005 / 0.002)^2 = 500 steps, 420 more
+    assert steps_to_decide(0.012, 0.007, 0.017, 0.01, 80) == 420
+    assert steps_to_decide(0.0101, 0.0051, 0.0151, 0.01, 80) > steps_to_decide(0.012, 0.007, 0.017, 0.01, 80)
+    assert steps_to_decide(0.01, 0.005, 0.015, 0.01, 80) is None

@@ -1,0 +1,112 @@
+"""The verdict a person acts on, end to end on replayed logs: the engine floor against numpy over the token
+log, each figure's excess over it (paired: the floor's own excess is exactly 0), intervals that hold their
+point, the safe staleness with 95% confidence by its definition on the views' bounds, and the same
+sentence from `summary` and the gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evaluator.cli import cli
+from evaluator.logio import write_log_atomic
+from evaluator.replay import replay
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from tests.reference import decision_figures, reference_values, safe_staleness
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory) -> tuple[Path, list[Path]]:
+    folder = tmp_path_factory.mktemp("verdict")
+    spec = SyntheticSpec(run_id="v", tokens_per_step=1024, mean_length=24, drift=0.3, engine_mismatch=0.05)
+    files = [write_log_atomic(synthetic_steps(spec, 0, 30), folder / "v.parquet")]
+    replay(files, folder / "m.duckdb", progress=False)
+    return folder / "m.duckdb", files
+
+
+def frame(db: Path, sql: str) -> pd.DataFrame:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).df()
+
+
+def test_the_engine_floor_is_rollout_at_staleness_0(replayed):
+    db, files = replayed
+    values = reference_values(files)
+    at_zero = values[values["staleness"] == 0]
+    expected = decision_figures(at_zero, ["run_id"]).xs("rollout", level="method").iloc[0]
+    floor = frame(db, "SELECT * FROM engine_floor").iloc[0]
+    assert floor["n"] == expected["n"] and floor["gradient_mass_error"] > 0
+    assert floor["gradient_mass_error"] == pytest.approx(expected["gradient_mass_error"], rel=1e-9)
+    assert floor["clip_flip_rate"] == pytest.approx(expected["clip_flip_rate"], rel=1e-12)
+    drift = at_zero[(at_zero["method"] == "ground_truth") & (at_zero["metric"] == "prob_drift")]["value"]
+    assert floor["prob_drift"] == pytest.approx(drift.mean(), rel=1e-9)
+    for name in ("gradient_mass_error", "clip_flip_rate", "prob_drift", "exp_abs_drift"):
+        assert floor[f"{name}_lower"] <= floor[name] <= floor[f"{name}_upper"], name
+        assert floor[f"{name}_lower"] < floor[f"{name}_upper"], name
+
+
+def test_excess_is_the_figure_minus_the_floor_on_the_same_draws(replayed):
+    db, _ = replayed
+    floor = frame(db, "SELECT * FROM engine_floor").iloc[0]
+    rows = frame(db, "SELECT * FROM decision_staleness_summary").set_index(["staleness", "method"])
+    for (_, method), row in rows.iterrows():
+        for name in ("gradient_mass_error", "clip_flip_rate"):
+            assert row[f"excess_{name}"] == pytest.approx(row[name] - floor[name], rel=1e-12, abs=1e-15)
+            assert row[f"{name}_lower"] <= row[name] <= row[f"{name}_upper"], (method, name)
+    rollout = rows.loc[(0, "rollout")]
+    for name in ("gradient_mass_error", "clip_flip_rate"):  # paired: the floor minus itself, every draw
+        assert rollout[f"excess_{name}"] == 0
+        assert rollout[f"excess_{name}_lower"] == rollout[f"excess_{name}_upper"] == 0
+
+
+def test_safe_staleness_with_confidence_follows_its_definition(replayed):
+    """The macro's `_lower` (with 95% confidence) and `_upper` equal the definition applied to each
+    staleness's interval bounds, absolute and beyond the floor."""
+    db, _ = replayed
+    levels = frame(db, "SELECT * FROM decision_staleness_summary")
+    macro = frame(db, "SELECT * FROM safe_staleness()").set_index("method")
+    for method, part in levels.groupby("method"):
+        for column, prefix, bound in (
+            ("safe_staleness_lower", "", "_upper"), ("safe_staleness_upper", "", "_lower"),
+            ("safe_staleness_beyond_floor_lower", "excess_", "_upper"),
+            ("safe_staleness_beyond_floor", "excess_", ""),
+        ):  # fmt: skip
+            judged = pd.DataFrame({
+                "staleness": part["staleness"], "n": part["n"],
+                "gradient_mass_error": part[f"{prefix}gradient_mass_error{bound}"],
+                "clip_flip_rate": part[f"{prefix}clip_flip_rate{bound}"],
+            })  # fmt: skip
+            assert macro.loc[method, column] == safe_staleness(judged, 0.01, 0.01, 1000), (method, column)
+    assert (macro["safe_staleness_lower"] <= macro["safe_staleness"]).all()
+    assert (macro["safe_staleness"] <= macro["safe_staleness_upper"]).all()
+
+
+def test_summary_json_carries_the_floor_the_excess_and_every_bound(replayed):
+    db, _ = replayed
+    result = CliRunner().invoke(cli, ["summary", "--db", str(db), "--by", "decision", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    keys = set(rows[0])
+    for figure in ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate"):
+        assert {figure, f"{figure}_lower", f"{figure}_upper", f"excess_{figure}", f"excess_{figure}_lower",
+                f"excess_{figure}_upper", f"floor_{figure}", f"floor_{figure}_lower"} <= keys  # fmt: skip
+    assert {"safe_staleness", "safe_staleness_lower", "safe_staleness_upper", "safe_staleness_beyond_floor",
+            "safe_staleness_beyond_floor_lower", "safe_staleness_beyond_floor_upper"} <= keys  # fmt: skip
+    assert len({r["floor_gradient_mass_error"] for r in rows}) == 1  # the run's, on every method's row
+    assert np.isfinite([r["gradient_mass_error_lower"] for r in rows]).all()
+
+
+def test_summary_and_gate_say_the_verdict_in_words(replayed):
+    db, _ = replayed
+    table = CliRunner().invoke(cli, ["summary", "--db", str(db), "--by", "decision"]).output
+    gate = CliRunner().invoke(cli, ["gate", "--db", str(db)]).output
+    for text in (table, gate):
+        assert "v: the engine floor" in text and "of the gradient mass" in text
+        assert "loglinear_shipped (what AReaL's prox_logp_method loglinear computes): safe beyond the" in text
+        assert "with 95% confidence" in text and "Under the loss PPO" in text
