@@ -68,7 +68,7 @@ def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
     row = runs.set_index("run_id").loc[run_id]
     staleness = _range_filter("staleness", "staleness", int(row["min_staleness"]), int(row["max_staleness"]))
     steps = _range_filter("step", "steps", int(row["first_step"]), int(row["last_step"]))
-    gate = common.plain(thresholds.name) if thresholds else "none (start with `--thresholds FILE`)"
+    gate = common.plain(thresholds.name) if thresholds else "the default ones (`--thresholds FILE` for yours)"
     st.sidebar.caption(f"database: {common.plain(str(db))} (read-only); gate thresholds: {gate}")
     filters = queries.Filters((run_id,), tuple(methods), staleness, steps)
     return common.Context(db, thresholds, run_id, filters, runs, tuple(present))
@@ -85,6 +85,7 @@ def main() -> None:
     st.set_page_config(page_title="proxaudit", layout="wide")
     st.session_state["_url_keys"] = []
     st.session_state["_busy_noted"] = False
+    st.session_state["_url_rejected"] = []
     db, thresholds = _arguments()
     if db is None:
         st.error("No database given: start the dashboard with `proxaudit dashboard --db DB`.")
@@ -98,7 +99,10 @@ def main() -> None:
     ctx = _sidebar(db, thresholds, runs)
     title, render = PAGES[st.session_state["page"]]
     st.title(title)
+    links = st.container()
     render(ctx)
+    with links:
+        common.rejected_links()
     common.publish()
     _follow_replay(db, queries.data_version(db))
 

@@ -1,8 +1,9 @@
 """Plotly figures of the dashboard: a DataFrame from `dashboard.queries` in, a figure out.
 
-Axis titles use the names of DOMAIN.md (`staleness`, `step`, `abs_error`, `behave_imp_weight`, ...) with
-their units; each method keeps one colour on every chart. Quantile bands come from the stored p50/p90/p99;
-where a filter leaves only exact moments (quantile columns null) the band is min..max around the mean.
+Axis titles use the names of docs/metrics.md (`staleness`, `step`, `abs_error`, `behave_imp_weight`, ...)
+with their units; each method keeps one colour on every chart. Quantile bands come from the stored
+p50/p90/p99; where a filter leaves only exact moments (quantile columns null) the band is min..max around
+the mean. Log axes label 1-2-5 ticks and show zeros on a bottom row (`dashboard.log_axis`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from dashboard import log_axis
 
 LABELS: dict[str, str] = {
     "staleness": "staleness = step - behave_version (steps)",
@@ -65,11 +68,9 @@ def ordered(methods) -> list[str]:
     return sorted(dict.fromkeys(methods), key=lambda m: (rank.get(m, len(rank)), m))
 
 
-def y_scale(fig: go.Figure, log_y: bool, decades: bool = True) -> go.Figure:
-    """Log y (errors span decades: one labelled tick per power of ten; weights: automatic ticks)."""
-    if log_y:
-        return fig.update_yaxes(type="log", dtick=1 if decades else None, exponentformat="power")
-    return fig.update_yaxes(type="linear")
+def y_scale(fig: go.Figure, log_y: bool) -> go.Figure:
+    """Log y (`log_axis.log_y`: errors span decades, and some are 0) or linear."""
+    return log_axis.log_y(fig) if log_y else fig.update_yaxes(type="linear")
 
 
 def label(name: str) -> str:
@@ -118,7 +119,7 @@ def add_series(
     """One series on (x, value): p50 line with p50-p90 and p90-p99 bands and mean markers when the frame
     has quantiles; otherwise the mean line with a min-max band (`band`) or alone."""
     frame = frame.sort_values(x)
-    group, quiet = dict(legendgroup=name, showlegend=legend), dict(legendgroup=name, showlegend=False)
+    group = dict(legendgroup=name, showlegend=legend)
     dense = len(frame) <= MARKER_POINTS
     if has_quantiles(frame):
         _band(fig, frame[x], frame["p50"], frame["p90"], rgba(hue, 0.30), name, **pos)
@@ -132,7 +133,7 @@ def add_series(
                 line=dict(color=hue, width=1, dash="dot"),
                 marker=dict(color=hue, symbol="diamond-open"),
                 name=f"{name} mean",
-                **quiet,
+                **group,
             ),
             **pos,
         )

@@ -96,11 +96,13 @@ def over_steps(frame: pd.DataFrame, metric: str, log_y: bool = True) -> go.Figur
 
 
 def step_staleness_heatmap(frame: pd.DataFrame, metric: str, method: str) -> go.Figure:
-    """Mean `metric` of one method on the step x staleness grid (empty cells: no tokens there)."""
+    """Mean `metric` of one method on the step x staleness grid (empty cells: no tokens there; a step with
+    none at all is an empty column)."""
     part = frame[frame["method"] == method]
     if part.empty:
         return empty_figure(f"no {metric} rows for {method}")
     grid = part.pivot_table(index="staleness", columns="step", values="mean", aggfunc="mean").sort_index()
+    grid = grid.reindex(columns=range(int(grid.columns.min()), int(grid.columns.max()) + 1))
     fig = go.Figure(
         go.Heatmap(
             z=grid.to_numpy(),
@@ -131,11 +133,29 @@ def compare(
     return y_scale(fig.update_yaxes(title_text=label(metric)), log_y)
 
 
+def _interval(part: pd.DataFrame, figure: str) -> dict:
+    """Error bars and hover of the 95% interval (`{figure}_lower`, `_upper`) where the frame has one."""
+    lower, upper = f"{figure}_lower", f"{figure}_upper"
+    if lower not in part or part[lower].isna().all():
+        return dict(
+            customdata=part[["n"]],
+            hovertemplate=f"staleness %{{x}}<br>{figure} %{{y:.4g}}<br>n %{{customdata[0]:,}}",
+        )
+    return dict(
+        error_y=dict(type="data", symmetric=False, array=part[upper] - part[figure],
+                     arrayminus=part[figure] - part[lower], thickness=1.5, width=4),
+        customdata=part[["n", lower, upper]],
+        hovertemplate=f"staleness %{{x}}<br>{figure} %{{y:.4g}} (95%: %{{customdata[1]:.4g}} to "
+        "%{customdata[2]:.4g})<br>n %{customdata[0]:,}",
+    )  # fmt: skip
+
+
 def figure_by_staleness(
     frame: pd.DataFrame, figure: str, *, limit: float | None = None, limit_name: str = "", log_y: bool = False
 ) -> go.Figure:
     """One line per method of a derived figure (`decision_*` or `weight_*` view) against staleness, with
-    a dashed horizontal `limit` (a tolerance or a bound)."""
+    its 95% interval as error bars where the frame has one, and a dashed horizontal `limit` (a tolerance
+    or a bound)."""
     if frame.empty or frame[figure].isna().all():
         return empty_figure(f"no {figure} for this selection (it needs prox_logp)")
     fig = go.Figure()
@@ -148,15 +168,16 @@ def figure_by_staleness(
                 mode="lines+markers",
                 name=method,
                 line=dict(color=color(method), width=2),
-                customdata=part[["n"]],
-                hovertemplate=f"staleness %{{x}}<br>{figure} %{{y:.4g}}<br>n %{{customdata[0]:,}}",
+                **_interval(part, figure),
             )
         )
-    if limit is not None:
-        fig.add_hline(y=limit, line_dash="dash", line_color="#555", annotation_text=limit_name)
-    fig.update_layout(height=340, margin=dict(t=30, b=40))
+    if limit is not None:  # a trace, not an hline: its name goes into the legend, on a log axis too
+        ends = [frame["staleness"].min(), frame["staleness"].max()]
+        style = dict(mode="lines", line=dict(color="#555", dash="dash"), hoverinfo="skip")
+        fig.add_trace(go.Scatter(x=ends, y=[limit, limit], name=f"{limit_name} {limit:g}", **style))
+    fig.update_layout(height=380, margin=dict(t=30, b=60))
     fig.update_xaxes(title_text=label("staleness"), dtick=1)
-    return y_scale(fig.update_yaxes(title_text=label(figure)), log_y, decades=False)
+    return y_scale(fig.update_yaxes(title_text=label(figure)), log_y)
 
 
 MISMATCH_REFERENCES = {

@@ -4,8 +4,8 @@ Every function opens the published store read-only for one short batch of SQL th
 `evaluator.store.open_store`, which checks it is a proxaudit store, switches off file access and runs
 proxaudit's own views over its tables. A replay never locks the published file (it publishes by rename),
 so only another program's write lock can hold a read up: `open_store` retries for `RETRY_SECONDS`, then
-raises `DatabaseBusy`. No estimator math and no writes here: the numbers come from the public views of
-DOMAIN.md section 7 and the tables `ingested_file` and `file_tokens`.
+raises `DatabaseBusy`. No estimator math and no writes here: the numbers come from the public views
+(docs/metrics.md) and the tables `ingested_file` and `file_tokens`.
 
 Quantiles (p50/p90/p99) are stored per run, per staleness (over all steps) and per step (over all
 staleness values). When a filter restricts the other axis (a step range on a by-staleness chart, a
@@ -23,7 +23,6 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from dashboard import raw_logs
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
@@ -196,20 +195,25 @@ def step_staleness(db: Path, filters: Filters, metric: str) -> pd.DataFrame:
 
 
 def decision(db: Path, filters: Filters, tolerance: Tolerance = DEFAULT_TOLERANCE) -> pd.DataFrame:
-    """`decision_summary` of the selected runs and estimators, with each one's safe staleness at
-    `tolerance` (`safe_staleness(...)`), or, under a staleness or step range, the same figures over it
-    (`decision_over(...)`)."""
+    """`decision_summary` of the selected runs and estimators (every figure with its 95% interval, and its
+    excess over the engine floor), with each one's safe staleness at `tolerance` (`safe_staleness(...)`:
+    the point, with 95% confidence (`_lower`), `_upper`, and the same beyond the floor). Under a staleness
+    or step range, the figures over it (`decision_over(...)`): no intervals, they are kept per run and
+    per staleness."""
     where, params = Filters(filters.runs, filters.methods).where()
-    first_step, last_step = filters.steps or (None, None)
-    lo, hi = filters.staleness or (None, None)
-    over = """(SELECT * EXCLUDE (step, staleness) FROM decision_over(
-        first_step := coalesce(?, -9223372036854775808), last_step := coalesce(?, 9223372036854775807),
-        lo := coalesce(?, -2147483648), hi := coalesce(?, 2147483647)))"""
+    source, over = "decision_summary", []
+    if filters.steps is not None or filters.staleness is not None:
+        first_step, last_step = filters.steps or (None, None)
+        lo, hi = filters.staleness or (None, None)
+        source = """(SELECT * EXCLUDE (step, staleness) FROM decision_over(
+            first_step := coalesce(?, -9223372036854775808), last_step := coalesce(?, 9223372036854775807),
+            lo := coalesce(?, -2147483648), hi := coalesce(?, 2147483647)))"""
+        over = [first_step, last_step, lo, hi]
     return _frame(
         db,
-        f"""SELECT d.*, s.safe_staleness, s.measured_levels FROM {over} d LEFT JOIN {Tolerance.SQL} s
+        f"""SELECT d.*, s.* EXCLUDE (run_id, method) FROM {source} d LEFT JOIN {Tolerance.SQL} s
             USING (run_id, method) WHERE {where} ORDER BY run_id, method""",
-        [first_step, last_step, lo, hi, *tolerance.values(), *params],
+        [*over, *tolerance.values(), *params],
     )
 
 
@@ -230,6 +234,18 @@ def weights_by_staleness(db: Path, filters: Filters) -> pd.DataFrame:
 def mismatch(db: Path, run_id: str) -> pd.DataFrame:
     """`mismatch_summary` of one run: the engine mismatch floor (staleness 0) and its share of the drift."""
     return _frame(db, "SELECT * FROM mismatch_summary WHERE run_id = ? ORDER BY staleness", [run_id])
+
+
+def engine_floor(db: Path, run_id: str) -> pd.DataFrame:
+    """`engine_floor` of one run: `rollout`'s decision figures at staleness 0 (the inference engine against
+    the trainer) and the drift there, each with its 95% interval; no row without a token at staleness 0."""
+    return _frame(db, "SELECT * FROM engine_floor WHERE run_id = ?", [run_id])
+
+
+def steps_with_prox(db: Path, run_id: str) -> list[int]:
+    """The steps of `run_id` that have tokens with `prox_logp` (the ground truth), in order."""
+    sql = "SELECT step FROM file_tokens WHERE run_id = ? GROUP BY step HAVING sum(n_prox) > 0 ORDER BY step"
+    return [int(step) for step in _frame(db, sql, [run_id])["step"]]
 
 
 def store_loss(db: Path) -> Loss:
@@ -256,76 +272,24 @@ def pairing(db: Path, run_id: str) -> pd.DataFrame:
     return _frame(db, "SELECT * FROM pairing_summary WHERE run_id = ? ORDER BY interpolation", [run_id])
 
 
-def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
-    """The ingested Parquet files holding tokens of `run_id` at `step`, and whether each is reachable: a
-    file is opened only where replay read it and only while it holds the same bytes, so a store cannot
-    make the inspector read any other file."""
-    frame = _frame(
-        db,
-        """SELECT DISTINCT f.file_id, f.path, f.digest, f.n_rows, f.ingested_at
-           FROM ingested_file f JOIN file_tokens t USING (file_id)
-           WHERE t.run_id = ? AND t.step = ? ORDER BY f.file_id""",
-        [run_id, step],
-    )
-    frame["readable"] = [
-        raw_logs.readable_copy(p, d, n)
-        for p, d, n in frame[["path", "digest", "n_rows"]].itertuples(index=False)
-    ]
-    frame["reachable"] = frame["readable"].notna()
-    return frame.drop(columns="digest")
-
-
-def _reachable(db: Path, run_id: str, step: int) -> list[str]:
-    """Local paths of the reachable raw logs holding `run_id` at `step`."""
-    return [p for p in log_files(db, run_id, step)["readable"] if p is not None]
-
-
-def sequences(db: Path, run_id: str, step: int, limit: int = 500) -> pd.DataFrame:
-    """The sequences of `run_id` at `step` in the reachable raw token logs (`raw_logs.sequences`)."""
-    return raw_logs.sequences(_reachable(db, run_id, step), run_id, step, limit)
-
-
-def sequence_tokens(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFrame:
-    """Every token of one sequence from the reachable raw token logs (`raw_logs.sequence_tokens`)."""
-    return raw_logs.sequence_tokens(_reachable(db, run_id, step), run_id, step, seq_id)
+GATE_COLUMNS = ("check", "run_id", "method", "figure", "metric", "stat", "warn_only", "verdict", "outcome",
+                "observed", "lower", "upper", "threshold", "tokens", "reason")  # fmt: skip
 
 
 def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.DataFrame:
-    """The gate's verdict on each check for `run_id` (`evaluator.gate.judge.run_gate`), one row per check.
-    ThresholdsError on a bad file."""
+    """The gate's verdict on each check for `run_id` (`evaluator.gate.judge.run_gate`), one row per check,
+    with the observed figure's 95% interval where it has one. ThresholdsError on a bad file."""
     from evaluator.gate.judge import run_gate
     from evaluator.gate.report import threshold_text
 
-    result = run_gate(db, thresholds, run=run_id)
     rows = [
-        {
-            "check": v.check.name,
-            "run_id": v.run_id,
-            "method": v.check.method,
-            "metric": v.check.metric,
-            "stat": v.check.stat,
-            "figure": v.check.figure,
-            "verdict": v.verdict,
-            "observed": v.observed,
-            "threshold": threshold_text(v),
-            "tokens": v.tokens,
-            "reason": v.reason,
-        }
-        for v in result.verdicts
-    ]
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "check",
-            "run_id",
-            "method",
-            "metric",
-            "stat",
-            "figure",
-            "verdict",
-            "observed",
-            "threshold",
-            "tokens",
-            "reason",
-        ],
-    )
+        (v.check.name, v.run_id, v.check.method, v.check.figure, v.check.metric, v.check.stat,
+         v.check.warn_only, v.verdict, v.outcome, v.observed, v.lower, v.upper, threshold_text(v), v.tokens,
+         v.reason)
+        for v in run_gate(db, thresholds, run=run_id).verdicts
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=list(GATE_COLUMNS))
+
+
+# The token inspector's reads, by name here too (the pages' `load` looks names up in this module).
+from dashboard.inspector_queries import log_files, sequence_estimates, sequence_tokens, sequences  # noqa: E402, F401

@@ -72,6 +72,20 @@ def _range_glyphs(fig: go.Figure, frame: pd.DataFrame, x: pd.Series, name: str, 
     )
 
 
+GLYPH_KEY = (
+    ("whisker: min..max", dict(mode="lines", line=dict(color="#888", width=1))),
+    ("bar: p50..p99", dict(mode="lines", line=dict(color="rgba(136,136,136,0.45)", width=8))),
+    ("ticks: p50, p90", dict(mode="markers", marker=dict(symbol="line-ew-open", size=10, color="#888"))),
+    ("diamond: mean", dict(mode="markers", marker=dict(symbol="diamond", size=6, color="#888"))),
+)
+
+
+def _glyph_key(fig: go.Figure, quantiles: bool) -> None:
+    """Legend entries at the top (in grey, drawing nothing): what each glyph in the methods' colours shows."""
+    for name, style in GLYPH_KEY if quantiles else (GLYPH_KEY[0], GLYPH_KEY[3]):
+        fig.add_trace(go.Scatter(x=[None], y=[None], name=name, legendrank=1, hoverinfo="skip", **style))
+
+
 def _corner_note(fig: go.Figure, text: str, hue: str) -> None:
     fig.add_annotation(
         text=text, xref="paper", yref="paper", x=1, y=1.06, showarrow=False, font_color=hue, xanchor="right"
@@ -90,6 +104,7 @@ def weight_ranges(frame: pd.DataFrame, metric: str, loss: Loss) -> go.Figure:
         part = frame[frame["method"] == method].sort_values("staleness")
         offset = (i - (len(methods) - 1) / 2) * width
         _range_glyphs(fig, part, part["staleness"] + offset, method, color(method))
+    _glyph_key(fig, has_quantiles(frame))
     if metric == "importance_weight" and loss.has_clip:
         lo, hi = 1 - loss.eps_low, 1 + loss.eps_high
         fig.add_hrect(y0=lo, y1=hi, fillcolor="green", opacity=0.08, line_width=0, layer="below")
@@ -105,7 +120,7 @@ def weight_ranges(frame: pd.DataFrame, metric: str, loss: Loss) -> go.Figure:
     fig.update_layout(height=460, margin=dict(t=40, b=40), legend_title_text="method")
     fig.update_xaxes(title_text=label("staleness"), dtick=1, showgrid=False)
     fig.update_yaxes(title_text=label(metric))
-    return y_scale(fig, True, decades=False)
+    return y_scale(fig, True)
 
 
 DIAGNOSTICS = ("ess_fraction", "chi2", "kl_k3")

@@ -75,6 +75,10 @@ DECISION_SOURCE = f"""(
 """`--by decision`: each method's figures with their intervals and excess over the engine floor, its safe
 staleness (absolute and beyond the floor, each with its 95% bounds), and its run's floor."""
 COMPACT = {
+    **dict.fromkeys(
+        ("run", "staleness"),
+        ("run_id", "staleness", "method", "metric", "n", "mean", "min", "max", "p50", "p90", "p99"),
+    ),
     "decision": (
         "run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "excess_gradient_mass_error",
         "safe_staleness", "safe_staleness_beyond_floor",
@@ -209,7 +213,7 @@ def compact(table: pa.Table, by: str) -> pa.Table:
         return table
     rows, names = table.to_pylist(), table.column_names
     out = {}
-    for column in COMPACT[by]:
+    for column in (c for c in COMPACT[by] if c in names):
         if f"{column}_lower" in names:
             out[column] = [
                 _with_interval(r[column], r[f"{column}_lower"], r[f"{column}_upper"]) for r in rows

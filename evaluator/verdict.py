@@ -53,34 +53,47 @@ class Floor:
         verdicts = {gme, flips} - {"unmeasured"}
         return next((v for v in ("fail", "inconclusive", "pass") if v in verdicts), "unmeasured")
 
+    @property
+    def over(self) -> bool:
+        """Whether the point estimate of a figure is beyond the tolerance."""
+        r = self.row
+        return r["gradient_mass_error"] > self.tolerance.max_gradient_mass_error or (
+            (r["clip_flip_rate"] or 0) > self.tolerance.max_clip_flip_rate
+        )
+
+    @property
+    def word(self) -> str:
+        """The verdict as a verb: passes, fails, or either `(inconclusive at 95%)` by the point estimate."""
+        inconclusive = "fails (inconclusive at 95%)" if self.over else "passes (inconclusive at 95%)"
+        return {"fail": "fails", "pass": "passes", "inconclusive": inconclusive}[self.verdict]
+
     def sentence(self) -> str:
         r = self.row
         if self.verdict == "unmeasured":
             return f"{r['run_id']}: no token at staleness 0 with prox_logp: the engine floor is not measured."
         drift = r["prob_drift"]
-        verl = (
-            "unmeasured" if drift is None
-            else "normal" if drift < VERL_NORMAL else "a precision problem" if drift > VERL_PROBLEM
-            else "above normal"
-        )  # fmt: skip
         flagged = r["exp_abs_drift"] is not None and r["exp_abs_drift"] > NEMO_RL_FLAG
-        over = r["gradient_mass_error"] > self.tolerance.max_gradient_mass_error or (
-            (r["clip_flip_rate"] or 0) > self.tolerance.max_clip_flip_rate
-        )
-        word = {
-            "fail": "fails",
-            "pass": "passes",
-            "inconclusive": "fails (inconclusive at 95%)" if over else "passes (inconclusive at 95%)",
-        }[self.verdict]
+        word, over = self.word, self.over
         advice = " Fix the engine's precision before blaming the approximation." if over else ""
         return (
             f"{r['run_id']}: the engine floor {word} the tolerance: at staleness 0, where every estimate is "
             f"behave_logp, the inference engine alone moves {percent(*_figure(r, 'gradient_mass_error'))} of "
             f"the gradient mass and flips {percent(r['clip_flip_rate'])} of the clip decisions (tolerance "
             f"{percent(self.tolerance.max_gradient_mass_error)}); mean prob_drift "
-            f"{'n/a' if drift is None else f'{drift:.4f}'} (verl: {verl})"
+            f"{'n/a' if drift is None else f'{drift:.4f}'} (verl: {verl_reading(drift)})"
             f"{', flagged by NeMo-RL' if flagged else ''}.{advice}"
         )
+
+
+def verl_reading(prob_drift: float | None) -> str:
+    """verl's reading of a mean prob_drift: normal, above normal, or a precision problem."""
+    if prob_drift is None:
+        return "unmeasured"
+    return (
+        "normal" if prob_drift < VERL_NORMAL
+        else "a precision problem" if prob_drift > VERL_PROBLEM
+        else "above normal"
+    )  # fmt: skip
 
 
 def _figure(row: dict, name: str) -> tuple:

@@ -194,3 +194,28 @@ def test_values_from_the_data_are_never_links(tmp_path):
             for element in ("a", "img", "area", "iframe"):
                 assert page.locator(f'{element}[href*="evil"], {element}[src*="evil"]').count() == 0, slug
             assert alert.locator("code", has_text="www.evil.example").count() == 1, slug  # shown, as code
+
+
+def test_the_overview_opens_with_the_verdict(fixture_store, tmp_path):
+    """The real runs in chromium: the first thing under the title is the verdict banner, above every chart,
+    rendered as text (no Markdown marks or escapes left), saying the gate's verdict, the gated method, the
+    engine floor's verdict with its interval, the safe staleness and the loss; saved as a screenshot."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with serve(fixture_store) as url, chromium(tmp_path / "profile") as page:
+        page.goto(f"{url}/?page=overview&run=recompute")
+        page.wait_for_function(SCRIPT_DONE, arg="Overview", timeout=60_000, polling=50)
+        page.wait_for_function(CHARTS_DRAWN, arg=CHARTS["overview"], timeout=30_000, polling=50)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        first = page.locator('[data-testid="stMain"] [data-testid="stAlert"]').first
+        text = first.inner_text()
+        assert text.startswith("Verdict on run recompute\n") and "Gate passed" in text, text
+        for part in ("the default thresholds, schemas/default_thresholds.toml", "These thresholds gate",
+                     "loglinear_shipped", "Engine floor: passes the tolerance", "of the gradient mass (95%: ",
+                     "by verl's lines", "by NeMo-RL's line (1.05)", "Safe staleness of loglinear_shipped",
+                     "with 95% confidence", "PPO, clip [0.8, 1.2]"):  # fmt: skip
+            assert part in text, part
+        assert "**" not in text and "\\" not in text and "`" not in text  # Markdown rendered, escapes gone
+        top = first.bounding_box()["y"]
+        charts = page.locator('[data-testid="stPlotlyChart"]')
+        assert all(top < charts.nth(i).bounding_box()["y"] for i in range(charts.count()))
+        first.screenshot(path=str(ARTIFACTS / "dashboard-banner.png"))

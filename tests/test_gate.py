@@ -167,7 +167,7 @@ class TestSelectionStats:
 
 def _by_run(rows: list[tuple], first_stat: int) -> dict[str, dict]:
     """Rows of a summary view (run_id first, the statistics from column `first_stat`) by run."""
-    return {row[0]: dict(zip(STATS, row[first_stat:], strict=True)) for row in rows}
+    return {row[0]: dict(zip(STATS, row[first_stat : first_stat + len(STATS)], strict=True)) for row in rows}
 
 
 def assert_stats_of(got: dict, values: dict[str, np.ndarray]) -> None:

@@ -45,7 +45,7 @@ def views(db) -> dict:
     rows = con.execute(
         "SELECT * FROM run_summary WHERE method = ? AND metric = ?", [METHOD, METRIC]
     ).fetchall()
-    summary = {row[0]: dict(zip(STATS, row[3:], strict=True)) for row in rows}
+    summary = {row[0]: dict(zip(STATS, row[3 : 3 + len(STATS)], strict=True)) for row in rows}
     staleness = con.execute("SELECT DISTINCT staleness FROM file_tokens ORDER BY 1").fetchall()
     con.close()
     assert len(summary) >= 2, "the fixtures should hold at least two runs (for the baseline checks)"

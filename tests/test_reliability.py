@@ -318,7 +318,10 @@ class TestTamperedAndCraftedStores:
         from dashboard import queries
 
         with duckdb.connect(str(store)) as con:
-            con.execute("INSERT INTO run_finding VALUES ('r', 'some_rule', NULL, 1, 'm', now())")
+            con.execute(
+                "INSERT INTO run_finding (run_id, rule, column_name, n_rows, message, found_at, threshold, "
+                "examples, advice) VALUES ('r', 'some_rule', NULL, 1, 'm', now(), '', '', '')"
+            )
             con.execute(f"UPDATE {table} SET {change} WHERE rowid IN (SELECT rowid FROM {table} LIMIT 3)")
         for args in (["summary", "--db", str(store)], ["replay", str(tmp_path / "logs"), "--db", str(store)]):
             result = run(*args)

@@ -55,7 +55,8 @@ def test_formats(db):
     (parsed,) = list(csv.DictReader(io.StringIO(render(table, "csv"))))
     assert float(parsed["mean"]) == pytest.approx(row["mean"])
     text = render(table, "table").splitlines()
-    assert text[0].split() == ["run_id", "method", "metric", "n", "mean", "min", "max", "p50", "p90", "p99"]
+    stats = ["n", "mean", "min", "max", "p50", "p90", "p99", "mean_lower", "mean_upper"]
+    assert text[0].split() == ["run_id", "method", "metric", *stats]
     assert text[1].split()[:3] == ["r1", "linear", "importance_weight"]
 
 

@@ -91,9 +91,10 @@ def plain(value: object) -> str:
     return markdown_code(str(value))
 
 
-def seed(key: str, default: Any, parse: Callable[[str], Any] = str) -> None:
+def seed(key: str, default: Any, parse: Callable[[str], Any] = str, valid: str = "") -> None:
     """Give widget `key` its starting value once per session: from the URL if valid, else `default`;
-    the key's value goes into the URL at the end of this run (`publish`)."""
+    the key's value goes into the URL at the end of this run (`publish`). A URL value that is not valid
+    is noted (`rejected_links` says so on the page), with `valid` saying what is."""
     st.session_state.setdefault("_url_keys", []).append(key)
     if key in st.session_state:
         return
@@ -104,7 +105,18 @@ def seed(key: str, default: Any, parse: Callable[[str], Any] = str) -> None:
             value = parse(raw)
         except (ValueError, TypeError):
             value = None
+        if value is None:
+            st.session_state.setdefault("_url_rejected", []).append((key, raw, valid))
     st.session_state[key] = default if value is None else value
+
+
+def rejected_links() -> None:
+    """Say which values of the link (URL) this run could not show, and what it shows instead."""
+    for key, raw, valid in st.session_state.pop("_url_rejected", []):
+        why = f" ({valid})" if valid else ""
+        shown = url_text(st.session_state.get(key))
+        asked = f"The link asks for {key} = {plain(raw)}, which is not here{why}"
+        st.warning(f"{asked}: showing {key} = {plain(shown)}.")
 
 
 def subset(options: list | tuple) -> Callable[[str], list | None]:

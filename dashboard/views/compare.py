@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import drift_charts
 from dashboard.queries import Filters
+from dashboard.views import decision
 from dashboard.views.common import ERROR_METRICS, Context, choice, load, plain, seed, show
 
 METRICS = ("drift", *ERROR_METRICS, "behave_imp_weight", "importance_weight")
@@ -39,6 +40,46 @@ def _defaults(ctx: Context) -> tuple[tuple[str, str], tuple[str, str]]:
     return (ctx.run_id, a_method), (ctx.run_id, b_method)
 
 
+def side_by_side(headline: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Rows: the statistics of the metric; columns: each selection, then B / A where both have a value and
+    A's is not 0, as text (a statistic a selection lacks, such as quantiles under a step range, reads n/a)."""
+    stats = ["n", "mean", "min", "p50", "p90", "p99", "max"]
+    values = {
+        name: frame.iloc[0][stats].astype(float) if len(frame) else pd.Series(float("nan"), index=stats)
+        for name, frame in headline.items()
+    }
+    table = pd.DataFrame(values)
+    a, b = table.iloc[:, 0], table.iloc[:, 1]
+    shown = table.map(lambda v: "n/a" if pd.isna(v) else f"{v:.4g}")
+    shown.loc["n"] = table.loc["n"].map(lambda v: "n/a" if pd.isna(v) else f"{int(v):,}")
+    shown["B / A"] = [
+        "n/a" if pd.isna(x) or pd.isna(y) else "n/a (A is 0)" if x == 0 else f"{y / x:.4g}"
+        for x, y in zip(a, b, strict=True)
+    ]
+    return shown
+
+
+def _decisions(ctx: Context, names: dict[str, tuple[str, str]]) -> None:
+    """The decision figures of each selection, with their 95% intervals and safe staleness."""
+    st.subheader("Decision figures")
+    frames = {
+        name: load(ctx.db, "decision", Filters((run,), (method,), ctx.filters.staleness, ctx.filters.steps),
+                   decision.tolerance())
+        for name, (run, method) in names.items()
+    }  # fmt: skip
+    rows = {name: frame for name, frame in frames.items() if len(frame)}
+    if not rows:
+        st.info("Neither selection has decision figures (ground_truth has none; estimators need prox_logp).")
+        return
+    frame = pd.concat(rows, names=["selection"]).reset_index("selection").drop(columns="method")
+    table = decision.decision_table(frame.rename(columns={"selection": "method"})).rename_axis("selection")
+    st.caption(
+        "Intervals: 95%, a bootstrap over steps (over the whole run: none under a step or staleness range). "
+        "Safe staleness at the tolerance of the Overview."
+    )
+    decision.show_table(table)
+
+
 def render(ctx: Context) -> None:
     (a_run, a_method), (b_run, b_method) = _defaults(ctx)
     left, right = st.columns(2)
@@ -61,11 +102,8 @@ def render(ctx: Context) -> None:
                 f"{plain(name)}: no {metric} rows (drift is stored under ground_truth only; errors need "
                 "prox_logp)."
             )
-    table = pd.concat(headline, names=["selection"]).droplevel(1).drop(columns=["metric"])
-    if len(table) == 2:
-        stats = ["mean", "p50", "p90", "p99", "max"]
-        table.loc["B / A"] = table.iloc[1][stats] / table.iloc[0][stats].where(table.iloc[0][stats] != 0)
-    st.dataframe(table, width="stretch")
+    st.dataframe(side_by_side(headline), width="stretch")
+    _decisions(ctx, names)
     log_y = st.toggle("log y", value=True)
     st.subheader(f"{metric} against staleness")
     by_stale = {

@@ -1,8 +1,10 @@
-"""The decision the Overview leads with: may I ship this estimator? (DOMAIN.md 3b)
+"""The decision the Overview leads with after its verdict: may I ship this estimator? (docs/metrics.md, "Does
+the error matter?")
 
 An error in the estimate of prox reaches the gradient only through PPO's clip and the behaviour-weight
 bound, so per method: the share of the gradient mass it moves, the clip and bound decisions it flips, and
-the largest staleness at which both stay within the tolerance (the safe staleness).
+the largest staleness at which both stay within the tolerance (the safe staleness), each with its 95%
+interval, and beyond the engine floor.
 """
 
 from __future__ import annotations
@@ -15,44 +17,89 @@ from dashboard.queries import Tolerance
 from dashboard.views.common import Context, load, plain, seed, show
 
 COLUMNS = {
+    "safe_staleness_beyond_floor": "largest staleness up to which the method's excess over the engine floor "
+    "meets the tolerance at every staleness (with enough tokens): what the approximation itself allows",
     "safe_staleness": "largest staleness at which every staleness (with enough tokens) meets the tolerance; "
     "-1: not even staleness 0",
     "gradient_mass_error": "share of the policy-gradient mass the estimate moves: "
     "sum |W(a) - W(g)| / sum W(g)",
+    "excess_gradient_mass_error": "gradient_mass_error minus the engine floor's (rollout at staleness 0)",
     "clip_flip_rate": "share of tokens whose PPO clip decision the estimate flips",
     "bound_flip_rate": "share of tokens whose behaviour-weight bound decision (U) the estimate flips",
-    "clip_active_rate": "share of tokens the estimate clips (true_clip_active_rate: the ground truth's)",
+    "clip_active_rate": "share of tokens the estimate clips",
+    "true_clip_active_rate": "share of tokens the ground truth clips",
     "n": "tokens with the ground truth (prox_logp)",
 }
+LEVELS = ("safe_staleness_beyond_floor", "safe_staleness")
+INTERVAL = "95% interval: a bootstrap over steps"
+LEVEL_INTERVAL = "with 95% confidence .. at most (the tolerance judged on each staleness's interval)"
 
 
-def _tolerance() -> Tolerance:
-    """The safe staleness's tolerance, chosen in an expander (and kept in the URL)."""
-    with st.expander("tolerance of the safe staleness (defaults: 1%, 1%, 1,000 tokens)"):
+def tolerance() -> Tolerance:
+    """The safe staleness's tolerance as chosen (URL, or the defaults 1%, 1%, 1,000 tokens); the inputs
+    are drawn by `tolerance_inputs`, so the verdict above them can use it first."""
+    seed("tol_gme", 1.0, float)
+    seed("tol_flip", 1.0, float)
+    seed("tol_tokens", 1000, int)
+    state = st.session_state
+    return Tolerance(state["tol_gme"] / 100, state["tol_flip"] / 100, int(state["tol_tokens"]))
+
+
+def _tolerance_inputs() -> None:
+    with st.expander("tolerance of the safe staleness and the engine floor (defaults: 1%, 1%, 1,000 tokens)"):
         cols = st.columns(3)
-        seed("tol_gme", 1.0, float)
-        seed("tol_flip", 1.0, float)
-        seed("tol_tokens", 1000, int)
-        gme = cols[0].number_input("max gradient mass error (%)", 0.0, 100.0, step=0.5, key="tol_gme")
-        flip = cols[1].number_input("max clip flip rate (%)", 0.0, 100.0, step=0.5, key="tol_flip")
-        tokens = cols[2].number_input("min tokens per staleness", 0, step=100, key="tol_tokens")
-    return Tolerance(gme / 100, flip / 100, int(tokens))
+        cols[0].number_input("max gradient mass error (%)", 0.0, 100.0, step=0.5, key="tol_gme")
+        cols[1].number_input("max clip flip rate (%)", 0.0, 100.0, step=0.5, key="tol_flip")
+        cols[2].number_input("min tokens per staleness", 0, step=100, key="tol_tokens")
 
 
-def _table(frame: pd.DataFrame) -> None:
-    table = frame.set_index("method")[
-        ["safe_staleness", "gradient_mass_error", "clip_flip_rate", "bound_flip_rate", "clip_active_rate",
-         "true_clip_active_rate", "n"]
-    ].sort_values("gradient_mass_error")  # fmt: skip
-    percent = {c: st.column_config.NumberColumn(c, help=COLUMNS.get(c), format="percent") for c in table}
-    config = percent | {
-        "safe_staleness": st.column_config.NumberColumn("safe_staleness", help=COLUMNS["safe_staleness"]),
-        "n": st.column_config.NumberColumn("n", help=COLUMNS["n"], format="localized"),
-        "true_clip_active_rate": st.column_config.NumberColumn(
-            "true_clip_active_rate", help=COLUMNS["clip_active_rate"], format="percent"
-        ),
-    }
-    st.dataframe(table, column_config=config, width="stretch")
+def interval_text(frame: pd.DataFrame, column: str, percent: bool) -> pd.Series:
+    """`lower..upper` of `column` (its `_lower` and `_upper` columns) as text, empty where there is none."""
+    lower, upper = frame[f"{column}_lower"], frame[f"{column}_upper"]
+    shown = (lambda x: f"{100 * x:.2f}%") if percent else (lambda x: f"{int(x)}")
+    return pd.Series(
+        [
+            f"{shown(a)} .. {shown(b)}" if pd.notna(a) and pd.notna(b) else ""
+            for a, b in zip(lower, upper, strict=True)
+        ],
+        index=frame.index,
+    )
+
+
+def decision_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per method (in the frame's order): the safe staleness (beyond the floor, absolute) and the decision
+    figures, each with its 95% interval as text where the frame has one; a column with no value at all is
+    left out."""
+    table = frame.set_index("method")
+    out = pd.DataFrame(index=table.index)
+    for column in COLUMNS:
+        if column not in table or table[column].isna().all():
+            continue
+        out[column] = table[column]
+        if f"{column}_lower" in table and table[f"{column}_lower"].notna().any():
+            out[f"{column} 95%"] = interval_text(table, column, percent=column not in LEVELS)
+    return out
+
+
+def show_table(table: pd.DataFrame) -> None:
+    """A `decision_table` with each column's meaning on hover, rates as percentages."""
+    st.dataframe(table, column_config=_config(table), width="stretch")
+
+
+def _config(table: pd.DataFrame) -> dict:
+    config = {}
+    for column in table:
+        name = column.removesuffix(" 95%")
+        if column.endswith(" 95%"):
+            config[column] = st.column_config.TextColumn(
+                column, help=LEVEL_INTERVAL if name in LEVELS else INTERVAL
+            )
+        elif name in LEVELS:
+            config[column] = st.column_config.NumberColumn(column, help=COLUMNS[name])
+        else:
+            fmt = "localized" if name == "n" else "percent"
+            config[column] = st.column_config.NumberColumn(column, help=COLUMNS[name], format=fmt)
+    return config
 
 
 def _headline(frame: pd.DataFrame, tolerance: Tolerance) -> None:
@@ -65,9 +112,14 @@ def _headline(frame: pd.DataFrame, tolerance: Tolerance) -> None:
         if safe < 0
         else f"within tolerance up to staleness **{int(safe)}**"
     )
+    interval = (
+        f" (95%: {best['gradient_mass_error_lower']:.2%} to {best['gradient_mass_error_upper']:.2%})"
+        if pd.notna(best.get("gradient_mass_error_lower"))
+        else ""
+    )
     st.markdown(
         f"Closest to the recomputed prox on this selection: **{best['method']}**, moving "
-        f"**{best['gradient_mass_error']:.2%}** of the gradient mass and flipping "
+        f"**{best['gradient_mass_error']:.2%}**{interval} of the gradient mass and flipping "
         f"**{best['clip_flip_rate']:.2%}** of clip decisions; {where} (tolerance "
         f"{tolerance.max_gradient_mass_error:.1%} mass, {tolerance.max_clip_flip_rate:.1%} clip flips)."
     )
@@ -77,26 +129,27 @@ def render(ctx: Context) -> None:
     st.subheader("May I ship this estimator?")
     st.caption(
         "On a token that is neither clipped nor masked, prox cancels out of the gradient: an error in its "
-        "estimate matters only where it flips PPO's clip or the behaviour-weight bound (docs/metrics.md)."
+        "estimate matters only where it flips PPO's clip or the behaviour-weight bound (docs/metrics.md, "
+        "'Does the error matter?'). Intervals: 95%, a bootstrap over steps."
     )
-    tolerance = _tolerance()
-    frame = load(ctx.db, "decision", ctx.filters, tolerance)
+    tol = tolerance()
+    _tolerance_inputs()
+    frame = load(ctx.db, "decision", ctx.filters, tol)
     if frame.empty or frame["gradient_mass_error"].isna().all():
         st.info(
             f"Run {plain(ctx.run_id)} has no decision figures: they compare each estimate with the "
             "recomputed prox_logp, which this run did not record (or its advantages are all zero)."
         )
         return
-    _headline(frame.dropna(subset=["gradient_mass_error"]), tolerance)
-    _table(frame)
+    _headline(frame.dropna(subset=["gradient_mass_error"]), tol)
+    if ctx.filters.steps is not None or ctx.filters.staleness is not None:
+        st.caption("Step or staleness range selected: the figures over it, without intervals (kept per run).")
+    show_table(decision_table(frame.sort_values("gradient_mass_error")))
     by_staleness = load(ctx.db, "decision_by_staleness", ctx.filters)
-    limits = {
-        "gradient_mass_error": tolerance.max_gradient_mass_error,
-        "clip_flip_rate": tolerance.max_clip_flip_rate,
-    }
+    limits = {"gradient_mass_error": tol.max_gradient_mass_error, "clip_flip_rate": tol.max_clip_flip_rate}
     for column, (figure, limit) in zip(st.columns(2), limits.items(), strict=True):
         with column:
-            st.caption(f"{figure} by staleness: {COLUMNS[figure]}")
+            st.caption(f"{figure} by staleness, with its 95% interval: {COLUMNS[figure]}")
             chart = drift_charts.figure_by_staleness(
                 by_staleness, figure, limit=limit, limit_name="tolerance", log_y=True
             )

@@ -42,8 +42,9 @@ def render(ctx: Context) -> None:
     note_missing_ground_truth(ctx)
     seed("metric", "abs_error", choice(ERROR_METRICS))
     left, right = st.columns([3, 1])
-    help_text = "each estimate against prox_logp, per token (docs/metrics.md, the metrics)"
-    metric = left.selectbox("error metric", ERROR_METRICS, key="metric", help=help_text)
+    metric = left.selectbox(
+        "error metric", ERROR_METRICS, key="metric", help="their formulas: docs/metrics.md, 'The metrics'"
+    )
     log_y = right.toggle("log y", value=True)
     estimators = ctx.filters.methods
     frame = load(ctx.db, "by_staleness", ctx.with_methods(*estimators, "ground_truth"), (metric, "drift"))

@@ -1,7 +1,7 @@
-"""Overview: the run's data-driven warnings if any (with their evidence, and the checks that could not
-decide), the decision (may I ship this estimator?), then the
-engine mismatch floor, what is in the store, the gate's verdict and the headline error of each method on
-the selected run."""
+"""Overview: the verdict banner (the gate, the method it gates, the engine floor, the safe staleness beyond
+it, the loss), the run's data-driven warnings if any (with their evidence, and the checks that could not
+decide), the decision (may I ship this estimator?), then what is in the store and the headline error of
+each method on the selected run."""
 
 from __future__ import annotations
 
@@ -9,22 +9,23 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, drift_charts
-from dashboard.views import decision
+from dashboard.views import banner, decision
 from dashboard.views.common import Context, load, plain, show
-from evaluator.errors import ProxauditError
 
 HEADLINE_METRICS = ("abs_error", "drift", "behave_imp_weight_abs_error", "importance_weight_abs_error")
 
 
 def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per method: abs_error statistics and the p99 of both weight errors."""
+    """One row per method: abs_error statistics and the p99 of both weight errors (a statistic the
+    selection has not, such as quantiles under a step range, is left out)."""
     stats = ["n", "mean", "p50", "p90", "p99", "max"]
     err = frame[frame["metric"] == "abs_error"].set_index("method")[stats].add_prefix("abs_error ")
     for metric in HEADLINE_METRICS[2:]:
         part = frame[frame["metric"] == metric].set_index("method")
         column = "p99" if part["p99"].notna().any() else "max"
         err[f"{metric} {column}"] = part[column]
-    return err.rename(columns={"abs_error n": "tokens"}).loc[charts.ordered(err.index)]
+    err = err.rename(columns={"abs_error n": "tokens"}).dropna(axis="columns", how="all")
+    return err.loc[charts.ordered(err.index)]
 
 
 def _numbers(ctx: Context) -> None:
@@ -36,24 +37,6 @@ def _numbers(ctx: Context) -> None:
     cols[3].metric("staleness", f"{row['min_staleness']}..{row['max_staleness']}")
     share = row["n_prox"] / row["n_tokens"] if row["n_tokens"] else 0.0
     cols[4].metric("with prox_logp", f"{share:.0%}", help="tokens with the recomputed ground truth")
-
-
-def _gate(ctx: Context) -> None:
-    if ctx.thresholds is None:
-        st.caption("Gate: start the dashboard with `--thresholds FILE` to see the verdict here.")
-        return
-    try:
-        verdicts = load(ctx.db, "gate_verdicts", str(ctx.thresholds), ctx.run_id, watch=ctx.thresholds)
-    except ProxauditError as error:  # a missing or malformed thresholds file
-        st.error(f"Gate: {plain(error)}")
-        return
-    counts = verdicts["verdict"].value_counts()
-    text = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("fail", "warn", "pass", "skip"))
-    if counts.get("fail", 0):
-        st.error(f"Gate FAILED on {plain(ctx.run_id)} ({plain(ctx.thresholds.name)}): {text}")
-    else:
-        st.success(f"Gate passed on {plain(ctx.run_id)} ({plain(ctx.thresholds.name)}): {text}")
-    st.dataframe(verdicts, hide_index=True, width="stretch")
 
 
 def _findings(ctx: Context) -> None:
@@ -95,37 +78,12 @@ def _pairing(ctx: Context) -> None:
     )
 
 
-def _mismatch(ctx: Context) -> None:
-    """The engine mismatch floor in one line, against the published reference levels."""
-    frame = load(ctx.db, "mismatch", ctx.run_id)
-    floor = frame[frame["staleness"] == 0]
-    if floor.empty or floor["n"].iloc[0] == 0:
-        return
-    f = floor.iloc[0]
-    verl = (
-        "normal" if f["prob_drift"] < 0.005 else "a precision problem" if f["prob_drift"] > 0.01 else "high"
-    )
-    nemo = "flagged" if f["exp_abs_drift"] > 1.05 else "fine"
-    nxt = frame[frame["staleness"] > 0].head(1)
-    share = (
-        f"; it explains {nxt['floor_share'].iloc[0]:.1%} of the drift at staleness {nxt['staleness'].iloc[0]}"
-        if len(nxt)
-        else ""
-    )
-    st.markdown(
-        f"Engine mismatch floor (drift at staleness 0, inference engine vs trainer at one version): mean "
-        f"prob_drift **{f['prob_drift']:.4g}** (verl: {verl}), exp_abs_drift **{f['exp_abs_drift']:.4g}** "
-        f"(NeMo-RL: {nemo} at 1.05){share}. The Drift page charts it."
-    )
-
-
 def render(ctx: Context) -> None:
+    banner.render(ctx, decision.tolerance())
     _findings(ctx)
     decision.render(ctx)
-    _mismatch(ctx)
     st.subheader("What is in the store")
     _numbers(ctx)
-    _gate(ctx)
     frame = load(
         ctx.db, "run_headline", ctx.with_methods(*ctx.filters.methods, "ground_truth"), HEADLINE_METRICS
     )

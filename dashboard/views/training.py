@@ -11,6 +11,25 @@ from dashboard.views.common import ERROR_METRICS, Context, choice, load, note_mi
 MIN_CELL_TOKENS = 30  # fewer tokens make a noisy mean
 
 
+def blank_cells(ctx: Context, with_prox: list[int]) -> str:
+    """Why cells of the heat map are blank: a step holds only the staleness values of its batch, and a
+    step without prox_logp has no error (nor true drift) at all."""
+    row = ctx.runs.set_index("run_id").loc[ctx.run_id]
+    lo, hi = ctx.filters.steps or (int(row["first_step"]), int(row["last_step"]))
+    n_steps, n_prox = int(row["n_steps"]), len(with_prox)
+    text = (
+        "Blank cells have no token with prox_logp (what every error and the true drift need) at that step "
+        "and staleness: a step holds only the staleness values its batch had."
+    )
+    if n_prox < n_steps:
+        first = ", ".join(map(str, [s for s in with_prox if lo <= s <= hi][:5]))
+        text += (
+            f" This run recorded prox_logp on {n_prox} of its {n_steps} steps (the recompute ran on some "
+            f"steps only{': ' + first + ', ...' if first else ''}): the other steps' columns are blank."
+        )
+    return text
+
+
 def render(ctx: Context) -> None:
     note_missing_ground_truth(ctx)
     seed("metric", "abs_error", choice(ERROR_METRICS))
@@ -38,6 +57,7 @@ def render(ctx: Context) -> None:
     st.subheader(f"{focus}: mean {focus_metric} on the step x staleness grid")
     cells = load(ctx.db, "step_staleness", ctx.with_methods(focus), focus_metric)
     show(drift_charts.step_staleness_heatmap(cells, focus_metric, focus), "heatmap")
+    st.caption(blank_cells(ctx, load(ctx.db, "steps_with_prox", ctx.run_id)))
     solid = cells[cells["n"] >= MIN_CELL_TOKENS]
     if not solid.empty:
         worst = solid.loc[solid["mean"].idxmax()]

@@ -13,6 +13,8 @@ engine floor are paired).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -23,10 +25,14 @@ SEED = 20261123
 LEVEL = 0.95
 
 
+@functools.lru_cache(maxsize=16)
 def step_draws(n_steps: int, replicates: int = REPLICATES, seed: int = SEED) -> NDArray[np.float64]:
-    """`[replicates, n_steps]` multinomial counts: how often each step is drawn in each replicate."""
+    """`[replicates, n_steps]` multinomial counts: how often each step is drawn in each replicate (kept
+    for the next caller: a gate judges several figures of one run on the same draws; read-only)."""
     rng = np.random.default_rng([seed, n_steps])
-    return rng.multinomial(n_steps, np.full(n_steps, 1.0 / n_steps), size=replicates).astype(np.float64)
+    draws = rng.multinomial(n_steps, np.full(n_steps, 1.0 / n_steps), size=replicates).astype(np.float64)
+    draws.setflags(write=False)
+    return draws
 
 
 def ratio_replicates(numerator: F64, denominator: F64, draws: F64) -> F64:

@@ -57,11 +57,21 @@ def selection_stats(
     rows = con.execute(_SELECTION_SQL, params).fetchall()
     stats = {row[0]: dict(zip(STATS, row[1:], strict=True)) for row in rows}
     if metric in MEAN_METRICS:
+        stored = {}
+        if staleness is None:  # the whole run: the interval the store keeps (the same draws)
+            sql = _STORED_MEAN_SQL
+            stored = {r[0]: r[1:] for r in con.execute(sql, [method, metric]).fetchall()}
         for run_id, values in stats.items():
-            values["mean_lower"], values["mean_upper"], values["steps"] = selection_interval(
-                con, run_id, f"mean:{metric}", method, lo, hi
+            values["mean_lower"], values["mean_upper"], values["steps"] = stored.get(run_id) or (
+                selection_interval(con, run_id, f"mean:{metric}", method, lo, hi)
             )
     return stats
+
+
+_STORED_MEAN_SQL = """
+    SELECT i.run_id, i.lower, i.upper, d.n_steps FROM mean_interval i
+    JOIN (SELECT run_id, max(n_steps) AS n_steps FROM decision_interval GROUP BY run_id) d USING (run_id)
+    WHERE i.staleness IS NULL AND i.method = ? AND i.metric = ?"""
 
 
 _WARNINGS_SQL = """
@@ -100,6 +110,8 @@ def figure_stats(con: duckdb.DuckDBPyConnection, check: Check) -> dict[str, dict
     lo, hi = check.staleness if check.staleness is not None else _ALL_STALENESS
     base = figure.removeprefix("excess_")
     kind = "weight" if FIGURE_METRIC[figure] == "behave_imp_weight" else "decision"
+    if kind == "decision" and check.staleness is None:  # the whole run: the view has its intervals
+        return _stored_figure(con, figure, check.method)
     cursor = con.execute(_FIGURE_SQL[kind], {"method": check.method, "lo": lo, "hi": hi})
     names = [d[0] for d in cursor.description]
     rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]  # before other queries
@@ -117,6 +129,16 @@ def figure_stats(con: duckdb.DuckDBPyConnection, check: Check) -> dict[str, dict
             )
         out[row["run_id"]] = stats
     return out
+
+
+def _stored_figure(con: duckdb.DuckDBPyConnection, figure: str, method: str) -> dict[str, dict[str, float]]:
+    """A decision figure of every run over every staleness, with the interval the store keeps."""
+    sql = f"SELECT run_id, n, n_steps, {figure}, {figure}_lower, {figure}_upper FROM decision_summary"
+    rows = con.execute(sql + " WHERE method = ?", [method]).fetchall()
+    return {
+        run: {"n": n, figure: v, f"{figure}_lower": lo, f"{figure}_upper": hi, "steps": steps}
+        for run, n, steps, v, lo, hi in rows
+    }
 
 
 def _floor_points(con: duckdb.DuckDBPyConnection, figure: str) -> dict[str, float | None]:

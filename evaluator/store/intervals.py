@@ -137,13 +137,9 @@ _COLUMNS = {
 }  # fmt: skip
 
 
-def _selection_sums(frame: pd.DataFrame, steps, metric: str, stat: str, method: str, lo: int, hi: int):
-    """`[n_steps, 1]` one metric's per-step sums or counts of `method` over staleness [lo, hi]."""
-    part = frame[
-        (frame["metric"] == metric) & (frame["method"] == method) & frame["staleness"].between(lo, hi)
-    ]
-    by_step = part.groupby("step")[stat].sum()
-    return by_step.reindex(steps, fill_value=0.0).to_numpy(np.float64)[:, None]
+_STEP_SUMS = """
+    SELECT step, sum(n)::DOUBLE AS n, sum(sum) AS s FROM metric_moments
+    WHERE run_id = ? AND metric = ? AND method = ? AND staleness BETWEEN ? AND ? GROUP BY step"""
 
 
 def selection_interval(
@@ -151,16 +147,20 @@ def selection_interval(
 ) -> tuple[float | None, float | None, int]:
     """(lower, upper, steps) of the 95% interval of one figure of one run over staleness [lo, hi], on the
     draws of the store's intervals: a decision figure, `excess_<figure>` (minus the engine floor's),
-    `floor_<figure>` (the floor's own; no method) or `mean:<metric>` (a metric's mean)."""
-    metrics = {m for spec in FIGURES.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS)
-    sql = _SUMS.format(metrics=", ".join(f"'{m}'" for m in sorted(metrics))).replace(
-        "GROUP BY ALL", "AND run_id = ? GROUP BY ALL"
-    )
-    frame = con.execute(sql, [run_id]).df()
-    steps = np.sort(frame["step"].unique())
+    `floor_<figure>` (the floor's own; no method) or `mean:<metric>` (a metric's mean). Only the sums it
+    needs are read, per step (the steps of the run that have any of the intervals' metrics set the draws)."""
+    metrics = sorted({m for spec in FIGURES.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS))
+    marks = ", ".join("?" * len(metrics))
+    sql = f"SELECT DISTINCT step FROM metric_moments WHERE run_id = ? AND metric IN ({marks})"
+    steps = np.sort(con.execute(sql, [run_id, *metrics]).fetchnumpy()["step"])
     if not len(steps):
         return None, None, 0
     draws = step_draws(len(steps))
+
+    def sums(metric: str, stat: str, who: str, low: int, high: int) -> np.ndarray:
+        """`[n_steps, 1]` one metric's per-step sums or counts of `who` over staleness [low, high]."""
+        by_step = con.execute(_STEP_SUMS, [run_id, metric, who, low, high]).df().set_index("step")[stat]
+        return by_step.reindex(steps, fill_value=0.0).to_numpy(np.float64)[:, None]
 
     def replicates(name: str, who: str, low: int, high: int) -> np.ndarray:
         if name.startswith("mean:"):
@@ -168,9 +168,9 @@ def selection_interval(
             spec = (metric, "s", metric, "n")
         else:
             spec = FIGURES[name]
-        num = _selection_sums(frame, steps, spec[0], spec[1], who, low, high)
-        den = _selection_sums(frame, steps, spec[2], spec[3], who, low, high)
-        return ratio_replicates(num, den, draws)
+        return ratio_replicates(
+            sums(spec[0], spec[1], who, low, high), sums(spec[2], spec[3], who, low, high), draws
+        )
 
     if figure.startswith("floor_"):
         reps = replicates(figure.removeprefix("floor_"), FLOOR_METHOD, 0, 0)

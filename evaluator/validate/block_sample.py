@@ -75,7 +75,7 @@ class BlockSample:
 def load_block_sample(con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int) -> BlockSample:
     """The rows of the chosen blocks of the view `src` (a file that broke no rule, of `n_rows` rows)."""
     sampled = n_rows > MAX_SAMPLE_ROWS
-    buckets = max(1, _HASH_BUCKETS * MAX_SAMPLE_ROWS // n_rows)
+    buckets = max(1, _HASH_BUCKETS * MAX_SAMPLE_ROWS // max(n_rows, 1))
     where = f"hash(step, seq_id // {BLOCK}) % {_HASH_BUCKETS} < {buckets}" if sampled else "TRUE"
     selected = ", ".join(f"{c}::DOUBLE AS {c}" if c in usable else f"NULL::DOUBLE AS {c}" for c in _NUMERIC)
     table = con.sql(f"""SELECT run_id, {selected} FROM src WHERE {where}
