@@ -48,6 +48,17 @@ def _banner(echo: Callable[[str], None], text: str) -> None:
     echo(f"\n== {text} " + "=" * max(0, 72 - len(text)))
 
 
+def _described(sources: list[Path]) -> str:
+    """The demo's inputs in one short line: its folders, and its files counted by folder (the validation
+    table below names each file)."""
+    folders = [str(p) for p in sources if not p.is_file()]
+    by_folder: dict[Path, int] = {}
+    for path in (p for p in sources if p.is_file()):
+        by_folder[path.parent] = by_folder.get(path.parent, 0) + 1
+    files = [f"{n} file{'s' * (n != 1)} in {folder}" for folder, n in by_folder.items()]
+    return ", ".join(folders + files)
+
+
 def _train_logs(out: Path, echo: Callable[[str], None]) -> Path:
     """A fresh short run of the reference trainer (about a minute on 2 cores)."""
     from evaluator.trainer.results import report
@@ -73,7 +84,7 @@ def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = pr
         if not any(FIXTURES.glob("*.parquet")):
             raise UsageError(f"no bundled fixtures in {FIXTURES}; run `proxaudit demo --train` instead")
         sources = sorted(FIXTURES.glob("*.parquet"))  # the SmolLM2 runs (fixtures/toy: the tiny model)
-    _banner(echo, f"validate: {', '.join(map(str, sources))}")
+    _banner(echo, f"validate: {_described(sources)}")
     validation = validate_paths(sources)
     reports = validation.reports
     echo(render_validation(reports, validation.findings, validation.checks))

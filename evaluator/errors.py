@@ -15,6 +15,11 @@ class NothingReadableError(ProxauditError):
     """No input file could be read at all (exit code 2)."""
 
 
+class NoGroundTruthError(ProxauditError):
+    """Nothing to show: no token of the runs asked for has prox_logp, so no error or decision figure
+    (exit code 2, never an empty table read as a clean result)."""
+
+
 class StoreError(ProxauditError):
     """The metrics database is missing, locked or not a proxaudit store (exit code 2)."""
 

@@ -86,6 +86,7 @@ SEVERITY: dict[str, Severity] = {
     "advantage_against_movement": "warning",
     "reward_varies": "warning",
     "prox_logp_zero": "warning",
+    "no_ground_truth": "warning",
 }
 """Every data-driven finding (`evaluator.validate.findings`) and its severity (the docs list each; a test
 checks it)."""

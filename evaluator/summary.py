@@ -11,9 +11,11 @@ import os
 import duckdb
 import pyarrow as pa
 
-from evaluator.errors import UsageError
+from evaluator.errors import NoGroundTruthError, UsageError
 from evaluator.store import open_store
+from evaluator.store.reader import require_run, runs_without_truth
 from evaluator.text_table import aligned_lines
+from evaluator.validate.no_truth import no_truth_message
 from evaluator.verdict import loss_line, verdict_lines
 from schemas.store import DEFAULT_TOLERANCE, METHODS, METRICS, Tolerance
 
@@ -117,14 +119,7 @@ def summary_table(
     condition = "WHERE " + " AND ".join(where) if where else ""
     sql = f"SELECT * FROM {source} {condition} ORDER BY {', '.join(order)}"
     with open_store(db_path) as con:
-        if (
-            run is not None
-            and not con.execute("SELECT 1 FROM file_tokens WHERE run_id = ?", [run]).fetchall()
-        ):
-            runs = [
-                r[0] for r in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()
-            ]
-            raise UsageError(f"no run {run!r} in {db_path}; runs: {', '.join(runs) or 'none'}")
+        require_run(con, run, db_path)
         return con.sql(sql, params=params).to_arrow_table()
 
 
@@ -140,28 +135,61 @@ def verdict_text(
 
 def gate_verdict_text(result) -> str:
     """The verdict in words for a gate's result (`evaluator.gate.judge.GateResult`): each judged run's
-    engine floor and the safe staleness of the methods its checks gate."""
+    engine floor and the safe staleness of the methods its checks gate, or that it has no ground truth."""
     methods = tuple(sorted({v.check.method for v in result.verdicts if v.check.method}))
     runs = sorted({v.run_id for v in result.verdicts if v.run_id and v.verdict != "skip"})
     with open_store(result.db) as con:
-        lines = [loss_line(con)]
+        lines, without = [loss_line(con)], runs_without_truth(con)
         for run in runs:
-            lines += verdict_lines(con, DEFAULT_TOLERANCE, methods, run)
+            blind = [no_truth_message(run, without[run])] if run in without else None  # no verdict to say
+            lines += blind or verdict_lines(con, DEFAULT_TOLERANCE, methods, run)
     return "\n".join(lines)
 
 
+def truth_notes(db_path: str | os.PathLike, run: str | None = None) -> list[str]:
+    """The sentence of each run of the selection (every run, or `run`) none of whose tokens has prox_logp:
+    the ground truth every error and decision figure needs."""
+    with open_store(db_path) as con:
+        without = runs_without_truth(con)
+    return [no_truth_message(r, n) for r, n in without.items() if run in (None, r)]
+
+
+def require_rows(table: pa.Table, notes: list[str]) -> None:
+    """`NoGroundTruthError` saying `notes` when they leave the table empty: runs without ground truth and
+    no row to show, which an empty table would pass off as a clean result."""
+    if notes and not table.num_rows:
+        raise NoGroundTruthError("; ".join(notes))
+
+
+READ_ONLY_SQL = "SELECT (also WITH ..., FROM ..., VALUES, TABLE, DESCRIBE, SHOW, SUMMARIZE)"
+"""The one kind of statement `query` runs: a statement of another kind (DROP, CREATE, SET, ...) would only
+change the reader's own throw-away views, never the store, and must not read as done."""
+
+
+def read_only_statement(sql: str) -> None:
+    """A `UsageError` unless `sql` is one statement that only reads (`READ_ONLY_SQL`), naming what it is."""
+    try:
+        kinds = [s.type.name for s in duckdb.extract_statements(sql)]
+    except duckdb.Error as error:
+        raise UsageError(f"query failed: {error}") from None
+    if kinds != ["SELECT"]:
+        found = f"{len(kinds)} statements ({', '.join(kinds)})" if kinds else "no statement"
+        found = f"one {kinds[0]} statement" if len(kinds) == 1 else found
+        raise UsageError(
+            f"query runs one statement that reads the store, a {READ_ONLY_SQL}; this is {found}, "
+            "not run. Only `proxaudit replay` writes the store"
+        )
+
+
 def query_table(db_path: str | os.PathLike, sql: str) -> pa.Table:
-    """The rows of one SQL query on the store, opened read-only (a write is refused by DuckDB). A missing
-    database is a `StoreError`, a query DuckDB rejects a `UsageError` with its message."""
+    """The rows of one SQL statement that reads (`read_only_statement`) on the store, opened read-only. A
+    missing database is a `StoreError`, another statement or a query DuckDB rejects a `UsageError`."""
+    read_only_statement(sql)
     with open_store(db_path) as con:
         try:
             return con.sql(sql).to_arrow_table()
         except duckdb.Error as error:
             raise UsageError(f"query failed: {error}") from None
-        except AttributeError:  # a statement with no result (SET, ...)
-            raise UsageError(
-                "query returned no rows: give a SELECT (or another query with a result)"
-            ) from None
 
 
 def _cell(value: object) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import socket
+
 import duckdb
 from click.testing import CliRunner
 
@@ -19,6 +22,9 @@ def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
     out = result.output
     for stage in ("== validate", "== replay", "== summary", "== gate"):
         assert stage in out
+    header = next(line for line in out.splitlines() if line.startswith("== validate"))
+    n_files = len(list(FIXTURES.glob("*.parquet")))
+    assert header.startswith(f"== validate: {n_files} files in {FIXTURES} ") and ".parquet" not in header
     assert "0 with problems, 0 unreadable" in out
     assert "gate passed" in out or "gate FAILED" in out  # the verdict is shown, not the exit code
     with duckdb.connect(str(tmp_path / "proxaudit.duckdb"), read_only=True) as con:
@@ -26,3 +32,22 @@ def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
         files = con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
     assert runs == {"recompute", "loglinear"}
     assert files == len(list(FIXTURES.glob("*.parquet")))
+
+
+def test_a_busy_port_is_refused_before_the_pipeline_runs(tmp_path, empty_store):
+    """`demo` (which serves by default) and `dashboard` check the port first: exit 2, the next free port
+    suggested, and not a minute of pipeline before the server fails to start."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = tmp_path / "out"
+        result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--port", str(port)])
+        served = CliRunner().invoke(cli, ["dashboard", "--db", str(empty_store), "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    assert "== validate" not in result.output and not out.exists()
+    found = re.search(rf"port {port} on 127\.0\.0\.1 is in use .*e\.g\. --port (\d+)", result.output)
+    assert found and int(found[1]) != port, result.output
+    with socket.socket() as probe:  # the suggested port is free
+        probe.bind(("127.0.0.1", int(found[1])))
+    assert served.exit_code == 2 and f"port {port} on 127.0.0.1 is in use" in served.output

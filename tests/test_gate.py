@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.errors import StoreError, ThresholdsError
+from evaluator.errors import StoreError, ThresholdsError, UsageError
 from evaluator.formulas.sketch import bucket_code, sketch_quantile
-from evaluator.gate.judge import GateResult, judge, run_gate, selection_stats
+from evaluator.gate.judge import DEFAULT_THRESHOLDS, GateResult, judge, run_gate, selection_stats
 from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
 from evaluator.store.intervals import refresh_intervals
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
@@ -309,7 +309,21 @@ class TestEvaluate:
             "fail",
             "missing_run",
         ) and "base, new, tiny" in verdict.reason
-        assert run_gate(store, gate_file(tmp_path, body.replace('run="nope"', "")), run="nope").exit_code == 1
+
+    def test_run_option_naming_no_run_is_one_usage_error(self, store, tmp_path):
+        """`--run` with a run the store lacks is a mistyped option (exit 2, naming the runs), not a failed
+        verdict for every check (the pinned `run = "nope"` of a thresholds file above stays a verdict)."""
+        with pytest.raises(UsageError, match="no run 'nope' in .*; runs: base, new, tiny"):
+            run_gate(store, DEFAULT_THRESHOLDS, run="nope")
+        json_path = tmp_path / "gate.json"
+        result = CliRunner().invoke(
+            cli, ["gate", "--db", str(store), "--run", "nope", "--json", str(json_path)]
+        )
+        assert result.exit_code == 2, result.output
+        assert result.output.splitlines() == [
+            f"proxaudit: error: no run 'nope' in {store}; runs: base, new, tiny"
+        ]
+        assert not json_path.exists()  # no report of verdicts that judged nothing
 
     def test_an_empty_database_fails_every_check(self, tmp_path):
         empty = build_store(tmp_path / "empty.duckdb", {})

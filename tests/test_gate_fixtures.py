@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -239,8 +240,13 @@ def test_missing_metric_on_a_run_logged_without_the_recompute_pass(tmp_path):
     ]
     code, report = gate(db, tmp_path, DEFAULT_THRESHOLDS.read_text())
     by_figure = {v["figure"] == "warnings": v["outcome"] for v in report["verdicts"]}
-    assert code == 1 and {v["outcome"] for v in report["verdicts"]} == {"missing_metric", "ok"}
-    assert by_figure == {True: "ok", False: "missing_metric"}  # the run's warnings need no truth
+    assert code == 1 and {v["outcome"] for v in report["verdicts"]} == {"missing_metric", "threshold"}
+    # the run's warnings need no truth: the one warning is that it has none (no_ground_truth, from replay)
+    assert by_figure == {True: "threshold", False: "missing_metric"}
+    missing = [v["reason"] for v in report["verdicts"] if v["outcome"] == "missing_metric"]
+    n_loss = int(pc.sum(table["loss_mask"]).as_py())
+    said = f"no token of run '{run}' has prox_logp (0 of {n_loss:,} loss tokens): nothing to judge"
+    assert all(reason.startswith(said) for reason in missing)
 
 
 def test_every_run_by_default_and_reports(db, views, tmp_path):

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,7 +17,8 @@ import pytest
 import torch
 
 import evaluator.hook.recorder as hook_module
-from evaluator.hook.recorder import HookShapeError, HookWriterError, TokenLogHook
+from evaluator.hook.recorder import HookShapeError, HookWriterError, RunIdReusedWarning, TokenLogHook
+from evaluator.validate import validate_paths
 from schemas.token_log import SCHEMA_VERSION, SCHEMA_VERSION_KEY, arrow_schema
 
 REPO = Path(__file__).resolve().parents[1]
@@ -415,3 +417,31 @@ class TestCachedPlan:
         key = lambda r: (r["step"], r["minibatch"], r["seq_id"], r["pos"])  # noqa: E731
         assert sorted(read_rows(tmp_path / "together"), key=key) == sorted(alone, key=key)
         assert len(alone) == 6 * 5 + 5
+
+
+class TestEarlierFilesOfTheRun:
+    """A new hook of a run whose files are already in its folder: a resumed run goes on after them, a
+    training restarted under the same run_id is warned about (not left to replay's duplicate rule)."""
+
+    def steps(self, out: Path, steps: list[int], run_id: str = "run") -> None:
+        with TokenLogHook(out, run_id, steps_per_file=1) as hook:
+            for step in steps:
+                hook.record(step=step, **base(seq_id=None, behave_version=torch.zeros_like(VERSION)))
+
+    def test_a_restart_at_step_0_over_the_runs_files_warns(self, tmp_path):
+        self.steps(tmp_path, [0, 1, 2])
+        with pytest.warns(RunIdReusedWarning, match=r"already holds steps 0\.\.2 of run 'run' \(3 files\)"):
+            self.steps(tmp_path, [0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a resume after the last step, or another run: no warning
+            self.steps(tmp_path, [3])
+            self.steps(tmp_path, [0], run_id="other")
+
+    def test_a_resumed_run_continues_fresh_seq_ids_and_file_numbers(self, tmp_path):
+        self.steps(tmp_path, [7, 8])
+        self.steps(tmp_path, [9])
+        names = sorted(p.name for p in tmp_path.glob("*.parquet"))
+        assert names == [f"run-step00000{s}-00000{s}-000{n}.parquet" for n, s in enumerate([7, 8, 9])]
+        seq_ids = [sorted({r["seq_id"] for r in pq.read_table(tmp_path / n).to_pylist()}) for n in names]
+        assert seq_ids == [[0, 1], [2, 3], [4, 5]]  # never an earlier file's token again
+        assert all(r.ok for r in validate_paths([tmp_path]).reports)  # no duplicate_across_files

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from evaluator.logio import write_log_atomic
-from evaluator.replay import pipeline as replay_module
+from evaluator.replay import slots as replay_slots
 from evaluator.replay.batch import group_tokens
 from evaluator.replay.pipeline import replay
 from evaluator.store.writer import CRASH_ENV
@@ -151,14 +151,14 @@ def pc_add(column: pa.ChunkedArray, k: int) -> pa.Array:
 class TestFilesReplayMayNotRead:
     def test_an_unreadable_file_is_reported_and_the_others_ingested(self, tmp_path, monkeypatch):
         files = logs(tmp_path / "logs")
-        real = replay_module.file_digest
+        real = replay_slots.file_digest
 
         def denied(path):
             if Path(path) == files[1]:
                 raise PermissionError(13, "Permission denied", str(path))
             return real(path)
 
-        monkeypatch.setattr(replay_module, "file_digest", denied)
+        monkeypatch.setattr(replay_slots, "file_digest", denied)  # the digest phase
         for workers in (1, 2):
             db = tmp_path / f"m{workers}.duckdb"
             report = replay([tmp_path / "logs"], db, workers=workers)

@@ -179,6 +179,21 @@ def test_nothing_readable_is_exit_2(tmp_path):
     assert result.exit_code == 2 and "could be read" in result.output
 
 
+def test_non_parquet_input_leaves_no_store_behind(tmp_path):
+    """A CSV (or any file that does not open as Parquet) is refused before the store is made: no database,
+    no lock file, no folder; each file's line says why, once."""
+    (tmp_path / "tokens.csv").write_text("run_id,step\nr,0\n")
+    (tmp_path / "cut.parquet").write_bytes(b"PAR1 truncated")
+    db = tmp_path / "out" / "m.duckdb"
+    paths = [str(tmp_path / "tokens.csv"), str(tmp_path / "cut.parquet")]
+    result = CliRunner().invoke(cli, ["replay", *paths, "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "out").exists()
+    assert f"{tmp_path / 'tokens.csv'}: unreadable: cannot open as Parquet" in result.output
+    assert f"{tmp_path / 'cut.parquet'}: unreadable: cannot open as Parquet" in result.output
+    assert "unreadable: unreadable" not in result.output
+
+
 def test_missing_path_is_exit_2(tmp_path):
     result = CliRunner().invoke(cli, ["replay", str(tmp_path / "nope"), "--db", str(tmp_path / "m.duckdb")])
     assert result.exit_code == 2

@@ -75,9 +75,9 @@ def test_replay_reads_a_prefix_and_stores_what_a_local_replay_stores(s3, tmp_pat
     assert recorded == [(u, file_digest(local / u.rsplit("/", 1)[1])) for u in uris]
     replay(sorted(local.glob("*.parquet")), tmp_path / "local.duckdb", progress=False, workers=1)
     assert store_rows(tmp_path / "s3.duckdb") == store_rows(tmp_path / "local.duckdb")
-    # A file's identity is its bytes: the local twins of the objects are already in the store.
+    # A file's identity is its bytes: the local twins of the objects are copies of what the store holds.
     again = replay(sorted(local.glob("*.parquet")), tmp_path / "s3.duckdb", progress=False, workers=1)
-    assert [o.status for o in again.outcomes] == ["already ingested"] * 3
+    assert [(o.status, o.copy_of) for o in again.outcomes] == [("copy", u) for u in uris]
 
 
 def test_validate_names_the_objects_and_their_problems(s3):

@@ -69,10 +69,10 @@ def test_ingest_is_once_per_digest(tmp_path, log):
         done.checked.facts.sequences,
     )
     with StoreWriter(db) as store:
-        assert store.digests() == set()
+        assert store.digests() == {}
         assert store.ingest(log, digest, summary, sequences) is True
         assert store.ingest(log, digest, summary, sequences) is False
-        assert store.digests() == {digest}
+        assert store.digests() == {digest: str(log.resolve())}
     with open_store(db) as con:
         rows = con.execute("SELECT file_id, path, n_rows, n_tokens FROM ingested_file").fetchall()
         assert rows == [(1, str(log.resolve()), summary.n_rows, summary.n_tokens)]

@@ -75,3 +75,37 @@ def test_every_command_has_help():
     for command in ("replay", "summary", "bench"):
         result = CliRunner().invoke(cli, [command, "--help"])
         assert result.exit_code == 0 and "Usage" in result.output
+
+
+@pytest.mark.parametrize(
+    "sql, found",
+    [
+        ("DROP VIEW decision_summary", "one DROP statement"),
+        ("CREATE TABLE t AS SELECT 1", "one CREATE statement"),
+        ("INSERT INTO store.main.store_meta VALUES (1, 2)", "one INSERT statement"),
+        ("SET threads = 1", "one SET statement"),
+        ("CHECKPOINT", "one CALL statement"),
+        ("SELECT 1; DROP VIEW run_summary", "2 statements (SELECT, DROP)"),
+        ("  ", "no statement"),
+    ],
+)
+def test_query_refuses_what_does_not_only_read(db, sql, found):
+    """A statement that would write (the reader's own views, or the store) is refused and says which kinds
+    run, never printed as done ("Success" for a DROP it did not do)."""
+    result = CliRunner().invoke(cli, ["query", "--db", str(db), sql])
+    assert result.exit_code == 2, result.output
+    assert f"this is {found}, not run" in result.output and "SELECT (also WITH" in result.output
+    assert "Success" not in result.output and "Count" not in result.output
+
+
+def test_query_runs_every_kind_of_read(db):
+    n_series = len(SERIES)
+    for sql in (
+        "SELECT count(*) AS n FROM run_summary",
+        "WITH s AS (SELECT * FROM run_summary) SELECT count(*) AS n FROM s",
+        "FROM run_summary SELECT count(*) AS n",
+    ):
+        result = CliRunner().invoke(cli, ["query", "--db", str(db), sql, "--format", "json"])
+        assert result.exit_code == 0 and json.loads(result.output) == [{"n": n_series}], (sql, result.output)
+    for sql in ("DESCRIBE run_summary", "SHOW TABLES", "SUMMARIZE run_summary", "VALUES (1)"):
+        assert CliRunner().invoke(cli, ["query", "--db", str(db), sql]).exit_code == 0, sql

@@ -124,7 +124,8 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """Judge the metrics in DB against the checks of a thresholds file.
 
     Exit code 0 when every check passes (warnings allowed), 1 when any check fails (including a metric
-    the database lacks or too few tokens), 2 for a bad thresholds file or a missing database.
+    the database lacks or too few tokens), 2 for a bad thresholds file, a missing database or a --run it
+    does not hold.
     """
     from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
     from evaluator.gate.report import render_table, write_reports
@@ -231,17 +232,34 @@ def summary(
 ) -> None:
     """Print the public views of DB: n, mean, min, max, p50, p90, p99 of every metric (--by run,
     staleness or step), or the derived figures: AReaL's shipped pairing, the decision figures with each
-    method's safe staleness, the weight diagnostics, the engine mismatch floor."""
-    from evaluator.summary import NOTES, compact, render, summary_table, verdict_text
+    method's safe staleness, the weight diagnostics, the engine mismatch floor.
+
+    A run none of whose tokens has prox_logp (the ground truth) has no error or decision figure: a line
+    says so (on stderr for json and csv). Exit code 0, or 2 for a missing database, an unknown run,
+    method or metric, and when such runs leave nothing to show.
+    """
+    from evaluator.summary import (
+        NOTES,
+        compact,
+        render,
+        require_rows,
+        summary_table,
+        truth_notes,
+        verdict_text,
+    )
     from schemas.store import Tolerance
 
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
+    notes = truth_notes(db, run_id)
+    require_rows(table, notes)
     say(render(compact(table, by) if fmt == "table" else table, fmt), fmt)
     if fmt == "table" and by == "decision":
         say("\n" + verdict_text(db, tolerance, run_id, method))
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
+    if notes:
+        say("\n" + "\n".join(notes), err=fmt != "table")
 
 
 @cli.command()
@@ -251,7 +269,9 @@ def summary(
 @library_errors
 def query(db, sql, fmt) -> None:
     """Run one SQL query on DB, opened read-only, and print its rows: the public views (run_summary,
-    decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed."""
+    decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed. One statement
+    that reads: SELECT (WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW and SUMMARIZE too); any other (DROP,
+    CREATE, INSERT, SET, ...) is refused, exit 2."""
     from evaluator.summary import query_table, render
 
     say(render(query_table(db, sql), fmt), fmt)

@@ -98,8 +98,11 @@ def demo(out, train, serve, host, port) -> None:
     dashboard. The gate's verdict is shown, not turned into the exit code: exit 0 when the pipeline ran
     (every file clean and ingested), 1 otherwise.
     """
+    from evaluator.cli.serve import require_free_port
     from evaluator.demo import run_demo
 
+    if serve:
+        require_free_port(host, port)  # before the pipeline: not a minute of work, then a busy port
     result = run_demo(out, train=train, echo=say)
     if not result.ran_clean:
         click.echo("demo: some files broke validation rules (see above)", err=True)

@@ -15,7 +15,9 @@ import duckdb
 from evaluator.errors import ThresholdsError
 from evaluator.formulas.bootstrap import steps_to_decide
 from evaluator.gate.figures import FIGURE_METRIC, figure_stats, runs_with_metric, selection_stats
+from evaluator.gate.ground_truth import explained
 from evaluator.store import open_store
+from evaluator.store.reader import require_run, runs_without_truth
 from schemas.store import RUN_FIGURES
 from schemas.thresholds import (
     DEFAULT_THRESHOLDS,
@@ -39,7 +41,7 @@ OUTCOMES = (
     "insufficient_data",  # fewer than min_tokens tokens in the selection (of the run or of the baseline)
     "missing_metric",  # the run has no rows at all for this method and metric
     "missing_baseline",  # the baseline run has no rows for this method and metric
-    "missing_run",  # the run named by the check or by --run is not in the database
+    "missing_run",  # the run the check pins is not in the database, or it holds no run
     "not_selected",  # pinned to another run than --run, or --run selects the check's baseline
 )
 
@@ -266,7 +268,8 @@ def evaluate(
 
 
 def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> GateResult:
-    """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check.
+    """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check
+    (of `run` alone if given: UsageError when the store does not hold it).
 
     The thresholds are validated before the database is opened, so a bad file is reported first."""
     try:
@@ -274,5 +277,6 @@ def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> 
     except ThresholdsFormatError as error:
         raise ThresholdsError(str(error)) from None
     with open_store(db) as con:  # read-only; StoreError if missing, locked or not a proxaudit store
-        verdicts = evaluate(con, parsed, only_run=run)
+        require_run(con, run, db)  # an unknown --run is a usage error, not a failed verdict per check
+        verdicts = explained(evaluate(con, parsed, only_run=run), runs_without_truth(con))
     return GateResult(db=str(db), thresholds=str(thresholds), verdicts=tuple(verdicts))

@@ -26,6 +26,7 @@ import queue
 import re
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +35,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from evaluator.hook.earlier import EarlierFiles, RunIdReusedWarning
 from evaluator.hook.layout import LAYOUT_TENSORS, TOKEN_COLUMNS, Alignment, HookShapeError
 from evaluator.hook.rows import CallPlan, Snapshot, host_copies, make_plan, rows_table
 from evaluator.hook.rows import host_copy as host_copy  # one tensor's copy, as every group's on CUDA
 from evaluator.logio import token_table, write_log_atomic
 from schemas.token_log import RUN_ID_MAX_BYTES
 
-__all__ = ["Alignment", "HookShapeError", "HookWriterError", "TokenLogHook"]
+__all__ = ["Alignment", "HookShapeError", "HookWriterError", "RunIdReusedWarning", "TokenLogHook"]
 
 TENSOR_ARG_NAMES = (*TOKEN_COLUMNS, *LAYOUT_TENSORS, "seq_id", "prompt_lengths", "cu_seqlens")
 MAX_PLANS = 256
@@ -60,14 +62,6 @@ class _Flush:
 
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
-
-
-def run_files(out_dir: str | Path, run_id: str) -> list[Path]:
-    """The token log files a hook of `run_id` wrote into `out_dir` (a new hook numbers its files after
-    them, as a trainer resumed from a checkpoint continues its run)."""
-    pattern = re.compile(rf"^{re.escape(run_id)}-step\d+-\d+-\d+\.parquet$")
-    out_dir = Path(out_dir)
-    return sorted(p for p in out_dir.iterdir() if pattern.match(p.name)) if out_dir.is_dir() else []
 
 
 class TokenLogHook:
@@ -108,9 +102,9 @@ class TokenLogHook:
         self.record_seconds = 0.0
         """Time the caller spent inside `record` (shape checks, host copies, queueing, backpressure)."""
         self.records = 0
-        existing = run_files(self.out_dir, run_id)
-        self._n_file = 1 + max((int(p.stem.rsplit("-", 1)[1]) for p in existing), default=-1)
-        self._next_seq_id = 0
+        earlier = EarlierFiles.scan(self.out_dir, run_id)  # a resumed run goes on after its files
+        self._n_file, self._next_seq_id = earlier.next_file, earlier.next_seq_id
+        self._earlier = earlier if earlier.files else None  # checked against the first call's step
         self._plans: dict[tuple, CallPlan] = {}
         self._pending: list[Snapshot] = []
         self._buffered_tokens = 0
@@ -154,12 +148,18 @@ class TokenLogHook:
     ) -> None:
         """Record one minibatch update. Per-token tensors are `[B, T]` (padded) or `[N]` (packed with
         `cu_seqlens [B + 1]`); `advantage` and `reward` may be `[B]`; `seq_id` is `[B]` (default: fresh
-        ids, unique within this hook). `alignment` maps a tensor's name to `token` or `next_token`.
-        `step`, `minibatch` and `n_minibatches` are Python ints (a device scalar would force a sync)."""
+        ids, after every seq_id of the run's earlier files in out_dir). A first call at or before the last
+        step of those files warns (`RunIdReusedWarning`): a second training under the same run_id.
+        `alignment` maps a tensor's name to `token` or `next_token`. `step`, `minibatch` and
+        `n_minibatches` are Python ints (a device scalar would force a sync)."""
         started = time.perf_counter()
         self._raise_pending()
         if self._closed:
             raise HookWriterError("record() after close()")
+        if self._earlier is not None:  # the first call: a training restarted over its run's files?
+            restart, self._earlier = self._earlier.restart(int(step)), None
+            if restart:
+                warnings.warn(restart, RunIdReusedWarning, stacklevel=2)
         given = locals()
         tensors = {k: given[k] for k in TENSOR_ARG_NAMES if given[k] is not None}
         for k, v in tensors.items():

@@ -1,14 +1,17 @@
-"""What replay did with each file (`FileOutcome`) and with a call (`ReplayReport`)."""
+"""What replay did with each file (`FileOutcome`) and with a call (`ReplayReport`), and the `Announcer` that
+hands each outcome on once the store shows it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from evaluator.problems import Finding
+from evaluator.sources import Staging
 
-Status = Literal["ingested", "already ingested", "skipped", "unreadable", "failed"]
+Status = Literal["ingested", "already ingested", "copy", "skipped", "unreadable", "failed"]
 
 
 @dataclass
@@ -20,6 +23,10 @@ class FileOutcome:
     n_rows: int = 0
     n_tokens: int = 0
     problems: list = field(default_factory=list)
+    copy_of: Path | str | None = None
+    """A copy: the file (path or URI) whose tokens are in the store, or went in first in this call."""
+    resaved: bool = False
+    """A copy with other bytes (the same tokens and values), rather than the same bytes."""
 
     def line(self) -> str:
         """One line for the terminal: `PATH: ingested (N tokens)` or the rules it broke."""
@@ -27,11 +34,17 @@ class FileOutcome:
             return f"{self.path}: ingested ({self.n_tokens:,} loss tokens of {self.n_rows:,} rows)"
         if self.status == "already ingested":
             return f"{self.path}: already ingested, unchanged"
+        if self.status == "copy":
+            how = "re-saved copy" if self.resaved else "copy"
+            same = "the same tokens and values, other bytes" if self.resaved else "the same bytes"
+            return f"{self.path}: a {how} of {self.copy_of} ({same}), ingested from there: not counted again"
         if self.status == "failed":
             return f"{self.path}: failed: {'; '.join(p.message for p in self.problems)}"
         found = "; ".join(
             f"{p.rule} on {p.column or '-'} ({p.rows:,} rows): {p.message}"
             if p.rows
+            else p.message
+            if p.rule == self.status  # `PATH: unreadable: why`, the rule said once
             else f"{p.rule}: {p.message}"
             for p in self.problems
         )
@@ -54,4 +67,31 @@ class ReplayReport:
     @property
     def clean(self) -> bool:
         """True when no file was skipped for breaking a rule."""
-        return all(o.status in ("ingested", "already ingested") for o in self.outcomes)
+        return all(o.status in ("ingested", "already ingested", "copy") for o in self.outcomes)
+
+
+@dataclass
+class Announcer:
+    """Hands each outcome to `on_file` once the store shows it ("ingested" means readers see it), with
+    the location the file was read from (its URI for a staged copy)."""
+
+    staging: Staging
+    on_file: Callable[[FileOutcome], None] | None
+    outcomes: list[FileOutcome] = field(default_factory=list)
+    waiting: list[FileOutcome] = field(default_factory=list)
+
+    def add(self, outcome: FileOutcome, published: bool) -> None:
+        """One more outcome; `published`: the store shows every outcome so far."""
+        self.waiting.append(outcome)
+        if published:
+            self.flush()
+
+    def flush(self) -> None:
+        for outcome in self.waiting:
+            outcome.path = self.staging.location(outcome.path)
+            if isinstance(outcome.copy_of, Path):  # an earlier file of this call
+                outcome.copy_of = self.staging.location(outcome.copy_of)
+            self.outcomes.append(outcome)
+            if self.on_file is not None:
+                self.on_file(outcome)
+        self.waiting = []

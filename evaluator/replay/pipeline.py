@@ -2,14 +2,15 @@
 
 In phases over the files of one call, in sorted order:
 
-1. digest (BLAKE2b of the bytes): a file already in the store, or a byte copy of an earlier file of the
-   call, is not read again;
+1. digest (BLAKE2b of the bytes, `evaluator.replay.slots`): a file already in the store (from where it
+   is, or a copy of a stored file), or a byte copy of an earlier file of the call, is not read again;
 2. check each file on its own (the rules of `proxaudit validate`);
 3. judge the call (`evaluator.validate.judge_call`): the alignment audit pooled over a run's files
    and the data-driven findings (`evaluator.validate.findings`); an error skips the run's files, the
    warnings are stored (`run_findings`);
 4. summarise each clean file streaming over record batches and ingest it in one transaction
-   (`evaluator.store.StoreWriter.ingest`, which refuses a token already stored), file by file in order.
+   (`evaluator.store.StoreWriter.ingest`, which refuses a token already stored, or reports a stored
+   file re-saved with other bytes as its copy), file by file in order.
 
 Steps 2 and 4 run on worker processes, one file per worker (`evaluator.replay.workers`), while this process
 ingests; a file long enough to be cut into ranges (`evaluator.replay.summarise.default_workers`) is summarised
@@ -24,7 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -34,12 +35,14 @@ from tqdm import tqdm
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Finding, Problem
-from evaluator.replay.outcomes import FileOutcome, ReplayReport
+from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
+from evaluator.replay.slots import Slot, digests, require_one_parquet
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
 from evaluator.replay.tasks import Check, Summarise
 from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
 from evaluator.sources import Staging
-from evaluator.store import StoreWriter, file_digest
+from evaluator.store import StoreWriter
+from evaluator.store.repeats import CopyOf
 from evaluator.validate import CheckedFile, check_file, find_parquet_files, judge_call
 
 
@@ -84,7 +87,7 @@ def check_and_summarise(
     return Summarised(checked, summary)
 
 
-def _outcome(slot: _Slot, summary: FileSummary, location: Path | str, store: StoreWriter) -> FileOutcome:
+def _outcome(slot: Slot, summary: FileSummary, location: Path | str, store: StoreWriter) -> FileOutcome:
     """Ingest a summarised file as `location` (its path, or the URI it was copied from), or report the
     store's own rule it broke (a token already stored); an unexpected error in the ingest (rolled back)
     is this file's failure."""
@@ -95,6 +98,8 @@ def _outcome(slot: _Slot, summary: FileSummary, location: Path | str, store: Sto
         return _failed(path, error)
     if isinstance(ingested, Problem):
         return FileOutcome(path, "skipped", problems=[ingested])
+    if isinstance(ingested, CopyOf):
+        return FileOutcome(path, "copy", copy_of=ingested.path, resaved=True)
     if not ingested:
         return FileOutcome(path, "already ingested")
     return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
@@ -106,62 +111,7 @@ def _failed(path: Path, error: Exception) -> FileOutcome:
     return FileOutcome(path, "failed", problems=[Problem("failed", None, 0, why)])
 
 
-@dataclass(eq=False)
-class _Slot:
-    """One input file through the phases: its digest, its check, and at last its outcome."""
-
-    path: Path
-    digest: str | None = None
-    checked: CheckedFile | None = None
-    copy_of: _Slot | None = None
-    """An earlier file of this call with the same bytes: this one shares its fate."""
-    outcome: FileOutcome | None = None
-
-    @property
-    def to_check(self) -> bool:
-        """Neither known from its digest nor a copy of an earlier file."""
-        return self.outcome is None and self.copy_of is None
-
-    @property
-    def to_summarise(self) -> bool:
-        """Checked, and it broke no rule (on its own or in the call)."""
-        return self.checked is not None and self.checked.facts is not None
-
-    def resolve(self) -> FileOutcome:
-        """The outcome of a file that is not summarised: known from its digest or its check."""
-        if self.copy_of is not None:
-            first = self.copy_of.outcome
-            if first.status in ("ingested", "already ingested"):
-                return FileOutcome(self.path, "already ingested")
-            return replace(first, path=self.path)
-        report = self.checked.report
-        status = "skipped" if report.readable else "unreadable"
-        return FileOutcome(self.path, status, problems=report.problems)
-
-
-def _digests(files: list[Path], known: set[str], staged: dict[Path, str]) -> list[_Slot]:
-    """A slot per file: unreadable, already in the store, a byte copy of an earlier file, or to do.
-    `staged`: the digests of copied objects, taken while they were downloaded."""
-    slots, first = [], {}
-    for path in files:
-        slot = _Slot(path)
-        try:
-            slot.digest = staged[path] if path in staged else file_digest(path)
-        except OSError as error:  # permissions, a vanished file: reported like any unreadable file
-            problem = Problem("unreadable", None, 0, f"cannot read it: {error}")
-            slot.outcome = FileOutcome(path, "unreadable", problems=[problem])
-        else:
-            if slot.digest in known:
-                slot.outcome = FileOutcome(path, "already ingested")
-            elif slot.digest in first:
-                slot.copy_of = first[slot.digest]
-            else:
-                first[slot.digest] = slot
-        slots.append(slot)
-    return slots
-
-
-def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
+def _check(slots: list[Slot], runner, bar: tqdm) -> None:
     """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
     todo = [s for s in slots if s.to_check]
     results = runner.map(Check(s.path) for s in todo)
@@ -175,14 +125,14 @@ def _check(slots: list[_Slot], runner, bar: tqdm) -> None:
 
 
 def _summaries(
-    slots: list[_Slot], runner, loss: Loss, bar: tqdm
-) -> Iterator[tuple[_Slot, FileSummary | FileFailed | None]]:
+    slots: list[Slot], runner, loss: Loss, bar: tqdm
+) -> Iterator[tuple[Slot, FileSummary | FileFailed | None]]:
     """Each slot in order with its summary (None: a slot that is not summarised): runs of small files on
     the runner, a file long enough for ranges (`default_workers`) once the files before it are done: in
     threads of this process, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
     cpus = getattr(runner, "cpus", None)
 
-    def kind(slot: _Slot) -> str:
+    def kind(slot: Slot) -> str:
         if slot.outcome is not None or not slot.to_summarise:
             return "none"
         return "long" if default_workers(slot.checked.report.n_rows, cores=cpus) > 1 else "small"
@@ -200,12 +150,12 @@ def _summaries(
             yield from ((slot, _summarise_long(slot, runner, loss, bar)) for slot in group)
 
 
-def _sequences(slot: _Slot) -> int:
+def _sequences(slot: Slot) -> int:
     """The number of sequences the check found in the slot's file."""
     return slot.checked.facts.sequences.num_rows
 
 
-def _summarise_long(slot: _Slot, runner, loss: Loss, bar: tqdm) -> FileSummary | FileFailed:
+def _summarise_long(slot: Slot, runner, loss: Loss, bar: tqdm) -> FileSummary | FileFailed:
     """A long file in ranges: threads here, or range tasks on a cluster's CPUs (a runner with `cpus`)."""
     cpus = getattr(runner, "cpus", None)
     workers = default_workers(slot.checked.report.n_rows, cores=cpus)
@@ -253,13 +203,14 @@ def replay(
                 "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
                 "replay them without --ray ADDRESS (or with a local --ray)"
             )
-        announcer = _Announcer(staging, on_file)
+        require_one_parquet(files, staging)  # before the store: no input, no store
+        announcer = Announcer(staging, on_file)
         findings: list[Finding] = []
         ingest_s = 0.0
         runner = _runner(ray, file_workers(len(files)) if workers is None else workers)
         try:
             with StoreWriter(db_path, loss) as store, _progress(files, progress) as bar, runner:
-                slots = _digests(files, store.digests(), staging.digests)
+                slots = digests(files, store.digests(), staging)
                 if any(s.to_check for s in slots):
                     load_kernels()  # numba's start, while the files are checked
                 _check(slots, runner, bar)
@@ -293,7 +244,7 @@ def _runner(ray: str | None, workers: int):
 
 
 def _settled(
-    slot: _Slot, summary: FileSummary | FileFailed | None, location: Path | str, store: StoreWriter
+    slot: Slot, summary: FileSummary | FileFailed | None, location: Path | str, store: StoreWriter
 ) -> FileOutcome:
     """The slot's outcome: ingested from its summary, its summary's failure, or known without one (from its
     digest, or its check)."""
@@ -302,28 +253,3 @@ def _settled(
     if isinstance(summary, FileFailed):
         return _failed(slot.path, summary)
     return _outcome(slot, summary, location, store)
-
-
-@dataclass
-class _Announcer:
-    """Hands each outcome to `on_file` once the store shows it ("ingested" means readers see it), with
-    the location the file was read from (its URI for a staged copy)."""
-
-    staging: Staging
-    on_file: Callable[[FileOutcome], None] | None
-    outcomes: list[FileOutcome] = field(default_factory=list)
-    waiting: list[FileOutcome] = field(default_factory=list)
-
-    def add(self, outcome: FileOutcome, published: bool) -> None:
-        """One more outcome; `published`: the store shows every outcome so far."""
-        self.waiting.append(outcome)
-        if published:
-            self.flush()
-
-    def flush(self) -> None:
-        for outcome in self.waiting:
-            outcome.path = self.staging.location(outcome.path)
-            self.outcomes.append(outcome)
-            if self.on_file is not None:
-                self.on_file(outcome)
-        self.waiting = []

@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 
 from evaluator.duck import connect
-from evaluator.errors import StoreError
+from evaluator.errors import StoreError, UsageError
 from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 from schemas.token_log import RUN_ID_MAX_BYTES
 
@@ -179,3 +179,18 @@ def open_store(
         yield con
     finally:
         con.close()
+
+
+def require_run(con: duckdb.DuckDBPyConnection, run: str | None, db: str | os.PathLike) -> None:
+    """A `UsageError` naming the store's runs when `run` (a `--run` option; None: every run) is not in it."""
+    if run is None or con.execute("SELECT 1 FROM file_tokens WHERE run_id = ? LIMIT 1", [run]).fetchall():
+        return
+    runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
+    raise UsageError(f"no run {run!r} in {db}; runs: {', '.join(runs) or 'none'}")
+
+
+def runs_without_truth(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """`{run_id: loss tokens}` of the stored runs none of whose tokens has `prox_logp` (the ground truth):
+    runs with no error or decision figure at all."""
+    sql = "SELECT run_id, sum(n_tokens) FROM file_tokens GROUP BY run_id HAVING sum(n_prox) = 0 ORDER BY 1"
+    return {run: int(n) for run, n in con.execute(sql).fetchall()}

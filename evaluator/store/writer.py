@@ -34,7 +34,7 @@ from evaluator.store import findings as stored_findings
 from evaluator.store.files import publish_copy, sibling, writing
 from evaluator.store.intervals import refresh_intervals
 from evaluator.store.reader import StoreBusy, check_db_path, check_store
-from evaluator.validate.facts import duplicate_message, overlaps_sql
+from evaluator.store.repeats import CopyOf, repeats
 from schemas.store import METRIC_TABLE, STORE_DDL, STORE_SCHEMA_VERSION
 
 LOCK_WAIT_S = 30.0
@@ -183,17 +183,18 @@ class StoreWriter:
         """Something was ingested (or the store created) since the last publish."""
         return self._dirty
 
-    def digests(self) -> set[str]:
-        """Digests of every file already in the store."""
-        return {row[0] for row in self.con.execute("SELECT digest FROM ingested_file").fetchall()}
+    def digests(self) -> dict[str, str]:
+        """The digest of every file already in the store, with the path (or URI) it was recorded under."""
+        return dict(self.con.execute("SELECT digest, path FROM ingested_file").fetchall())
 
     def ingest(
         self, path: Path | str, digest: str, summary: FileSummary, sequences: pa.Table
-    ) -> bool | Problem:
+    ) -> bool | Problem | CopyOf:
         """Insert one file's summaries and token identity (`FileFacts.sequences`) in a single transaction,
         recorded under `path` (made absolute; a str is an object-storage URI, recorded as it is).
-        False (and no change) if its digest is already in the store; a `duplicate_across_files` problem
-        (and no change) if it repeats a token of a stored file. Published when it is cheap enough."""
+        False (and no change) if its digest is already in the store; `CopyOf` a stored file it re-saves,
+        else a `duplicate_across_files` problem, if it repeats a token of a stored file (no change either:
+        `evaluator.store.repeats`). Published when it is cheap enough."""
         con = self.con
         con.register("part_sequences", sequences)
         con.execute("BEGIN TRANSACTION")
@@ -201,10 +202,10 @@ class StoreWriter:
             if con.execute("SELECT 1 FROM ingested_file WHERE digest = ?", [digest]).fetchall():
                 con.execute("ROLLBACK")
                 return False
-            duplicate = _duplicates(con)
-            if duplicate is not None:
+            repeated = repeats(con, summary)
+            if repeated is not None:  # a duplicate_across_files problem, or a re-saved copy
                 con.execute("ROLLBACK")
-                return duplicate
+                return repeated
             location = path if isinstance(path, str) else str(path.resolve())
             self._insert(location, digest, summary)
             if os.environ.get(CRASH_ENV) == location.rsplit("/", 1)[-1]:
@@ -295,19 +296,3 @@ class StoreWriter:
         if self._lock is not None:
             self._lock.close()  # releases the flock
             self._lock = None
-
-
-def _duplicates(con: duckdb.DuckDBPyConnection) -> Problem | None:
-    """`duplicate_across_files` when a sequence of the registered `part_sequences` overlaps a stored one
-    (same run_id, seq_id, minibatch and overlapping pos ranges), naming the first file that holds them."""
-    in_range = "e.seq_id BETWEEN (SELECT min(seq_id) FROM part_sequences) AND " + (
-        "(SELECT max(seq_id) FROM part_sequences)"  # lets DuckDB skip stored row groups by their min/max
-    )
-    sql = overlaps_sql("part_sequences", "file_sequences", "0", "e.file_id", in_range)
-    row = con.execute(sql).fetchone()
-    if row is None:
-        return None
-    _, holder, others, n_rows, n_seqs, example = row
-    (path,) = con.execute("SELECT path FROM ingested_file WHERE file_id = ?", [holder]).fetchone()
-    message = duplicate_message(n_rows, n_seqs, path, example, others)
-    return Problem("duplicate_across_files", "seq_id", n_rows, message)

@@ -21,7 +21,8 @@ import torch
 
 from evaluator.errors import UsageError
 from evaluator.formulas import estimators
-from evaluator.hook.recorder import TokenLogHook, run_files
+from evaluator.hook.earlier import run_files
+from evaluator.hook.recorder import TokenLogHook
 from evaluator.trainer.engine import Engine, EngineConfig
 from evaluator.trainer.policy import TinyPolicy, load_smollm2, next_token_logp
 from evaluator.trainer.results import TrainResult, note_step, progress

@@ -21,6 +21,7 @@ from evaluator.validate import (
     check_minibatch,
     check_proximal_t,
     check_versions,
+    no_truth,
     zero_prox,
 )
 from evaluator.validate.evidence import Evidence, split_runs
@@ -37,6 +38,7 @@ CHECKS = (
     Check(
         "prox_fixed", ("prox_differs_across_minibatches", "prox_moves_with_theta"), check_minibatch.prox_fixed
     ),
+    Check("ground_truth", ("no_ground_truth",), no_truth.no_ground_truth),
     Check("prox_logp_zero", ("prox_logp_zero",), zero_prox.prox_logp_zero),
     Check("behave_source", ("behave_is_prox", "behave_is_theta"), check_logp.exact_source),
     Check("behave_placeholder", ("behave_placeholder",), check_logp.placeholder),
