@@ -226,8 +226,8 @@ def test_inspector_defaults_to_a_step_with_prox_and_says_when_a_link_misses(fixt
     assert not at.warning
     at = run_app(fixture_store, monkeypatch, page="tokens", run="loglinear", step="999")
     no_exception(at)
-    assert at.warning[0].value.startswith("The link asks for step = 999, which is not here (run ")
-    assert f"showing step = {at.number_input(key='step').value}." in at.warning[0].value
+    assert at.warning[0].value.startswith(f"The link asks for step = {plain('999')}, which is not here (run ")
+    assert f"showing step = {plain(str(at.number_input(key='step').value))}." in at.warning[0].value
     at = run_app(fixture_store, monkeypatch, page="tokens", run="loglinear", step="13")
     assert "Step 13 has no prox_logp" in texts(at)
     names = {trace["name"] for trace in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
