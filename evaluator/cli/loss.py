@@ -67,4 +67,5 @@ def loss_command(**loss_keys) -> None:
     say("\n".join(loss_choice(**loss_keys).lines()))
     if not any(v is not None for v in loss_keys.values()):
         say("\npresets (--loss NAME):")
-        say("\n".join(f"  {name:<26} {loss.describe()}" for name, loss in PRESETS.items()))
+        width = max(map(len, PRESETS))
+        say("\n".join(f"  {name:<{width}}  {loss.describe()}" for name, loss in PRESETS.items()))

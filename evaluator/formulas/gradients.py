@@ -23,6 +23,7 @@ flips no decision of a token-level loss with a token weight has exactly the true
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -67,9 +68,14 @@ class Sequences:
         np.minimum.at(out, self.code, values)
         return out
 
+    @cached_property
+    def counts(self) -> F64:
+        """`[n]` each sequence's number of tokens."""
+        return np.bincount(self.code, minlength=self.n).astype(np.float64)
+
     def mean(self, values: F64, where: Flags | None = None) -> tuple[F64, F64]:
         """(`[n]` means over the tokens `where` (all), `[n]` their counts); a sequence with none: mean 0."""
-        count = self.sum(np.ones(len(self.code)) if where is None else where)
+        count = self.counts if where is None else self.sum(where)
         total = self.sum(values if where is None else np.where(where, values, 0.0))
         return total / np.maximum(count, 1.0), count
 

@@ -75,6 +75,8 @@ class ProxTerms:
     behave_weight: F64
     ratio: F64
     decisions: Decisions
+    memo: dict[str, F64] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """terms that several metrics share, computed once (`_memo`)"""
 
     def take(self, mask: Flags | None) -> ProxTerms:
         """These terms where `mask` is true (all of them for None); per-sequence decisions stay whole."""
@@ -155,46 +157,66 @@ VALUES: dict[str, Value] = {
 }
 
 
+def _memo(e: ProxTerms, key: str, compute: Callable[[], F64]) -> F64:
+    """The term `key` of `e`, computed once."""
+    if key not in e.memo:
+        e.memo[key] = compute()
+    return e.memo[key]
+
+
 def _d(e: ProxTerms) -> F64:
     """verl's safety-bounded log ratio d = clamp(a - b, -20, 20)."""
-    return np.clip(e.x - e.tokens.b, -VERL_LOG_BOUND, VERL_LOG_BOUND)
+    return _memo(e, "d", lambda: np.clip(e.x - e.tokens.b, -VERL_LOG_BOUND, VERL_LOG_BOUND))
 
 
-def _per_sequence(e: ProxTerms, values: F64, agg: str = "sum") -> F64:
-    """`[n_sequences]` sums, means or maxima of a token series over each sequence's tokens."""
-    seq = e.tokens.sequences
-    if agg == "max":
-        return seq.max(values)
-    return seq.sum(values) if agg == "sum" else seq.mean(values)[0]
+def _exp_d(e: ProxTerms) -> F64:
+    """verl's token importance weight exp(d)."""
+    return _memo(e, "exp d", lambda: np.exp(_d(e)))
 
 
 def _k(name: str, e: ProxTerms) -> F64:
     """verl's per-token k1 (b - a), k2 (d^2 / 2) and k3 (exp(d) - 1 - d)."""
     d = _d(e)
-    return {"k1": -d, "k2": d * d / 2, "k3": np.exp(d) - 1 - d}[name]
+    terms = {"k1": lambda: -d, "k2": lambda: d * d / 2, "k3": lambda: _exp_d(e) - 1 - d}
+    return _memo(e, name, terms[name])
 
 
-def _k_per_sequence(e: ProxTerms, g: ProxTerms | None, *, k: str, agg: str) -> F64:
-    return _per_sequence(e, _k(k, e), agg)
+SEQUENCE_TERMS: dict[str, Callable[[ProxTerms], F64]] = {
+    "log_ratio": lambda e: e.x - e.tokens.b,
+    "log_ppl_diff": lambda e: e.tokens.b - e.x,
+    "token_outside": lambda e: _flag(np.abs(_d(e)) > np.log(VERL_T)),
+    **{k: partial(_k, k) for k in ("k1", "k2", "k3")},
+}
+"""The token series that per-sequence metrics sum, average or take the maximum of."""
+
+
+def _per_sequence(e: ProxTerms, term: str, agg: str = "sum") -> F64:
+    """`[n_sequences]` sums, means or maxima of the token series `SEQUENCE_TERMS[term]` over each sequence's
+    tokens (a sequence with none: mean 0); a term's sums are computed once for its sum and mean."""
+    seq = e.tokens.sequences
+    if agg == "max":
+        return seq.max(SEQUENCE_TERMS[term](e))
+    total = _memo(e, f"sum {term}", lambda: seq.sum(SEQUENCE_TERMS[term](e)))
+    return total if agg == "sum" else total / np.maximum(seq.counts, 1.0)
 
 
 VALUES |= {
-    "is_weight": lambda e, g: np.exp(_d(e)),
-    "is_weight_clamped": lambda e, g: np.clip(np.exp(_d(e)), 1 / VERL_T, VERL_T),
-    "is_weight_high": lambda e, g: _flag(np.exp(_d(e)) > VERL_T),
-    "is_weight_low": lambda e, g: _flag(np.exp(_d(e)) < 1 / VERL_T),
+    "is_weight": lambda e, g: _exp_d(e),
+    "is_weight_clamped": lambda e, g: np.clip(_exp_d(e), 1 / VERL_T, VERL_T),
+    "is_weight_high": lambda e, g: _flag(_exp_d(e) > VERL_T),
+    "is_weight_low": lambda e, g: _flag(_exp_d(e) < 1 / VERL_T),
     "approx_prob": lambda e, g: np.exp(e.x),
     "behave_prob": lambda e, g: np.exp(e.tokens.b),
     "prob_product": lambda e, g: np.exp(e.x) * np.exp(e.tokens.b),
-    "seq_is_weight": lambda e, g: np.exp(np.clip(_per_sequence(e, e.x - e.tokens.b), -20, 20)),
-    "seq_geo_weight": lambda e, g: weight(_per_sequence(e, e.x - e.tokens.b, "mean")),
-    "seq_is_weight_low": lambda e, g: _flag(_per_sequence(e, e.x - e.tokens.b) < -np.log(VERL_T)),
-    "seq_token_outside": lambda e, g: _flag(_per_sequence(e, _flag(np.abs(_d(e)) > np.log(VERL_T))) > 0),
-    "seq_log_ppl_diff": lambda e, g: _per_sequence(e, e.tokens.b - e.x, "mean"),
-    "seq_log_ppl_abs_diff": lambda e, g: np.abs(_per_sequence(e, e.tokens.b - e.x, "mean")),
-    "seq_ppl_ratio": lambda e, g: weight(_per_sequence(e, e.tokens.b - e.x, "mean")),
+    "seq_is_weight": lambda e, g: np.exp(np.clip(_per_sequence(e, "log_ratio"), -20, 20)),
+    "seq_geo_weight": lambda e, g: weight(_per_sequence(e, "log_ratio", "mean")),
+    "seq_is_weight_low": lambda e, g: _flag(_per_sequence(e, "log_ratio") < -np.log(VERL_T)),
+    "seq_token_outside": lambda e, g: _flag(_per_sequence(e, "token_outside") > 0),
+    "seq_log_ppl_diff": lambda e, g: _per_sequence(e, "log_ppl_diff", "mean"),
+    "seq_log_ppl_abs_diff": lambda e, g: np.abs(_per_sequence(e, "log_ppl_diff", "mean")),
+    "seq_ppl_ratio": lambda e, g: weight(_per_sequence(e, "log_ppl_diff", "mean")),
     **{
-        f"seq_{k}_{agg}": partial(_k_per_sequence, k=k, agg=agg)
+        f"seq_{k}_{agg}": lambda e, g, k=k, agg=agg: _per_sequence(e, k, agg)
         for k in ("k1", "k2", "k3")
         for agg in ("sum", "mean", "max")
         if (k, agg) != ("k1", "max")
@@ -228,7 +250,7 @@ def _whole(mask: Flags, sequences: Sequences | None) -> tuple[Flags, Flags | Non
     `mask` itself when there are no sequences."""
     if sequences is None:
         return mask, None
-    present = sequences.sum(np.ones(len(mask))) > 0
+    present = sequences.counts > 0
     whole = (sequences.sum(~mask) == 0) & present
     return mask & whole[sequences.code], whole
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evaluator.errors import UsageError
-from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from evaluator.formulas.loss import Loss
 from evaluator.lossconfig.areal import areal_loss
 from evaluator.lossconfig.presets import PRESETS
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
@@ -75,10 +75,8 @@ def resolve(
         raise UsageError("give --loss or --loss-from, not both")
     if loss_from is not None:
         choice = trainer_config(loss_from)
-    elif loss is None:
-        choice = LossChoice(DEFAULT_LOSS)
-    elif loss in PRESETS:
-        choice = LossChoice(PRESETS[loss])
+    elif loss is None or loss in PRESETS:
+        choice = LossChoice(PRESETS[loss or "default"])
     elif Path(loss).is_file():
         choice = LossChoice(toml_loss(loss))
     else:
