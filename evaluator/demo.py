@@ -20,10 +20,10 @@ from evaluator.errors import UsageError
 from evaluator.gate.judge import DEFAULT_THRESHOLDS, GateResult, run_gate
 from evaluator.gate.report import render_table as render_gate
 from evaluator.replay.pipeline import ReplayReport, replay
-from evaluator.summary import NOTES, render, summary_table
+from evaluator.summary import NOTES, render, summary_table, verdict_text
 from evaluator.validate import validate_paths
 from evaluator.validate.report import render_table as render_validation
-from schemas.store import METHODS
+from schemas.store import DEFAULT_TOLERANCE, METHODS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DB_NAME = "proxaudit.duckdb"
@@ -94,6 +94,7 @@ def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = pr
     decisions = summary_table(db, by="decision")
     columns = ["run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "bound_flip_rate"]
     echo(render(decisions.select([*columns, "safe_staleness"]), "table") + f"\n{NOTES['decision']}")
+    echo("\n" + verdict_text(db, DEFAULT_TOLERANCE, run=None, method=None))
     _banner(echo, "summary: the engine mismatch floor (staleness 0) and its share of the drift")
     echo(render(summary_table(db, by="mismatch"), "table") + f"\n{NOTES['mismatch']}")
     _banner(echo, "summary: abs_error of each estimator against the recomputed prox_logp, per run")

@@ -63,9 +63,12 @@ class Floor:
 
     @property
     def word(self) -> str:
-        """The verdict as a verb: passes, fails, or either `(inconclusive at 95%)` by the point estimate."""
-        inconclusive = "fails (inconclusive at 95%)" if self.over else "passes (inconclusive at 95%)"
-        return {"fail": "fails", "pass": "passes", "inconclusive": inconclusive}[self.verdict]
+        """The verdict as a verb phrase: passes or fails the tolerance, at 95% or, when the interval
+        straddles it, by the point estimate."""
+        if self.verdict == "inconclusive":
+            verb = "fails" if self.over else "passes"
+            return f"{verb} the tolerance by its point estimate, inconclusive at 95%"
+        return {"fail": "fails", "pass": "passes"}[self.verdict] + " the tolerance"
 
     def sentence(self) -> str:
         r = self.row
@@ -76,7 +79,7 @@ class Floor:
         word, over = self.word, self.over
         advice = " Fix the engine's precision before blaming the approximation." if over else ""
         return (
-            f"{r['run_id']}: the engine floor {word} the tolerance: at staleness 0, where every estimate is "
+            f"{r['run_id']}: the engine floor {word}: at staleness 0, where every estimate is "
             f"behave_logp, the inference engine alone moves {percent(*_figure(r, 'gradient_mass_error'))} of "
             f"the gradient mass and flips {percent(r['clip_flip_rate'])} of the clip decisions (tolerance "
             f"{percent(self.tolerance.max_gradient_mass_error)}); mean prob_drift "

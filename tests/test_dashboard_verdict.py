@@ -72,10 +72,10 @@ def floor_word(figures: dict[str, tuple[float, float, float]]) -> str:
               for _, lo, hi in figures.values()}  # fmt: skip
     over = any(point > TOLERANCE for point, _, _ in figures.values())
     if "fail" in judged:
-        return "fails"
+        return "fails the tolerance"
     if "inconclusive" in judged:
-        return f"{'fails' if over else 'passes'} (inconclusive at 95%)"
-    return "passes"
+        return f"{'fails' if over else 'passes'} the tolerance by its point estimate, inconclusive at 95%"
+    return "passes the tolerance"
 
 
 def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
@@ -108,7 +108,7 @@ def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
         *[plain(name) for name in fails],
         "These thresholds gate `loglinear_shipped`. `loglinear_shipped` is what AReaL's prox_logp_method "
         "loglinear computes",
-        f"**Engine floor: {floor_word(figures)}** the tolerance.",
+        f"**Engine floor: {floor_word(figures)}.**",
         f"moves **{gme:.2%}** of the gradient mass (95%: {lo:.2%} to {hi:.2%})",
         f"flips **{flips:.2%}** of the clip decisions (95%: {flo:.2%} to {fhi:.2%})",
         f"Mean prob_drift **{prob:.4f}** (95%: {means.loc['prob_drift', 'lower']:.4f} to "

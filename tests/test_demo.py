@@ -27,6 +27,9 @@ def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
     assert header.startswith(f"== validate: {n_files} files in {FIXTURES} ") and ".parquet" not in header
     assert "0 with problems, 0 unreadable" in out
     assert "gate passed" in out or "gate FAILED" in out  # the verdict is shown, not the exit code
+    for run in ("loglinear", "recompute"):  # and said in words: the floor, then each method beyond it
+        assert f"{run}: the engine floor " in out
+    assert "loglinear_shipped (what AReaL's prox_logp_method loglinear computes): safe beyond" in out
     with duckdb.connect(str(tmp_path / "proxaudit.duckdb"), read_only=True) as con:
         runs = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM run_summary").fetchall()}
         files = con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]

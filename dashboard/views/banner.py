@@ -110,7 +110,7 @@ def floor_line(floor: pd.DataFrame, tolerance: Tolerance) -> str:
             + f": **{flagged}** by NeMo-RL's line ({NEMO_RL_FLAG})."
         )
     advice = " Fix the engine's precision before blaming the approximation." if verdict.over else ""
-    return f"**Engine floor: {verdict.word}** the tolerance. {lines}{advice}"
+    return f"**Engine floor: {verdict.word}.** {lines}{advice}"
 
 
 def safe_lines(decision: pd.DataFrame, methods: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import groupby
 
 from evaluator.problems import CheckOutcome, FileReport, Finding, format_example
 from evaluator.text_table import aligned_lines, printable
@@ -80,7 +81,7 @@ def render_table(
     row-based), one per run (its findings with their evidence, and the checks that could not decide),
     then a line of counts. `verbose` adds the files' notes (what the alignment audit compared, sampling)
     and the checks that passed."""
-    blocks = [_file_block(r, verbose) for r in reports]
+    blocks = _stacked([_file_block(r, verbose) for r in reports])
     blocks += [
         _run_block(
             run, [f for f in findings if f.run_id == run], [c for c in checks if c.run_id == run], verbose
@@ -88,6 +89,16 @@ def render_table(
         for run in _runs(findings, checks)
     ]
     return "\n\n".join([*blocks, summary_line(reports, findings)])
+
+
+def _stacked(blocks: list[str]) -> list[str]:
+    """The blocks, consecutive one-line blocks (clean files) joined into one: blank lines only around a
+    block with something to say."""
+    out: list[str] = []
+    for one_line, group in groupby(blocks, key=lambda block: "\n" not in block):
+        run = list(group)
+        out += ["\n".join(run)] if one_line else run
+    return out
 
 
 def _run_block(
