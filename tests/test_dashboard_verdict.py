@@ -156,7 +156,8 @@ def test_the_banner_says_the_verdict(store, engine_store, fixture_store, monkeyp
     loss = Loss.from_dict(
         json.loads(table(db, "SELECT value FROM store_meta WHERE key = 'loss'", [])["value"][0])
     )
-    assert loss == DEFAULT_LOSS and f"replayed under: {plain(loss.describe())} ({plain('default')})." in text
+    named = plain("proxaudit default: token PPO, clip 0.2, behaviour weight masked above 5")
+    assert loss == DEFAULT_LOSS and f"replayed under: {plain(loss.describe())} ({named})." in text
     advice = "Fix the engine's precision before blaming the approximation."
     assert (advice in text) == (store == "engine")  # its floor's point estimates are over the tolerance
     checks = frame_with(at, "judges")

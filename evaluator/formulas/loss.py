@@ -195,4 +195,4 @@ class Loss:
         return f"{policy}, {clip}, {weight}" + (f"; {rules}" if rules else "")
 
 
-DEFAULT_LOSS = Loss(name="default")
+DEFAULT_LOSS = Loss(name="proxaudit default: token PPO, clip 0.2, behaviour weight masked above 5")

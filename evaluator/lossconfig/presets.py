@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from evaluator.formulas.loss import Loss, Rule
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss, Rule
 
 VERL_DUAL_CLIP = 3.0
 """verl's vanilla PPO loss always caps A < 0 tokens at clip_ratio_c (default 3.0)."""
@@ -75,7 +75,7 @@ def _verl() -> dict[str, Loss]:
 
 
 PRESETS: dict[str, Loss] = {
-    "default": Loss(name="proxaudit default: token PPO, clip 0.2, behaviour weight masked above 5"),
+    "default": DEFAULT_LOSS,
     "areal-ppo": Loss(behave_weight="none", rules=(), name="AReaL PPO as shipped (rejection_sampling unset)"),
     "areal-ppo-rs": Loss(name="AReaL's examples: rejection_sampling {metric: ratio, upper: 5.0}"),
     "areal-gspo": Loss(
