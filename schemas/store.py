@@ -54,6 +54,13 @@ VERL_T = 2.0
 """verl's rollout_is_threshold default: its diagnostics clamp or compare the weights at [1/T, T]."""
 
 
+VERL_SEQUENCE_K: tuple[tuple[str, str], ...] = tuple(
+    (k, agg) for k in ("k1", "k2", "k3") for agg in ("sum", "mean", "max") if (k, agg) != ("k1", "max")
+)
+"""verl's per-response k statistics: (k, how it is aggregated over the response); verl has no max of k1."""
+_K_FORMULAS = {"k1": "(b - a)", "k2": "d^2 / 2", "k3": "(exp(d) - 1 - d)"}
+
+
 def _verl(name: str, formula: str, per: str = "token", binary: bool = False) -> Metric:
     return Metric(name, formula, False, binary=binary, sketch=False, per=per)
 
@@ -75,12 +82,7 @@ VERL_DIAGNOSTICS: tuple[Metric, ...] = (
     _verl("seq_log_ppl_diff", "mean_S (b - a)", "sequence"),
     _verl("seq_log_ppl_abs_diff", "abs(mean_S (b - a))", "sequence"),
     _verl("seq_ppl_ratio", "exp(mean_S (b - a))", "sequence"),
-    *(
-        _verl(f"seq_{k}_{agg}", f"{agg}_S {formula}", "sequence")
-        for k, formula in (("k1", "(b - a)"), ("k2", "d^2 / 2"), ("k3", "(exp(d) - 1 - d)"))
-        for agg in ("sum", "mean", "max")
-        if (k, agg) != ("k1", "max")
-    ),
+    *(_verl(f"seq_{k}_{agg}", f"{agg}_S {_K_FORMULAS[k]}", "sequence") for k, agg in VERL_SEQUENCE_K),
 )
 # The one definition of the metrics: the docs' table and the formulas follow it (tests check both).
 METRIC_TABLE: tuple[Metric, ...] = (
@@ -231,13 +233,7 @@ ROLLOUT_CORR_COLUMNS = (
     "ppl_ratio",
     "rollout_rs_token_k1_seq_masked_fraction",
     "rollout_actor_probs_pearson_corr",
-    *(
-        f"rollout_rs_seq_{agg}_{k}_seq_{stat}"
-        for k in ("k1", "k2", "k3")
-        for agg in ("sum", "mean", "max")
-        if (k, agg) != ("k1", "max")
-        for stat in ("mean", "max")
-    ),
+    *(f"rollout_rs_seq_{agg}_{k}_seq_{stat}" for k, agg in VERL_SEQUENCE_K for stat in ("mean", "max")),
 )
 """verl's names (its `rollout_corr/` keys without the prefix), with verl's definitions."""
 # The public views of views.sql, a stable interface, with their columns (a test checks them).

@@ -117,12 +117,10 @@ def rule_values(rule: Rule, d: F64, x: F64, b: F64, seq: Sequences | None) -> F6
     """The statistic a rule bounds, per token (token level) or per sequence broadcast to its tokens."""
     if rule.level == "token":
         return statistic(rule, d, x, b)
-    if rule.statistic == "ratio":  # aggregated in log space: sum is the product of the token ratios
-        per_seq = {"sum": seq.sum(d), "mean": seq.mean(d)[0], "max": seq.max(d), "min": seq.min(d)}[rule.agg]
-        return weight(per_seq)[seq.code]
-    values = statistic(rule, d, x, b)
     agg = {"sum": seq.sum, "mean": lambda v: seq.mean(v)[0], "max": seq.max, "min": seq.min}[rule.agg]
-    return agg(values)[seq.code]
+    if rule.statistic == "ratio":  # aggregated in log space: sum is the product of the token ratios
+        return weight(agg(d))[seq.code]
+    return agg(statistic(rule, d, x, b))[seq.code]
 
 
 @dataclass(frozen=True)
@@ -232,7 +230,7 @@ def decide(
                 )
             off, changed, size = clip if dual is None else clip | dual, fix.clamped, ratio
         else:  # cispo: the weight clip(r) is clamped outside the band, never zero
-            clip = (ratio < 1 - loss.eps_low) | (ratio > 1 + loss.eps_high)
+            clip = clip_active(ratio, None, loss)
             off, changed = np.zeros(len(x), dtype=bool), clip | fix.clamped
             size = np.clip(ratio, 1 - loss.eps_low, 1 + loss.eps_high)
         weighted = mean_weight * size

@@ -24,7 +24,7 @@ import numpy as np
 from evaluator.formulas import F64, Flags, check_shapes
 from evaluator.formulas.gradients import Decisions, Sequences, decide, weight
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from schemas.store import METRIC_TABLE, VERL_T, Metric, metrics_for
+from schemas.store import METRIC_TABLE, VERL_SEQUENCE_K, VERL_T, Metric, metrics_for
 
 EPS = 1e-8
 VERL_LOG_BOUND = 20.0
@@ -215,12 +215,7 @@ VALUES |= {
     "seq_log_ppl_diff": lambda e, g: _per_sequence(e, "log_ppl_diff", "mean"),
     "seq_log_ppl_abs_diff": lambda e, g: np.abs(_per_sequence(e, "log_ppl_diff", "mean")),
     "seq_ppl_ratio": lambda e, g: weight(_per_sequence(e, "log_ppl_diff", "mean")),
-    **{
-        f"seq_{k}_{agg}": lambda e, g, k=k, agg=agg: _per_sequence(e, k, agg)
-        for k in ("k1", "k2", "k3")
-        for agg in ("sum", "mean", "max")
-        if (k, agg) != ("k1", "max")
-    },
+    **{f"seq_{k}_{agg}": lambda e, g, k=k, agg=agg: _per_sequence(e, k, agg) for k, agg in VERL_SEQUENCE_K},
 }
 assert set(VALUES) == {m.name for m in METRIC_TABLE}, "every metric of the table has one formula here"
 

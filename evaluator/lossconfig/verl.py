@@ -16,11 +16,9 @@ force_on_policy_ratio).
 
 from __future__ import annotations
 
-import math
-
 from evaluator.formulas.loss import Loss, Rule
 from evaluator.lossconfig.keys import Reader
-from evaluator.lossconfig.presets import VERL_DUAL_CLIP
+from evaluator.lossconfig.presets import VERL_DUAL_CLIP, verl_k1
 
 VERL_RS = {
     "token_k1": ("token", "kl_k1", "mean"),
@@ -52,7 +50,7 @@ def _verl_rule(option: str, entry: object, rc: Reader) -> Rule:
                 if "_" in str(entry)
                 else (1 / float(entry), float(entry))
             )
-            return Rule(level, statistic, agg, lower=-math.log(high), upper=-math.log(low))
+            return verl_k1(low, high, level, agg)
         return Rule(level, statistic, agg, upper=float(entry))
     except ValueError as error:
         raise rc.fail("rollout_rs_threshold", f"{entry!r} for {option}: {error}") from None
