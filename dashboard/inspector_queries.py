@@ -1,6 +1,6 @@
 """The token inspector's reads: which ingested files hold a run's step, and, from the reachable ones only
-(`dashboard.raw_logs`), its sequences, their tokens and each estimator's estimate on them. Re-exported by
-`dashboard.queries` (the pages load every query by its name there)."""
+(`dashboard.raw_logs`), its sequences and their tokens. Re-exported by `dashboard.queries` (the pages load
+every query by its name there)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from dashboard import raw_logs, token_estimates
-from dashboard.queries import _frame
+from dashboard import raw_logs
 
 
 def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
     """The ingested Parquet files holding tokens of `run_id` at `step`, and whether each is reachable: a
     file is opened only where replay read it and only while it holds the same bytes, so a store cannot
     make the inspector read any other file."""
+    from dashboard.queries import _frame  # queries re-exports this module's reads: imported here, no cycle
+
     frame = _frame(
         db,
         """SELECT DISTINCT f.file_id, f.path, f.digest, f.n_rows, f.ingested_at
@@ -44,9 +45,3 @@ def sequences(db: Path, run_id: str, step: int, limit: int = 500) -> pd.DataFram
 def sequence_tokens(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFrame:
     """Every token of one sequence from the reachable raw token logs (`raw_logs.sequence_tokens`)."""
     return raw_logs.sequence_tokens(_reachable(db, run_id, step), run_id, step, seq_id)
-
-
-def sequence_estimates(db: Path, run_id: str, step: int, seq_id: int) -> pd.DataFrame:
-    """Each estimator's estimate of log pi_prox and its error on every token of one sequence
-    (`token_estimates.per_token` of `sequence_tokens`)."""
-    return token_estimates.per_token(sequence_tokens(db, run_id, step, seq_id), step)

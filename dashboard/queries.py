@@ -292,4 +292,4 @@ def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.Da
 
 
 # The token inspector's reads, by name here too (the pages' `load` looks names up in this module).
-from dashboard.inspector_queries import log_files, sequence_estimates, sequence_tokens, sequences  # noqa: E402, F401
+from dashboard.inspector_queries import log_files, sequence_tokens, sequences  # noqa: E402, F401

@@ -5,13 +5,13 @@ dashboard's first screen say these same sentences."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 import duckdb
 
-from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from evaluator.formulas.loss import DEFAULT_LOSS
+from evaluator.store.reader import stored_loss
 from schemas.store import DEFAULT_TOLERANCE, Tolerance
 
 VERL_NORMAL, VERL_PROBLEM = 0.005, 0.01
@@ -123,8 +123,8 @@ def method_sentence(row: dict) -> str:
 
 def loss_line(con: duckdb.DuckDBPyConnection) -> str:
     """The loss the store's decision figures were computed under, in one line."""
-    rows = con.execute("SELECT value FROM store_meta WHERE key = 'loss'").fetchall()
-    loss = Loss.from_dict(json.loads(rows[0][0])) if rows else DEFAULT_LOSS
+    loss = stored_loss(con)
+    loss = DEFAULT_LOSS if loss is None else loss
     return f"Under the loss {loss.describe()} ({loss.name}):"
 
 

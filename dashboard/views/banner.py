@@ -79,10 +79,10 @@ def method_line(methods: list[str]) -> str:
 
 def floor_line(floor: pd.DataFrame, tolerance: Tolerance) -> str:
     """The engine floor's verdict with its intervals, against the tolerance and verl's and NeMo-RL's lines."""
-    if floor.empty or Floor(_record(floor.iloc[0]), tolerance).verdict == "unmeasured":
+    r = None if floor.empty else _record(floor.iloc[0])
+    verdict = None if r is None else Floor(r, tolerance)
+    if verdict is None or verdict.verdict == "unmeasured":
         return "**Engine floor: not measured**: no token at staleness 0 has prox_logp."
-    r = _record(floor.iloc[0])
-    verdict = Floor(r, tolerance)
     gme, flips = r["gradient_mass_error"], r["clip_flip_rate"]
     prob, exp = r["prob_drift"], r["exp_abs_drift"]
     moves = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import token_charts
+from dashboard import token_charts, token_estimates
 from dashboard.views.common import Context, load, plain, seed, show, subset
 
 SHIPPED = "loglinear_shipped"  # what AReaL's prox_logp_method loglinear computes
@@ -73,7 +73,7 @@ def render(ctx: Context) -> None:
     seq_id = st.selectbox("seq_id (resumed sequences first)", options, format_func=labels.get, key="seq")
     methods = _estimates(ctx)
     tokens = load(ctx.db, "sequence_tokens", ctx.run_id, step, seq_id)
-    estimates = load(ctx.db, "sequence_estimates", ctx.run_id, step, seq_id)
+    estimates = token_estimates.per_token(tokens, step)
     st.caption("From " + ", ".join(plain(p) for p in reachable["path"]) + ".")
     fig, segments = token_charts.token_logps(tokens, estimates, methods)
     show(fig, "tokens")

@@ -165,8 +165,8 @@ def convert(path: Path, out_dir: Path, run_id: str, versions: Versions | None = 
         source=f"slime:train_data/{path.name}",
         versions=ASSUMED_ON_POLICY if rollout is None else RECORDED,
     ) as writer:
+        context = _Context(run_id, rollout_id, data, rollout, versions)
         for i, sample in enumerate(samples):
-            context = _Context(run_id, rollout_id, data, rollout, versions)
             _add_sample(writer, result, sample, f"{path}: sample {i}", i, context)
         result.out = writer.close()
     return result

@@ -10,6 +10,7 @@ crafted file holds, and cannot read a local file. The checks here serve the writ
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import duckdb
 
 from evaluator.duck import connect
 from evaluator.errors import StoreError, UsageError
+from evaluator.formulas.loss import Loss
 from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 from schemas.token_log import RUN_ID_MAX_BYTES
 
@@ -194,3 +196,13 @@ def runs_without_truth(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     runs with no error or decision figure at all."""
     sql = "SELECT run_id, sum(n_tokens) FROM file_tokens GROUP BY run_id HAVING sum(n_prox) = 0 ORDER BY 1"
     return {run: int(n) for run, n in con.execute(sql).fetchall()}
+
+
+LOSS_KEY = "loss"
+"""The `store_meta` key of the loss the store's decision metrics were computed under (JSON)."""
+
+
+def stored_loss(con: duckdb.DuckDBPyConnection) -> Loss | None:
+    """The loss the store's metrics were computed under (None before the first replay)."""
+    rows = con.execute("SELECT value FROM store_meta WHERE key = ?", [LOSS_KEY]).fetchall()  # no result open
+    return Loss.from_dict(json.loads(rows[0][0])) if rows else None

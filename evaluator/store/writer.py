@@ -33,7 +33,7 @@ from evaluator.problems import CheckOutcome, Finding, Problem
 from evaluator.store import findings as stored_findings
 from evaluator.store.files import publish_copy, sibling, writing
 from evaluator.store.intervals import refresh_intervals
-from evaluator.store.reader import StoreBusy, check_db_path, check_store
+from evaluator.store.reader import LOSS_KEY, StoreBusy, check_db_path, check_store, stored_loss
 from evaluator.store.repeats import CopyOf, repeats
 from schemas.store import METRIC_TABLE, STORE_DDL, STORE_SCHEMA_VERSION
 
@@ -42,7 +42,6 @@ CHEAP_PUBLISH_S = 0.05
 PUBLISH_SHARE = 0.1
 """Publish after every file while a publish takes under CHEAP_PUBLISH_S (a store of tens of MB); a larger
 store after a file when the last publish took at most PUBLISH_SHARE of the time since it."""
-LOSS_KEY = "loss"
 CRASH_ENV = "PROXAUDIT_CRASH_BEFORE_COMMIT"
 """Fault injection for tests: when set to a file's name, replay dies (os._exit) after inserting that
 file's rows and before committing them, as a kill -9 would."""
@@ -59,12 +58,6 @@ class FileSummary:
     moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, sum_sq, min, max
     sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
     sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
-
-
-def stored_loss(con: duckdb.DuckDBPyConnection) -> Loss | None:
-    """The loss the store's metrics were computed under (None before the first replay)."""
-    row = con.execute("SELECT value FROM store_meta WHERE key = ?", [LOSS_KEY]).fetchone()
-    return None if row is None else Loss.from_dict(json.loads(row[0]))
 
 
 _INSERTS = {
