@@ -47,6 +47,19 @@ def _values(trace) -> np.ndarray:
     )
 
 
+def _shape_values(fig: go.Figure) -> np.ndarray:
+    """The y ends of the figure's lines and rectangles drawn in data units (`add_hline`, `add_hrect`): a
+    threshold the axis must show, as plotly's own autorange would."""
+    ys = [
+        y
+        for shape in fig.layout.shapes
+        if (shape.yref or "y").startswith("y") and "domain" not in (shape.yref or "")
+        for y in (shape.y0, shape.y1)
+        if y is not None
+    ]
+    return np.asarray(ys, dtype=np.float64)
+
+
 def _error_ends(trace, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(lower, upper) ends of a trace's asymmetric error bars, or None."""
     error = trace.error_y if isinstance(trace, go.Scatter) else None
@@ -104,7 +117,7 @@ def _move_zeros(fig: go.Figure, floor: float) -> bool:
 
 def log_y(fig: go.Figure) -> go.Figure:
     """Make every y axis of `fig` a log axis with labelled 1-2-5 ticks and, when a value is 0, a 0 row."""
-    values = np.concatenate([_values(t) for t in fig.data] or [np.array([])])
+    values = np.concatenate([_values(t) for t in fig.data] + [_shape_values(fig)])
     for trace in fig.data:
         ends = _error_ends(trace, _values(trace))
         values = values if ends is None else np.concatenate([values, *ends])

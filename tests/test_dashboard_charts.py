@@ -51,6 +51,16 @@ class TestLogAxis:
         assert "0" not in fig.layout.yaxis.ticktext and len(fig.data) == 1
         assert list(fig.layout.yaxis.ticktext) == ["0.2", "0.5", "1", "2", "5"]
 
+    def test_a_threshold_line_is_inside_the_axis(self):
+        """A bound drawn with add_hline above every value (the behaviour-weight bound 5 over weights
+        near 1) stays on the chart, as plotly's own autorange keeps it."""
+        fig = go.Figure(go.Scatter(x=[0, 1], y=[0.8, 1.3]))
+        fig.add_hline(y=5.0)
+        fig.add_hrect(y0=0.05, y1=0.1)
+        axis = log_axis.log_y(fig).layout.yaxis
+        assert 10 ** axis.range[0] < 0.05 and 10 ** axis.range[1] > 5.0
+        assert 5 in axis.tickvals and 0.05 in axis.tickvals
+
 
 def test_the_mean_is_in_the_legend():
     stats = {"mean": [0.1, 0.2], "min": [0.0, 0.1], "max": [0.3, 0.4], "p50": [0.1, 0.2], "p90": [0.2, 0.3]}
