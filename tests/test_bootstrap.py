@@ -4,10 +4,16 @@ rates), the draws depend only on the number of steps, and the store's intervals 
 
 from __future__ import annotations
 
+import shutil
+
+import duckdb
 import numpy as np
 import pytest
 
 from evaluator.formulas.bootstrap import percentile_interval, ratio_replicates, step_draws, steps_to_decide
+from evaluator.store.intervals import refresh_intervals
+
+INTERVAL_TABLES = ("decision_interval", "mean_interval")
 
 RUNS = 200
 STEPS = 80
@@ -62,3 +68,18 @@ def test_steps_to_decide_grows_as_the_value_nears_the_bound():
     assert steps_to_decide(0.012, 0.007, 0.017, 0.01, 80) == 420
     assert steps_to_decide(0.0101, 0.0051, 0.0151, 0.01, 80) > steps_to_decide(0.012, 0.007, 0.017, 0.01, 80)
     assert steps_to_decide(0.01, 0.005, 0.015, 0.01, 80) is None
+
+
+def test_the_same_store_gives_the_same_intervals_to_the_last_bit(fixture_store, tmp_path):
+    """The intervals are recomputed at every publish: DuckDB's threads must not change their last bits
+    (sums over files and over stalenesses in a fixed order)."""
+    tables = []
+    for i in range(4):
+        copy = tmp_path / f"copy{i}.duckdb"
+        shutil.copy(fixture_store, copy)
+        with duckdb.connect(str(copy)) as con:
+            refresh_intervals(con)
+            tables.append(
+                [con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in INTERVAL_TABLES]
+            )
+    assert all(repr(t) == repr(tables[0]) for t in tables[1:])  # repr: NaN equals NaN, floats bit for bit

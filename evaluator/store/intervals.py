@@ -32,8 +32,9 @@ ALL = -1
 """The staleness label of the every-staleness grouping while computing (NULL in the tables)."""
 
 _SUMS = """
-    SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum) AS s
-    FROM metric_moments WHERE metric IN ({metrics}) GROUP BY ALL"""
+    SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
+    FROM metric_moments WHERE metric IN ({metrics}) GROUP BY ALL ORDER BY ALL"""
+"""Ordered sums, ordered rows: the same store gives the same floats whatever DuckDB's threads do."""
 
 
 def _per_step(frame: pd.DataFrame, metric: str, stat: str, cells: pd.MultiIndex, steps) -> np.ndarray:
@@ -138,7 +139,7 @@ _COLUMNS = {
 
 
 _STEP_SUMS = """
-    SELECT step, sum(n)::DOUBLE AS n, sum(sum) AS s FROM metric_moments
+    SELECT step, sum(n)::DOUBLE AS n, sum(sum ORDER BY staleness, file_id) AS s FROM metric_moments
     WHERE run_id = ? AND metric = ? AND method = ? AND staleness BETWEEN ? AND ? GROUP BY step"""
 
 
