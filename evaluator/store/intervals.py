@@ -5,13 +5,17 @@ figure minus `rollout`'s at staleness 0, on the same draws); the error metrics' 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import duckdb
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from evaluator.formulas.bootstrap import percentile_interval, ratio_replicates, step_draws
 from schemas.store import EXCESS_FIGURES, INTERVAL_FIGURES
+
+if TYPE_CHECKING:  # pandas only when intervals are computed: importing the store does not load it
+    import pandas as pd
 
 FIGURES: dict[str, tuple[str, str, str, str]] = {
     figure: ("grad_weight_abs_error", "s", "true_grad_weight", "s")
@@ -20,14 +24,14 @@ FIGURES: dict[str, tuple[str, str, str, str]] = {
     for figure in INTERVAL_FIGURES
 }
 """figure: (numerator metric, its sum `s` or count `n`, denominator metric, its `s` or `n`)."""
-EXCESS = EXCESS_FIGURES
-"""The figures judged against a tolerance: their excess over the engine floor is kept too."""
 FLOOR_METHOD = "rollout"
 MEAN_METRICS = (
     "abs_error", "rel_error", "squared_error", "behave_imp_weight_abs_error", "behave_imp_weight_rel_error",
     "importance_weight_abs_error", "importance_weight_rel_error", "grad_weight", "drift", "prob_drift",
     "exp_abs_drift",
 )  # fmt: skip
+METRICS = tuple(sorted({m for spec in FIGURES.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS)))
+"""The metrics whose per-step sums the intervals read."""
 ALL = -1
 """The staleness label of the every-staleness grouping while computing (NULL in the tables)."""
 
@@ -37,31 +41,41 @@ _SUMS = """
 """Ordered sums, ordered rows: the same store gives the same floats whatever DuckDB's threads do."""
 
 
-def _per_step(frame: pd.DataFrame, metric: str, stat: str, cells: pd.MultiIndex, steps) -> np.ndarray:
-    """`[n_steps, cells]` of one metric's per-step sums or counts (0 where a cell has none)."""
-    part = frame[frame["metric"] == metric].pivot_table(
-        index="step", columns=["staleness", "method"], values=stat, aggfunc="sum", fill_value=0.0
-    )
+def _per_step(wide: pd.DataFrame, metric: str, stat: str, cells: pd.MultiIndex, steps) -> np.ndarray:
+    """`[n_steps, cells]` of one metric's per-step sums or counts (0 where a cell has none), from the run's
+    table of every metric's sums and counts by step (`_run_rows`)."""
+    if (stat, metric) not in wide.columns:
+        return np.zeros((len(steps), len(cells)))
+    part = wide[stat][metric]
     return part.reindex(index=steps, columns=cells, fill_value=0.0).to_numpy(np.float64)
 
 
 def _run_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """One run's decision and mean interval rows, every staleness and each one."""
+    import pandas as pd
+
     everything = frame.assign(staleness=ALL)
     frame = pd.concat([frame, everything], ignore_index=True)
     steps = np.sort(frame["step"].unique())
     draws = step_draws(len(steps))
     cells = pd.MultiIndex.from_frame(frame[["staleness", "method"]].drop_duplicates())
+    wide = frame.pivot_table(  # one table of every metric's sums and counts by step
+        index="step",
+        columns=["metric", "staleness", "method"],
+        values=["n", "s"],
+        aggfunc="sum",
+        fill_value=0.0,
+    )
     replicates = {}
     for figure, (num, num_stat, den, den_stat) in FIGURES.items():
-        numerator = _per_step(frame, num, num_stat, cells, steps)
-        denominator = _per_step(frame, den, den_stat, cells, steps)
+        numerator = _per_step(wide, num, num_stat, cells, steps)
+        denominator = _per_step(wide, den, den_stat, cells, steps)
         replicates[figure] = (ratio_replicates(numerator, denominator, draws), denominator.sum(axis=0) > 0)
     decision = []
     for figure, (reps, present) in replicates.items():
         lower, upper = percentile_interval(reps)
         floor = _floor(reps, cells)
-        excess = percentile_interval(reps - floor[:, None]) if figure in EXCESS else None
+        excess = percentile_interval(reps - floor[:, None]) if figure in EXCESS_FIGURES else None
         for i, (staleness, method) in enumerate(cells):
             if not present[i] or method == "ground_truth":
                 continue
@@ -73,7 +87,7 @@ def _run_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     means = []
     for metric in MEAN_METRICS:
         reps = ratio_replicates(
-            _per_step(frame, metric, "s", cells, steps), _per_step(frame, metric, "n", cells, steps), draws
+            _per_step(wide, metric, "s", cells, steps), _per_step(wide, metric, "n", cells, steps), draws
         )
         lower, upper = percentile_interval(reps)
         for i, (staleness, method) in enumerate(cells):
@@ -94,8 +108,7 @@ def _floor(replicates: np.ndarray, cells: pd.MultiIndex) -> np.ndarray:
 
 def refresh_intervals(con: duckdb.DuckDBPyConnection) -> None:
     """Recompute `decision_interval` and `mean_interval` from the store's moments (in one transaction)."""
-    metrics = {m for spec in FIGURES.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS)
-    sql = _SUMS.format(metrics=", ".join(f"'{m}'" for m in sorted(metrics)))
+    sql = _SUMS.format(metrics=", ".join(f"'{m}'" for m in METRICS))
     frame = con.execute(sql).df()
     decision, means = [], []
     for run_id, part in frame.groupby("run_id", sort=True):
@@ -150,10 +163,9 @@ def selection_interval(
     draws of the store's intervals: a decision figure, `excess_<figure>` (minus the engine floor's),
     `floor_<figure>` (the floor's own; no method) or `mean:<metric>` (a metric's mean). Only the sums it
     needs are read, per step (the steps of the run that have any of the intervals' metrics set the draws)."""
-    metrics = sorted({m for spec in FIGURES.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS))
-    marks = ", ".join("?" * len(metrics))
+    marks = ", ".join("?" * len(METRICS))
     sql = f"SELECT DISTINCT step FROM metric_moments WHERE run_id = ? AND metric IN ({marks})"
-    steps = np.sort(con.execute(sql, [run_id, *metrics]).fetchnumpy()["step"])
+    steps = np.sort(con.execute(sql, [run_id, *METRICS]).fetchnumpy()["step"])
     if not len(steps):
         return None, None, 0
     draws = step_draws(len(steps))
