@@ -166,6 +166,11 @@ class Staging:
         return self.uris.get(path, path)
 
 
+def recorded_location(location: Path | str) -> str:
+    """A file's location as the store records it: a URI as given, a path resolved."""
+    return location if isinstance(location, str) else str(location.resolve())
+
+
 _MISMATCHED: set[tuple] = set()
 """(uri, digest, size, mtime) of objects found to hold other bytes: not fetched again while unchanged."""
 

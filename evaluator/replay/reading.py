@@ -6,7 +6,8 @@ every loss token of a sequence `(run_id, seq_id, minibatch)` in one batch. Batch
 whose key differs from the row before it; `s_0 = 0`): a function of the file alone, so a range of batches
 read by one worker yields the very batches that reading the whole file yields there, and sums do not
 depend on how a file is cut into ranges. This assumes a sequence's rows are contiguous in the file (the
-hook and the importers write them so); `count_sequence_runs` lets the caller check it.
+hook and the importers write them so); `evaluator.replay.summarise` counts the rows that start a sequence
+against the file's sequences and replays a copy sorted by sequence (`sorted_copy`) when they differ.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from evaluator.errors import NothingReadableError
 from evaluator.problems import Problem
 from evaluator.replay.outcomes import FileOutcome
-from evaluator.sources import Staging
+from evaluator.sources import Staging, recorded_location
 from evaluator.store import file_digest
 from evaluator.validate import CheckedFile, check_file
 
@@ -65,8 +65,7 @@ def digests(files: list[Path], known: dict[str, str], staging: Staging) -> list[
             slot.outcome = FileOutcome(path, "unreadable", problems=[problem])
         else:
             if slot.digest in known:
-                here, stored = staging.location(path), known[slot.digest]
-                here = here if isinstance(here, str) else str(here.resolve())  # as the store records it
+                here, stored = recorded_location(staging.location(path)), known[slot.digest]
                 slot.outcome = (
                     FileOutcome(path, "already ingested")
                     if here == stored

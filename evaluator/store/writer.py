@@ -30,6 +30,7 @@ from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import CheckOutcome, Finding, Problem
+from evaluator.sources import recorded_location
 from evaluator.store import findings as stored_findings
 from evaluator.store.files import publish_copy, sibling, writing
 from evaluator.store.intervals import refresh_intervals
@@ -199,7 +200,7 @@ class StoreWriter:
             if repeated is not None:  # a duplicate_across_files problem, or a re-saved copy
                 con.execute("ROLLBACK")
                 return repeated
-            location = path if isinstance(path, str) else str(path.resolve())
+            location = recorded_location(path)
             self._insert(location, digest, summary)
             if os.environ.get(CRASH_ENV) == location.rsplit("/", 1)[-1]:
                 os._exit(70)
