@@ -113,7 +113,7 @@ def load_sample(
     return sample, notes
 
 
-def _shifted(x: np.ndarray, nxt: np.ndarray, s: int) -> np.ndarray:
+def shifted(x: np.ndarray, nxt: np.ndarray, s: int) -> np.ndarray:
     """`x` at the token `s` positions later in the same sequence (NaN where there is none)."""
     out = np.full_like(x, np.nan)
     if s == 0:
@@ -142,8 +142,8 @@ def _logp_evidence(sample: dict[str, np.ndarray], x_name: str) -> LogpEvidence |
     if np.isnan(prox).all():
         return f"{x_name} vs prox_logp inconclusive: no prox_logp on any sequence"
     nxt = _next_in_sequence(sample)
-    x_at = {s: _shifted(x, nxt, s) for s in SHIFTS}
-    gaps = [np.abs(prox - _shifted(prox, nxt, s)) for s in (-1, 1)]
+    x_at = {s: shifted(x, nxt, s) for s in SHIFTS}
+    gaps = [np.abs(prox - shifted(prox, nxt, s)) for s in (-1, 1)]
     anchor = np.minimum(*gaps) >= DISTINCT  # NaN (no neighbour, no prox) compares False
     anchor &= np.isfinite(np.stack(list(x_at.values()))).all(axis=0)
     error = np.stack([np.abs(x_at[s][anchor] - prox[anchor]) for s in SHIFTS])  # (3, n)
@@ -204,11 +204,11 @@ def _mismatch_evidence(
     near = np.zeros(len(x), dtype=bool)
     for series in (x, ref):
         for s in (-1, 1):
-            other = _shifted(series, nxt, s)
+            other = shifted(series, nxt, s)
             near |= np.isfinite(other) & np.isfinite(series) & (other != series)
     rows = []
     for s in SHIFTS:
-        xs = _shifted(x, nxt, s)[near]
+        xs = shifted(x, nxt, s)[near]
         compared = np.isfinite(xs) & np.isfinite(ref[near])
         rows.append(np.where(compared, (xs != ref[near]).astype(float), np.nan))
     return MismatchEvidence(names, np.stack(rows))

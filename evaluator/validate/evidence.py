@@ -141,10 +141,13 @@ def pooled(evidences: list[Evidence]) -> Evidence:
             ).to_arrow_table()
             con.unregister("part")
         con.register("part", pa.concat_tables([e.examples for e in evidences]))
-        examples = con.sql("""SELECT * EXCLUDE (rank) FROM (
+        examples = con.sql(
+            """SELECT * EXCLUDE (rank) FROM (
             SELECT *,
                    row_number() OVER (PARTITION BY run_id, kind ORDER BY step, seq_id, minibatch, pos) AS rank
-            FROM part) WHERE rank <= 3 ORDER BY run_id, kind, rank""").to_arrow_table()
+            FROM part) WHERE rank <= ? ORDER BY run_id, kind, rank""",
+            params=[shapes.EXAMPLES],
+        ).to_arrow_table()
     return Evidence(out, examples)
 
 
@@ -175,12 +178,12 @@ class RunEvidence:
         for kind in kinds:
             rows = self.examples.filter(pl.col("kind") == kind).drop("run_id", "kind")
             if rows.height:
-                return tuple(rows.head(3).iter_rows(named=True))
+                return tuple(rows.head(shapes.EXAMPLES).iter_rows(named=True))
         return ()
 
     def cell_examples(self, where: pl.Expr) -> tuple[dict, ...]:
         """Up to 3 example tokens of the cells that pass `where` (by step)."""
-        rows = self.cells.filter(where).sort("step", "minibatch").head(3)
+        rows = self.cells.filter(where).sort("step", "minibatch").head(shapes.EXAMPLES)
         return tuple(
             {
                 "step": r["step"],

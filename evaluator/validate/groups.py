@@ -75,7 +75,6 @@ def _pairs(run, block, a, reward, tol, k: int) -> tuple[dict, np.ndarray]:
     counts = {
         "pairs_equal": _per_run(runs, equal, k),
         "violations": _per_run(runs, violation, k),
-        "pairs_rising": _per_run(runs, rising, k),
         "concordant": _per_run(runs, rising & (step_a > t), k),
         "discordant": _per_run(runs, discordant, k),
     }

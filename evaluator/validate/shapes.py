@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from evaluator.validate.audit_sample import SHIFTS, shifted
 from evaluator.validate.block_sample import BlockSample
 
 HIST_CAP = 4096
@@ -115,7 +116,7 @@ def mask_shape(s: BlockSample, r: Responses) -> tuple[pa.Table, pa.Table]:
         mixed=mixed,
         switches=np.where(mixed, r.switches, 0),
         gaps=np.where(mixed, r.length - 1, 0),
-    ).append_column("all_rows", pa.array(np.bincount(s.run, minlength=len(s.run_ids)).astype(float)))
+    )
     shape = shape.append_column("all_masked", pa.array(np.bincount(s.run, masked, minlength=len(s.run_ids))))
     kinds = {
         "lead": (r.lead, trained),
@@ -188,8 +189,8 @@ def roll(s: BlockSample, r: Responses) -> pa.Table:
     d = np.where(ok, x["theta_logp"] - x["prox_logp"], np.nan)
     detail_a, detail_d = _detail(a, nxt), _detail(d, nxt)
     parts = []
-    for shift in (-1, 0, 1):
-        xa = _shifted(detail_a, nxt, shift)
+    for shift in SHIFTS:
+        xa = shifted(detail_a, nxt, shift)
         both = np.isfinite(xa) & np.isfinite(detail_d)
         xa, yd = np.where(both, xa, 0.0), np.where(both, detail_d, 0.0)
         t = _per_run(s, s.run, n=both, sxy=xa * yd, sxx=xa * xa, syy=yd * yd)
@@ -197,21 +198,9 @@ def roll(s: BlockSample, r: Responses) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def _shifted(values: np.ndarray, nxt: np.ndarray, shift: int) -> np.ndarray:
-    """`values` at the row `shift` positions later in the same response (NaN where there is none)."""
-    if shift == 0:
-        return values
-    out = np.full_like(values, np.nan)
-    if shift == 1:
-        out[:-1] = np.where(nxt[:-1], values[1:], np.nan)
-    else:
-        out[1:] = np.where(nxt[:-1], values[:-1], np.nan)
-    return out
-
-
 def _detail(values: np.ndarray, nxt: np.ndarray) -> np.ndarray:
     """values - (left + right) / 2: what a smooth trend along pos leaves (NaN at a response's ends)."""
-    return values - (_shifted(values, nxt, -1) + _shifted(values, nxt, 1)) / 2
+    return values - (shifted(values, nxt, -1) + shifted(values, nxt, 1)) / 2
 
 
 def _repeated(s: BlockSample, r: Responses) -> tuple[np.ndarray, np.ndarray]:
