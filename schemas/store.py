@@ -1,11 +1,12 @@
-"""The metrics store (DuckDB): its DDL and the vocabulary of its public views (DOMAIN.md sections 2, 3, 7)."""
+"""The metrics store (a DuckLake): its DDL and the vocabulary of its public views (DOMAIN.md sections 2, 3, 7,
+8)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.resources import files
 
-STORE_SCHEMA_VERSION = "5"
+STORE_SCHEMA_VERSION = "6"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (

@@ -95,7 +95,7 @@ def import_cmd(
 
 
 @click.command("export")
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.option("--db", required=True, help="Metrics store from `replay` (a folder, or a catalog URL).")
 @click.option(
     "--to", "target", required=True, type=(click.Choice(["tensorboard", "wandb"]), click.Path()),
     metavar="tensorboard DIR | wandb DIR",

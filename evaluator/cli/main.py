@@ -14,6 +14,7 @@ from evaluator import __version__
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
 from evaluator.cli.exchange import export_cmd, import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
+from evaluator.cli.store_cmd import store_group
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
 
 SUMMARY_VIEWS = {
@@ -31,6 +32,7 @@ SUMMARY_VIEWS = {
 }
 
 
+DB_HELP = "Metrics store from `replay` (a folder, or a catalog URL)."
 _table_format = click.option(
     "--format",
     "fmt",
@@ -100,7 +102,7 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
 
 
 @cli.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.option("--db", required=True, help=DB_HELP)
 @click.option(
     "--thresholds",
     type=click.Path(dir_okay=False),
@@ -140,8 +142,20 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--db", required=True, help="Metrics store: a folder (made if missing), or a catalog URL.")
 @click.option(
-    "--db", required=True, type=click.Path(dir_okay=False), help="Metrics database (created if missing)."
+    "--data-path",
+    default=None,
+    help="Where a new store's Parquet files go: a folder or s3://bucket/prefix/ (default: DB/data/).",
+)
+@click.option(
+    "--sample-sequences",
+    "sample",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Summarise this fraction of the sequences, chosen by a hash of (run_id, seq_id); a store keeps "
+    "one fraction.",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a terminal)."
@@ -160,20 +174,22 @@ def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     "object-storage URIs only with a local Ray).",
 )
 @library_errors
-def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None:
+def replay(paths, db, data_path, sample, progress, max_staleness, ray_address, **loss_keys) -> None:
     """Validate the token logs in PATHS (files, folders, or object-storage URIs such as s3://bucket/prefix/,
     copied to a temporary folder first), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
-    one transaction. The decision metrics (clip and bound flips, gradient mass error) are computed under
+    one commit, which readers see whole; several replays may write one DB at once. The decision metrics
+    (clip and bound flips, gradient mass error) are computed under
     the loss given here (`proxaudit loss` lists the presets); a DB keeps one loss. The data-driven
-    findings are judged on the files of this call: an error skips the run's files, a warning is printed
-    and stored with the run.
+    findings are judged on the files of this call: an error skips the run's files, a warning is printed;
+    the warnings DB keeps are judged on every stored file of the run.
 
     Exit code 0 when every file was ingested or already there, 1 when a file broke a validation rule (it
     is skipped, the others are ingested), 2 for a usage error, a DB of other thresholds, or when no file
     could be read.
     """
     from evaluator.replay.pipeline import replay as replay_paths
+    from evaluator.store.lake import require_local_or_uri
     from evaluator.validate.report import findings_lines
 
     choice = loss_choice(**loss_keys)
@@ -187,6 +203,8 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
         loss=choice.loss,
         max_staleness=max_staleness,
         ray=ray_address,
+        sample=sample,
+        data_path=require_local_or_uri(data_path),
     )
     warnings = [f for f in report.findings if f.severity == "warning"]
     if warnings:
@@ -196,7 +214,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
 
 
 @cli.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.option("--db", required=True, help=DB_HELP)
 @click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
 @click.option(
     "--by",
@@ -263,7 +281,7 @@ def summary(
 
 
 @cli.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.option("--db", required=True, help=DB_HELP)
 @click.argument("sql")
 @_table_format
 @library_errors
@@ -280,6 +298,7 @@ def query(db, sql, fmt) -> None:
 cli.add_command(import_cmd)
 cli.add_command(loss_command)
 cli.add_command(export_cmd)
+cli.add_command(store_group)
 for command in (bench, train_demo, dashboard, demo):
     cli.add_command(command)
 

@@ -53,7 +53,7 @@ def train_demo(bench_hook: bool, **options) -> None:
 
 @click.command()
 @click.option(
-    "--db", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Metrics database."
+    "--db", required=True, type=click.Path(file_okay=False, path_type=Path), help="Metrics store (a folder)."
 )
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on (local only by default)."

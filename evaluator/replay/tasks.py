@@ -30,31 +30,36 @@ class Check:
 @dataclass(frozen=True)
 class Summarise:
     """Summarise one clean file (`FileFacts.resumes` and the number of its sequences from its check) under
-    `loss`: a `FileSummary`."""
+    `loss`, the fraction `sample` of its sequences: a `FileSummary`."""
 
     path: Path
     resumes: pa.Table
     loss: Loss
     n_sequences: int | None = None
+    sample: float = 1.0
     kind = "summarise"
 
     def run(self):
         from evaluator.replay.summarise import summarise_file
 
         # one worker per core already: no range threads
-        return summarise_file(self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1)
+        return summarise_file(
+            self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1, sample=self.sample
+        )
 
 
 @dataclass(frozen=True)
 class SummariseRange:
     """Summarise rows [start, end) of a long file (`rows` None: all of it) in record batches of
-    `batch_rows`: a `RangeSummary`, merged with the file's other ranges in file order."""
+    `batch_rows`, the fraction `sample` of its sequences (`evaluator.replay.sampling`): a `RangeSummary`,
+    merged with the file's other ranges in file order."""
 
     path: Path
     rows: tuple[int, int] | None
     resumes: pa.Table
     loss: Loss
     batch_rows: int
+    sample: float = 1.0
     kind = "summarise_range"
 
     def run(self, on_batch: Callable[[int], None] | None = None, stop: threading.Event | None = None):

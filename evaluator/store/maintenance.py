@@ -1,0 +1,135 @@
+"""Keeping a store (`proxaudit store ...`): compaction of the many small Parquet files one commit per file
+makes, and the conversion of a single-file store of an earlier proxaudit (store schema version 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from evaluator.duck import connect
+from evaluator.errors import StoreError
+from evaluator.formulas.loss import Loss
+from evaluator.store.commits import committed
+from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate
+from evaluator.store.reader import LOSS_KEY
+from evaluator.store.writer import StoreWriter
+
+ORPHAN_AGE_H = 1.0
+"""Data files no snapshot references are deleted once this old (a younger one may be a writer's commit in
+flight)."""
+CONVERTED_VERSION = "5"
+"""The single-file store `convert` reads: the last before the DuckLake."""
+
+
+@dataclass
+class Compaction:
+    """What `compact` did: data files before and after, snapshots expired."""
+
+    files_before: int
+    files_after: int
+    snapshots_expired: int
+
+    def line(self) -> str:
+        return (
+            f"{self.files_before:,} data files -> {self.files_after:,}; "
+            f"{self.snapshots_expired:,} snapshots expired"
+        )
+
+
+def _data_files(con: duckdb.DuckDBPyConnection) -> int:
+    """The Parquet files the latest snapshot reads: data files and delete files."""
+    meta = f"__ducklake_metadata_{STORE}"
+    return con.execute(
+        f"SELECT (SELECT count(*) FROM {meta}.ducklake_data_file WHERE end_snapshot IS NULL) + "
+        f"(SELECT count(*) FROM {meta}.ducklake_delete_file WHERE end_snapshot IS NULL)"
+    ).fetchone()[0]
+
+
+def compact(db: str | os.PathLike, expire_older_than_h: float | None = None) -> Compaction:
+    """Merge the store's small data files (and the rows inlined in its catalog) into larger ones, each
+    change one commit that readers see whole; with `expire_older_than_h`, forget snapshots older than that
+    (time travel before them ends) and delete the files only they used. Data files of killed commits are
+    deleted once `ORPHAN_AGE_H` old. Safe while replays write: a conflicting step is run again."""
+    con = attach(locate(db), read_only=False)
+    try:
+        before = _data_files(con)
+        committed(
+            con, lambda: con.execute(f"CALL ducklake_flush_inlined_data('{STORE}')").fetchall(), "flush"
+        )
+        committed(
+            con, lambda: con.execute(f"CALL ducklake_merge_adjacent_files('{STORE}')").fetchall(), "merge"
+        )
+        expired = 0
+        if expire_older_than_h is not None:
+            (expired,) = con.execute(
+                f"SELECT count(*) FROM ducklake_expire_snapshots('{STORE}', older_than => now() - "
+                "to_microseconds(?))",
+                [int(expire_older_than_h * 3600e6)],
+            ).fetchone()
+        con.execute(f"SELECT count(*) FROM ducklake_cleanup_old_files('{STORE}', cleanup_all => true)")
+        con.execute(
+            f"SELECT count(*) FROM ducklake_delete_orphaned_files('{STORE}', older_than => now() - "
+            "to_microseconds(?))",
+            [int(ORPHAN_AGE_H * 3600e6)],
+        )
+        return Compaction(before, _data_files(con), expired)
+    finally:
+        con.close()
+
+
+_COPIES = {
+    "ingested_file": "SELECT {fid}, digest, path, n_rows, n_tokens, ingested_at FROM old.ingested_file o",
+    "file_sequences": "SELECT {fid}, run_id, seq_id, minibatch, pos_min, pos_max "
+    "FROM old.file_sequences o {join}",
+    "file_tokens": "SELECT {fid}, run_id, step, staleness, o.n_tokens, n_prox FROM old.file_tokens o {join}",
+    "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, n, sum, sum_sq, min, max "
+    "FROM old.metric_moments o {join}",
+    "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, count "
+    "FROM old.sketch_by_step o {join}",
+    "sketch_by_staleness": "SELECT 0, run_id, staleness, method, metric, bucket, count "
+    "FROM old.sketch_by_staleness",
+    "run_finding": "SELECT run_id, rule, column_name, n_rows, message, found_at, figure, threshold, "
+    "examples, advice FROM old.run_finding",
+    "run_check": "SELECT run_id, check_name, status, why, checked_at FROM old.run_check",
+}
+"""What `convert` copies: every file keeps its rows under its new id (from its digest); the old store had
+merged its staleness sketches over files, so they come as file 0."""
+_JOIN = "JOIN old.ingested_file f USING (file_id)"
+
+
+def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | None = None) -> int:
+    """Copy a single-file store of store schema version 5 into a new store at `new` (made; it must not
+    hold a store yet), in one commit; the number of files it holds. Its findings are kept as they were
+    (it kept no per-file evidence to judge them again); its intervals are recomputed."""
+    old_path = Path(old)
+    if not old_path.is_file() or old_path.read_bytes()[8:12] != DUCKDB_MAGIC:
+        raise StoreError(f"{old}: not a single-file proxaudit store (a DuckDB database file)")
+    if locate(new).exists():
+        raise StoreError(f"{new}: already holds a store; convert into a new folder")
+    with connect(str(old_path), read_only=True) as probe:
+        meta = dict(probe.execute("SELECT key, value FROM store_meta").fetchall())
+    if meta.get("store_schema_version") != CONVERTED_VERSION:
+        raise StoreError(
+            f"{old}: store schema version {meta.get('store_schema_version')!r}; `convert` reads version "
+            f"{CONVERTED_VERSION}: replay the token logs into a new store instead"
+        )
+    loss = Loss.from_dict(json.loads(meta[LOSS_KEY]))
+    with StoreWriter(new, loss, data_path=data_path) as writer:
+        con = writer.con
+        con.execute(f"ATTACH '{str(old_path.absolute()).replace(chr(39), chr(39) * 2)}' AS old (READ_ONLY)")
+
+        def copy() -> int:
+            for table, sql in _COPIES.items():
+                digest = "o.digest" if table == "ingested_file" else "f.digest"
+                fid = f"('0x' || left({digest}, 15))::UBIGINT::BIGINT"  # evaluator.store.writer.file_id_of
+                con.execute(f"INSERT INTO {table} " + sql.format(fid=fid, join=_JOIN))
+            con.execute("UPDATE ingest_ticket SET n = n + 1")
+            return con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
+
+        n_files = committed(con, copy, "convert")
+        con.execute("DETACH old")
+    return n_files
