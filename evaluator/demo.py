@@ -26,7 +26,7 @@ from evaluator.validate.report import render_table as render_validation
 from schemas.store import DEFAULT_TOLERANCE, METHODS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-DB_NAME = "proxaudit.duckdb"
+DB_NAME = "store"
 HEADLINE_METHODS = tuple(m for m in METHODS if m != "ground_truth")
 
 
@@ -72,11 +72,10 @@ def _train_logs(out: Path, echo: Callable[[str], None]) -> Path:
 
 
 def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = print) -> DemoResult:
-    """Run the pipeline into `out/proxaudit.duckdb` (made afresh) and print each stage's result."""
+    """Run the pipeline into the store `out/store` (made afresh) and print each stage's result."""
     out.mkdir(parents=True, exist_ok=True)
     db = out / DB_NAME
-    for stale in (db, db.with_name(DB_NAME + ".wal")):
-        stale.unlink(missing_ok=True)
+    shutil.rmtree(db, ignore_errors=True)
     if train:
         _banner(echo, "train: the reference asynchronous decoupled-PPO trainer, recorded by the hook")
         sources = [_train_logs(out, echo)]

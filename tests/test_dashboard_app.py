@@ -19,6 +19,7 @@ from dashboard import queries
 from dashboard.views import PAGES
 from dashboard.views.common import plain
 from evaluator.cli.serve import APP
+from evaluator.store import connect_store
 from schemas.store import METHODS
 from schemas.thresholds import DEFAULT_THRESHOLDS
 from tests.conftest import FIXTURES
@@ -468,7 +469,6 @@ def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, m
     """A store is data a colleague can hand you: the file URI it records for the token inspector must
     never choose a host, a scheme, credentials or filesystem options. The user's (fake) AWS credentials
     are in the environment; nothing may connect to the listener the URI names."""
-    import duckdb
 
     from evaluator.logio import write_log_atomic
     from evaluator.replay.pipeline import replay
@@ -479,7 +479,7 @@ def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, m
     listener = _Listener()
     threading.Thread(target=listener.serve_forever, daemon=True).start()
     try:
-        with duckdb.connect(str(tmp_path / "m.duckdb")) as con:
+        with connect_store(tmp_path / "m.duckdb", read_only=False) as con:
             con.execute("UPDATE ingested_file SET path = ?", [uri.format(port=listener.server_address[1])])
         for key, value in FAKE_AWS.items():
             monkeypatch.setenv(key, value)
@@ -510,7 +510,6 @@ def test_values_from_the_data_are_inert_text(tmp_path, monkeypatch):
     """A run_id and a file path that look like links, HTML, Markdown, an icon or a formula are shown as
     code spans on every page (never a link: GitHub Markdown autolinks a URL even with its characters
     escaped), and Plotly gets them HTML-escaped."""
-    import duckdb
 
     from evaluator.logio import write_log_atomic
     from evaluator.replay.pipeline import replay
@@ -518,7 +517,7 @@ def test_values_from_the_data_are_inert_text(tmp_path, monkeypatch):
 
     spec = SyntheticSpec(run_id=HOSTILE, prox_every=0, with_proximal_t=False)  # the pages say why empty
     replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "h.parquet")], tmp_path / "m.duckdb")
-    with duckdb.connect(str(tmp_path / "m.duckdb")) as con:
+    with connect_store(tmp_path / "m.duckdb", read_only=False) as con:
         con.execute("UPDATE ingested_file SET path = ?", [f"/nowhere/{HOSTILE}.parquet"])
     named = set()
     for page in PAGES:

@@ -14,11 +14,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from dashboard.views import PAGES
 from evaluator.cli.serve import streamlit_command
+from evaluator.store import connect_store
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "_artifacts"
@@ -182,7 +182,7 @@ def test_values_from_the_data_are_never_links(tmp_path):
     spec = SyntheticSpec(run_id=hostile, prox_every=0, with_proximal_t=False)  # pages say why, naming the run
     db = tmp_path / "m.duckdb"
     replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "h.parquet")], db, progress=False)
-    with duckdb.connect(str(db)) as con:
+    with connect_store(db, read_only=False) as con:
         con.execute("UPDATE ingested_file SET path = ?", ["/nowhere/see www.evil.example/h.parquet"])
     with serve(db) as url, chromium(tmp_path / "profile") as page:
         for slug in ("overview", "drift", "compare", "tokens"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -18,6 +17,7 @@ from test_dashboard_app import fixture_logs, frame_with, no_exception, run_app, 
 from dashboard import token_estimates
 from dashboard.views.common import plain
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from evaluator.store import connect_store
 from tests.reference import decision_figures, estimates, loss_tokens, reference_values, safe_staleness
 
 TOLERANCE = 0.01  # the default tolerance and the default thresholds' bound, both figures
@@ -55,7 +55,7 @@ def banner(at) -> str:
 
 
 def table(db: Path, sql: str, params: list) -> pd.DataFrame:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         return con.execute(sql, params).df()
 
 

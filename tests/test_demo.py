@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 import socket
 
-import duckdb
 from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.demo import FIXTURES
+from evaluator.store import connect_store
 
 
 def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
@@ -30,7 +30,7 @@ def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
     for run in ("loglinear", "recompute"):  # and said in words: the floor, then each method beyond it
         assert f"{run}: the engine floor " in out
     assert "loglinear_shipped (what AReaL's prox_logp_method loglinear computes): safe beyond" in out
-    with duckdb.connect(str(tmp_path / "proxaudit.duckdb"), read_only=True) as con:
+    with connect_store(tmp_path / "store") as con:
         runs = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM run_summary").fetchall()}
         files = con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
     assert runs == {"recompute", "loglinear"}

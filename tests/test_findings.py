@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +21,7 @@ from evaluator.gate.judge import run_gate
 from evaluator.logio import write_log_atomic
 from evaluator.problems import SEVERITY
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.trainer.train import Args, train
 from evaluator.validate import (
@@ -403,7 +403,7 @@ def test_replay_stores_warnings_and_the_gate_reads_them(tmp_path):
     report = replay([tmp_path / "logs"], db, progress=False)
     assert [f.rule for f in report.findings] == ["loss_mask_edge"] and report.clean
     finding = report.findings[0]
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         stored = con.execute("SELECT run_id, rule, column_name, n_rows FROM run_findings").fetchall()
         evidence = con.execute(
             "SELECT figure, threshold, examples, advice, message FROM run_finding"

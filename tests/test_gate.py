@@ -21,8 +21,8 @@ from evaluator.errors import StoreError, ThresholdsError, UsageError
 from evaluator.formulas.sketch import bucket_code, sketch_quantile
 from evaluator.gate.judge import DEFAULT_THRESHOLDS, GateResult, judge, run_gate, selection_stats
 from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
-from evaluator.store.intervals import refresh_intervals
-from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
+from evaluator.store import StoreWriter, connect_store
+from schemas.store import STATS
 from schemas.thresholds import parse_thresholds
 from tests.reference import QUANTILE_PERCENT, promised_value, safe_staleness, within_promise
 
@@ -33,9 +33,6 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
     Each staleness is its own step (10 + staleness), or with `steps`, every step (10..) holds every
     staleness's values in turn (as a trainer's steps do: the intervals of a bootstrap over steps are then
     those of evenly spread tokens)."""
-    con = duckdb.connect(str(path))
-    con.execute(STORE_DDL)
-    con.execute("INSERT INTO store_meta VALUES ('store_schema_version', ?)", [STORE_SCHEMA_VERSION])
     moments, sketches, tokens = [], [], {}
     for (run, staleness, method, metric), values in samples.items():
         values = np.asarray(values, np.float64)
@@ -44,9 +41,10 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
         )
         for step, in_step in parts:
             _add(in_step, run, step, staleness, method, metric, moments, sketches, tokens)
-    _insert(con, moments, sketches, tokens)
-    refresh_intervals(con)
-    con.close()
+    with StoreWriter(path) as writer:  # the store's tables; on exit, the intervals of its runs
+        writer.con.execute("BEGIN TRANSACTION")
+        _insert(writer.con, moments, sketches, tokens)
+        writer.con.execute("COMMIT")
     return path
 
 
@@ -58,7 +56,7 @@ def _add(values, run, step, staleness, method, metric, moments, sketches, tokens
         moments.append((file_id, run, step, staleness, method, metric, len(part), *_moments(part)))
         buckets, counts = np.unique(bucket_code(part), return_counts=True)
         sketches += [
-            (run, staleness, method, metric, int(b), int(c))  # unmerged: as before a publish
+            (file_id, run, staleness, method, metric, int(b), int(c))
             for b, c in zip(buckets, counts, strict=True)
         ]
         key = (file_id, run, step, staleness)
@@ -125,7 +123,7 @@ class TestSelectionStats:
     def test_full_range_and_one_staleness_equal_numpy_over_the_samples(self, store):
         """selection_stats and the views it must agree with (run_summary, staleness_summary), each against
         the statistics of the very values the store was built from."""
-        samples, con = store_samples(), duckdb.connect(str(store), read_only=True)
+        samples, con = store_samples(), connect_store(store)
         for method in ("loglinear", "rollout"):
             mine = {k: v for k, v in samples.items() if k[2] == method}
             runs = sorted({run for run, *_ in mine})
@@ -144,7 +142,7 @@ class TestSelectionStats:
 
     def test_a_range_merges_the_sketches_like_one_sketch_of_all_its_tokens(self, store, tmp_path):
         values = np.concatenate([lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s) for s in (1, 2)])
-        con = duckdb.connect(str(store), read_only=True)
+        con = connect_store(store)
         got = selection_stats(con, "loglinear", "abs_error", (1, 2))["new"]
         assert got["n"] == len(values) == 1100
         assert got["min"] == values.min() and got["max"] == values.max()
@@ -159,7 +157,7 @@ class TestSelectionStats:
         assert abs(averaged - got["p99"]) > 0.05 * got["p99"]
 
     def test_runs_without_tokens_in_the_range_are_absent(self, store):
-        con = duckdb.connect(str(store), read_only=True)
+        con = connect_store(store)
         assert set(selection_stats(con, "loglinear", "abs_error", (1, 3))) == {"base", "new"}
         assert selection_stats(con, "loglinear", "abs_error", (7, 9)) == {}
         assert set(selection_stats(con, "rollout", "abs_error")) == {"base"}
@@ -425,7 +423,7 @@ class TestFigureChecks:
         flip, ess = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
         # 4 flips at each staleness of 2000 tokens, 1 at the one of 200 (np.arange(200) < 0.4)
         assert flip.verdict == "pass" and flip.observed == pytest.approx(17 / 8200, rel=1e-12)
-        con = duckdb.connect(str(decision_store), read_only=True)
+        con = connect_store(decision_store)
         w = con.execute(
             "SELECT sum(sum), sum(sum_sq), sum(n) FROM metric_moments WHERE metric = 'behave_imp_weight'"
         )
@@ -517,7 +515,7 @@ def test_safe_staleness_edges_follow_the_definition(tmp_path):
         "gap-all-pass": 3, "fails-then-passes": 0, "zero-true-mass": 0, "zero-mass-no-error": 2,
         "starved": None,
     }  # fmt: skip
-    with duckdb.connect(str(store), read_only=True) as con:
+    with connect_store(store) as con:
         rows = con.execute("SELECT run_id, safe_staleness, measured_levels FROM safe_staleness()").fetchall()
     assert {run: safe for run, safe, _ in rows} == expected
     judged = {run: sum(n >= 1000 for _, n, _, _ in levels) for run, levels in EDGE_CASES.items()}
@@ -534,22 +532,24 @@ def test_safe_staleness_edges_follow_the_definition(tmp_path):
 
 class TestStore:
     def test_missing_database(self, tmp_path):
-        with pytest.raises(StoreError, match="no metrics database"):
+        with pytest.raises(StoreError, match="no metrics store"):
             run_gate(tmp_path / "absent.duckdb", gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n'))
 
     def test_not_a_store(self, tmp_path):
         thresholds = gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n')
         duckdb.connect(str(tmp_path / "other.duckdb")).execute("CREATE TABLE t (x INT)").close()
-        with pytest.raises(StoreError, match="not a proxaudit metrics database"):
+        with pytest.raises(StoreError, match="not a store folder"):
             run_gate(tmp_path / "other.duckdb", thresholds)
         (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
-        with pytest.raises(StoreError, match="not a DuckDB database"):
+        with pytest.raises(StoreError, match="a file, not a store folder"):
             run_gate(tmp_path / "junk.duckdb", thresholds)
 
     def test_the_database_is_opened_read_only(self, store, tmp_path):
-        before = store.stat().st_mtime_ns, store.read_bytes()
+        catalog = store / "catalog.sqlite"
+        files = lambda: sorted((store / "data").rglob("*"))  # noqa: E731
+        before = catalog.stat().st_mtime_ns, catalog.read_bytes(), files()
         run_gate(store, gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n'))
-        assert (store.stat().st_mtime_ns, store.read_bytes()) == before
+        assert (catalog.stat().st_mtime_ns, catalog.read_bytes(), files()) == before
 
     def test_bad_thresholds_is_a_thresholds_error(self, store, tmp_path):
         with pytest.raises(ThresholdsError, match="'stat'"):

@@ -9,7 +9,6 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -20,6 +19,7 @@ from evaluator.cli import cli
 from evaluator.gate.judge import run_gate, selection_stats
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS, load_thresholds
 
@@ -41,7 +41,7 @@ def db(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def views(db) -> dict:
     """Per run, the loglinear abs_error row of `run_summary` (the public view) and the staleness values."""
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     rows = con.execute(
         "SELECT * FROM run_summary WHERE method = ? AND metric = ?", [METHOD, METRIC]
     ).fetchall()
@@ -112,7 +112,7 @@ def test_max_and_min_pass_and_fail_on_every_stat(db, views, run, tmp_path, stat)
 
 def test_staleness_range_passes_and_fails(db, views, run, tmp_path):
     lo, hi = 1, max(2, min(4, views["staleness"][-1]))
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     sql = "SELECT n, mean FROM staleness_summary WHERE run_id = ? AND method = ? AND metric = ?"
     sql += " AND staleness BETWEEN ? AND ?"
     per = con.execute(sql, [run, METHOD, METRIC, lo, hi]).fetchall()
@@ -222,7 +222,7 @@ def test_missing_metric_on_a_run_logged_without_the_recompute_pass(tmp_path):
     write_log_atomic(table, tmp_path / "logs" / "no_recompute.parquet")
     db = tmp_path / "no_recompute.duckdb"
     assert replay([str(tmp_path / "logs")], db, progress=False).clean
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     sql = "SELECT mean FROM run_summary WHERE method = ? AND metric = ?"
     weight = con.execute(sql, [METHOD, "behave_imp_weight"]).fetchone()[0]
     con.close()
@@ -307,7 +307,7 @@ def test_default_thresholds_run_on_the_fixtures(db, views, capsys):
 def test_the_fixtures_readme_states_what_the_store_holds(db):
     """fixtures/README.md's table is these logs' numbers (rounded as written there)."""
     text = (FIXTURES / "README.md").read_text()
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         errors = con.execute(
             "SELECT run_id, method, mean FROM run_summary WHERE metric = 'abs_error' AND method IN "

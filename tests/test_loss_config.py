@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -19,6 +18,7 @@ from evaluator.cli import cli
 from evaluator.cli.common import EXIT_OK, EXIT_USAGE
 from evaluator.formulas.loss import Loss, Rule
 from evaluator.logio import write_log_atomic
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from tests.reference import BINARY, decision_figures, estimates, loss_tokens, reference_values
 from tests.test_gradients import correction
@@ -37,13 +37,13 @@ def replay(*args: str):
 
 
 def stored(db: Path) -> Loss:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         row = con.execute("SELECT value FROM store_meta WHERE key = 'loss'").fetchone()
     return Loss.from_dict(json.loads(row[0]))
 
 
 def grad_mass(db: Path) -> float:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         sql = "SELECT mean FROM run_summary WHERE method = 'ground_truth' AND metric = 'grad_weight'"
         return con.execute(sql).fetchone()[0]
 
@@ -105,7 +105,7 @@ def assert_decisions_equal_numpy(db: Path, values: pd.DataFrame) -> None:
     numpy (`values`, tests/reference.py)."""
     expected = decision_figures(values, ["run_id"]).sort_index()
     weights = values[values["metric"] == "grad_weight"].groupby(["run_id", "method"])["value"].mean()
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         got = con.sql("SELECT * FROM decision_summary").df().set_index(["run_id", "method"]).sort_index()
         sql = "SELECT run_id, method, mean FROM run_summary WHERE metric = 'grad_weight'"
         stored = con.sql(sql).df().set_index(["run_id", "method"])["mean"].sort_index()
@@ -204,7 +204,7 @@ def test_loss_from_an_areal_config_end_to_end(logs, tmp_path):
     df = loss_tokens(sorted(logs.glob("*.parquet")))
     per_method = estimates(df)
     truth = autograd_weights(df, per_method["ground_truth"], loss)
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         got = con.sql("SELECT * FROM decision_summary").df().set_index("method")
     kept = correction(loss, *(torch_column(df, c) for c in ("prox_logp", "behave_logp")), codes(df))[1]
     assert 0.05 < 1 - kept.numpy().mean() < 0.95  # the rejection decides on this log

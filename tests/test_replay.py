@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -18,7 +17,8 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.logio import token_table, write_log_atomic
 from evaluator.replay.pipeline import check_and_summarise, replay
-from evaluator.store.writer import CRASH_ENV
+from evaluator.store import connect_store
+from evaluator.store.commits import CRASH_ENV
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import METRIC_TABLE
 from tests.reference import (
@@ -64,7 +64,7 @@ def values(replayed) -> pd.DataFrame:
 
 
 def view(db: Path, name: str) -> pd.DataFrame:
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         return con.sql(f"SELECT * FROM {name}").df()
     finally:
@@ -124,7 +124,7 @@ def test_coverage_rules(replayed):
 
 
 def table_counts(db: Path) -> dict[str, int]:
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
     finally:
@@ -205,7 +205,7 @@ def test_kill_mid_replay_leaves_the_store_as_before_the_file(tmp_path):
     replay([files[0]], only_first)
     command = [sys.executable, "-m", "evaluator.cli", "replay", str(tmp_path / "logs"), "--db", str(db)]
     # the process dies (os._exit, like kill -9) after inserting the second file's rows, before COMMIT
-    env = {**os.environ, CRASH_ENV: files[1].name}
+    env = {**os.environ, CRASH_ENV: f"before-commit:{files[1].name}"}
     crashed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert crashed.returncode == 70, crashed.stderr
     assert table_counts(db) == table_counts(only_first)
@@ -325,7 +325,7 @@ def test_mismatch_floor_and_safe_staleness(replayed, values):
     np.testing.assert_allclose(mismatch["floor_share"], expected_share, rtol=1e-9)
     # safe staleness by its definition, from per-staleness figures computed in numpy over the logs
     levels = decision_figures(values, ["run_id", "staleness"]).reset_index()
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         got = con.sql("SELECT * FROM safe_staleness(max_gradient_mass_error := 0.05, min_tokens := 100)").df()
     finally:

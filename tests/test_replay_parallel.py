@@ -16,6 +16,7 @@ from evaluator.logio import token_table, write_log_atomic
 from evaluator.replay import pipeline as replay_module
 from evaluator.replay import workers as worker_pool
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
@@ -42,7 +43,7 @@ def write_folder(folder: Path) -> list[Path]:
 
 def stored(db: Path) -> dict[str, pd.DataFrame]:
     """Every table, sorted by all its columns (`ingested_at` left out: it is the clock)."""
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         return {
             t: con.sql(f"SELECT * EXCLUDE (ingested_at) FROM {t} ORDER BY ALL").df()

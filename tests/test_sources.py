@@ -8,14 +8,13 @@ import os
 import shutil
 from pathlib import Path
 
-import duckdb
 import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
-from evaluator.store import file_digest
+from evaluator.store import connect_store, file_digest
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 moto_server = pytest.importorskip("moto.server")
@@ -56,7 +55,7 @@ def s3(tmp_path_factory):
 
 def store_rows(db: Path) -> dict[str, list]:
     """Every stored row but where and when each file was read."""
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         return {
             t: con.execute(f"SELECT * EXCLUDE (path, ingested_at) FROM {t} ORDER BY ALL").fetchall()
             if t == "ingested_file"
@@ -70,7 +69,7 @@ def test_replay_reads_a_prefix_and_stores_what_a_local_replay_stores(s3, tmp_pat
     report = replay([f"s3://{BUCKET}/run-a/"], tmp_path / "s3.duckdb", progress=False, workers=1)
     uris = [f"s3://{BUCKET}/run-a/rank0/part-{i}.parquet" for i in range(3)]
     assert [(str(o.path), o.status) for o in report.outcomes] == [(u, "ingested") for u in uris]
-    with duckdb.connect(str(tmp_path / "s3.duckdb"), read_only=True) as con:
+    with connect_store(tmp_path / "s3.duckdb") as con:
         recorded = con.execute("SELECT path, digest FROM ingested_file ORDER BY file_id").fetchall()
     assert recorded == [(u, file_digest(local / u.rsplit("/", 1)[1])) for u in uris]
     replay(sorted(local.glob("*.parquet")), tmp_path / "local.duckdb", progress=False, workers=1)

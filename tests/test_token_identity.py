@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +18,7 @@ from evaluator.cli import cli
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.validate import validate_paths
 
@@ -34,13 +34,13 @@ def resave(source: Path, target: Path, compression: str) -> Path:
 
 
 def counts(db: Path) -> dict[str, int]:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         tables = ("ingested_file", "file_sequences", "file_tokens", "metric_moments", "sketch_by_step")
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
 
 
 def run_tokens(db: Path, run_id: str) -> int:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         sql = "SELECT n FROM run_summary WHERE run_id = ? AND method = 'rollout' AND metric = 'approx_logp'"
         return con.execute(sql, [run_id]).fetchone()[0]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.logio import write_log_atomic
 from evaluator.replay import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from tests.reference import decision_figures, reference_values, safe_staleness
 
@@ -31,7 +31,7 @@ def replayed(tmp_path_factory) -> tuple[Path, list[Path]]:
 
 
 def frame(db: Path, sql: str) -> pd.DataFrame:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         return con.execute(sql).df()
 
 

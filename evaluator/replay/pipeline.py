@@ -41,7 +41,7 @@ from evaluator.problems import Problem
 from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
 from evaluator.replay.slots import Slot, digests, require_one_parquet
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
-from evaluator.replay.tasks import Check, Summarise
+from evaluator.replay.tasks import Check, Committed, CommitTo, Summarise
 from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
 from evaluator.sources import Staging
 from evaluator.store import StoreWriter
@@ -96,19 +96,26 @@ def _outcome(slot: Slot, summary: FileSummary, location: Path | str, store: Stor
     store's own rule it broke (a token already stored); an unexpected error in the ingest (rolled back)
     is this file's failure."""
     path = slot.path
+    if isinstance(summary, Committed):  # a worker committed it itself
+        return _ingested(path, summary.result, summary.n_rows, summary.n_tokens)
     try:
         ingested = store.ingest(
             location, slot.digest, summary, slot.checked.facts.sequences, slot.checked.evidence
         )
     except (duckdb.Error, FileFailed) as error:
         return _failed(path, error)
+    return _ingested(path, ingested, summary.n_rows, summary.n_tokens)
+
+
+def _ingested(path: Path, ingested: bool | Problem | CopyOf, n_rows: int, n_tokens: int) -> FileOutcome:
+    """The outcome of a file from what its ingest returned."""
     if isinstance(ingested, Problem):
         return FileOutcome(path, "skipped", problems=[ingested])
     if isinstance(ingested, CopyOf):
         return FileOutcome(path, "copy", copy_of=ingested.path, resaved=True)
     if not ingested:
         return FileOutcome(path, "already ingested")
-    return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
+    return FileOutcome(path, "ingested", n_rows=n_rows, n_tokens=n_tokens)
 
 
 def _failed(path: Path, error: Exception) -> FileOutcome:
@@ -131,11 +138,12 @@ def _check(slots: list[Slot], runner, bar: tqdm) -> None:
 
 
 def _summaries(
-    slots: list[Slot], runner, loss: Loss, bar: tqdm, sample: float
-) -> Iterator[tuple[Slot, FileSummary | FileFailed | None]]:
+    slots: list[Slot], runner, loss: Loss, bar: tqdm, sample: float, commit_to=None
+) -> Iterator[tuple[Slot, FileSummary | Committed | FileFailed | None]]:
     """Each slot in order with its summary (None: a slot that is not summarised): runs of small files on
     the runner, a file long enough for ranges (`default_workers`) once the files before it are done: in
-    threads of this process, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
+    threads of this process, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here.
+    `commit_to(slot)`: where the runner's workers commit the small files themselves (`Committed`)."""
     cpus = getattr(runner, "cpus", None)
 
     def kind(slot: Slot) -> str:
@@ -148,7 +156,11 @@ def _summaries(
         if how == "none":
             yield from ((slot, None) for slot in group)
         elif how == "small":
-            tasks = (Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s), sample) for s in group)
+            commits = [commit_to(s) if commit_to else None for s in group]
+            tasks = (
+                Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s), sample, c)
+                for s, c in zip(group, commits, strict=True)
+            )
             for slot, summary in zip(group, runner.map(tasks), strict=True):
                 bar.update(slot.checked.report.n_rows)
                 yield slot, summary
@@ -226,7 +238,8 @@ def replay(
             checked = [s.checked for s in slots if s.checked is not None]
             findings = judge_call(checked, max_staleness, duplicates=False).findings
             bar.reset()
-            for i, (slot, summary) in enumerate(_summaries(slots, runner, loss, bar, sample), 1):
+            commit_to = _worker_commits(store, staging, max_staleness) if ray is not None else None
+            for i, (slot, summary) in enumerate(_summaries(slots, runner, loss, bar, sample, commit_to), 1):
                 start = time.perf_counter()
                 slot.outcome = _settled(slot, summary, staging.location(slot.path), store)
                 ingest_s += time.perf_counter() - start if summary is not None else 0.0
@@ -236,6 +249,18 @@ def replay(
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes, findings, ingest_s)
+
+
+def _worker_commits(store: StoreWriter, staging: Staging, max_staleness: int | None):
+    """How a Ray worker commits a slot's file to this replay's store itself (the commits are then spread
+    over the cluster; the store must be reachable from the workers: a shared folder, or a catalog URL)."""
+    db = store.location.given if store.location.folder is None else str(store.location.folder)
+
+    def commit_to(slot: Slot) -> CommitTo:
+        facts, location = slot.checked, staging.location(slot.path)
+        return CommitTo(db, slot.digest, location, facts.facts.sequences, facts.evidence, max_staleness)
+
+    return commit_to
 
 
 def _runner(ray: str | None, workers: int):

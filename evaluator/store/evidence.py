@@ -16,6 +16,8 @@ EXAMPLES = "examples"
 
 
 def _ipc(table: pa.Table) -> bytes:
+    """The table's rows in a fixed order (aggregates come in any order) as an Arrow IPC stream."""
+    table = table.sort_by([(c, "ascending") for c in table.column_names])
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

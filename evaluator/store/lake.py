@@ -11,8 +11,12 @@ auto-install and auto-load off (`evaluator.duck.connect`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -105,8 +109,8 @@ def locate(db: str | os.PathLike, data_path: str | None = None) -> Location:
             head = source.read(16)
         if head[8:12] == DUCKDB_MAGIC:
             raise StoreError(
-                f"--db {text}: a single-file store of an earlier proxaudit; stores are folders now. Convert "
-                f"it once: proxaudit store convert {text} NEW_FOLDER"
+                f"--db {text}: a DuckDB database file, not a store folder. A metrics database of an earlier "
+                f"proxaudit converts once into a store: proxaudit store convert {text} NEW_FOLDER"
             )
         kind = "a Parquet file" if head[:4] == b"PAR1" else "a file, not a store folder"
         raise StoreError(f"--db {text}: {kind}; give the folder of a proxaudit metrics store")
@@ -140,6 +144,45 @@ def attach(
     return con
 
 
+@contextmanager
+def made_whole(location: Location) -> Iterator[Location]:
+    """A new folder store made beside `location` (`.NAME.new-PID`, its data path already `location`'s) and
+    then renamed into place, so that no reader ever finds a store half made. When another writer made the
+    store meanwhile, the staged one is dropped."""
+    if location.folder.is_dir() and any(p.is_file() for p in location.folder.rglob("*")):
+        raise StoreError(f"--db {location}: a folder of other files, not a store: give a new or empty folder")
+    for stale in location.folder.parent.glob(f".{location.folder.name}.new-*"):  # of killed writers
+        if not _alive(stale.name.rsplit("-", 1)[-1]):
+            shutil.rmtree(stale, ignore_errors=True)
+    staged = location.folder.with_name(f".{location.folder.name}.new-{os.getpid()}")
+    shutil.rmtree(staged, ignore_errors=True)
+    data = location.data_path or str(location.folder / DATA_FOLDER) + os.sep
+    try:
+        yield Location(location.given, f"sqlite:{staged / CATALOG_FILE}", staged, data)
+        try:
+            if location.folder.is_dir():  # the empty folders DuckLake made under the data path
+                for folder, _, _ in sorted(os.walk(location.folder), key=lambda f: -len(f[0])):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(folder)
+            os.rename(staged, location.folder)
+        except OSError as error:
+            if not location.exists():
+                raise StoreError(f"--db {location}: cannot write a store there: {error}") from None
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _alive(pid: str) -> bool:
+    """Is there a process `pid` (a writer that may still be making its staged store)?"""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _make_folder(location: Location) -> None:
     """The folder, its data folder, and an empty SQLite catalog in WAL mode (DuckLake fills it)."""
     try:
@@ -147,7 +190,7 @@ def _make_folder(location: Location) -> None:
         with sqlite3.connect(location.folder / CATALOG_FILE) as catalog:
             catalog.execute("PRAGMA journal_mode=WAL")
     except (OSError, sqlite3.Error) as error:
-        raise StoreError(f"--db {location}: cannot make a store there: {error}") from None
+        raise StoreError(f"--db {location}: cannot write a store there: {error}") from None
 
 
 def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:

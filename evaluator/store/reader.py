@@ -5,123 +5,37 @@ at its latest snapshot (or an older one: DuckLake's time travel), so they never 
 never see part of a commit. They check that it is a proxaudit store of this schema version (every table,
 with its columns), switch off file access, and define proxaudit's views and macros (`views.sql`) in the
 in-memory database, first on the search path: a query runs proxaudit's SQL over the store's tables,
-whatever views or macros a crafted store holds, and cannot read a local file. The checks here serve the
-writer too.
+whatever views or macros a crafted store holds, and cannot read a local file (`evaluator.store.checks`).
+Prepared connections are kept for the next reader of the same store in the process.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import duckdb
 
-from evaluator.duck import connect
 from evaluator.errors import StoreError, UsageError
 from evaluator.formulas.loss import Loss
+from evaluator.store.checks import check_store, snapshot_id
 from evaluator.store.lake import CATALOG_FILE, DATA_FOLDER, STORE, Location, attach, locate
-from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
-from schemas.token_log import RUN_ID_MAX_BYTES
+from schemas.store import VIEWS_DDL
 
 READ_LOCK_WAIT_S = 3.0
-TEXT_MAX_BYTES = 8192
-"""The longest text a store may hold in a column without a rule of its own (a path, a finding's message)."""
-_VALUE_RULES = {
-    "run_id": (f"strlen(run_id) > {RUN_ID_MAX_BYTES}", f"longer than {RUN_ID_MAX_BYTES} bytes"),
-    "method": (f"method NOT IN ({', '.join(map(repr, METHODS))})", "not a method proxaudit computes"),
-    "metric": (f"metric NOT IN ({', '.join(map(repr, METRICS))})", "not a metric proxaudit computes"),
-    "digest": ("NOT regexp_full_match(digest, '[0-9a-f]{64}')", "not a BLAKE2b digest"),
-}
-_CHECKED: dict[tuple, None] = {}
-"""Snapshots of stores whose values passed `check_values` in this process: (catalog, snapshot id)."""
+POOL_SIZE = 4
+"""Idle reader connections kept per store in a process: a reader opens one in a few milliseconds (loading
+the extensions and defining the views cost about half a second), each on the latest snapshot."""
+_POOL: dict[tuple, list[duckdb.DuckDBPyConnection]] = {}
+_POOL_LOCK = threading.Lock()
 
 
 class StoreBusy(StoreError):
     """The store's catalog stayed locked by another process for longer than the wait allowed."""
-
-
-def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Every table and view of the catalog's main schema with its (column, type), in column order."""
-    rows = con.execute(
-        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
-        "AND schema_name = 'main' ORDER BY table_name, column_index",
-        [catalog],
-    ).fetchall()
-    found: dict[str, list[tuple[str, str]]] = {}
-    for table, column, dtype in rows:
-        found.setdefault(table, []).append((column, dtype))
-    return {t: tuple(c) for t, c in found.items()}
-
-
-@functools.cache
-def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
-    """The store's tables and their (column, type), from the DDL (a reference in memory)."""
-    with connect() as con:
-        con.execute(TABLE_DDL)
-        return _columns(con, "memory")
-
-
-def check_store(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE) -> None:
-    """A `StoreError` unless the catalog holds a proxaudit store of this schema version: every table of the
-    DDL as a base table with its columns, the schema
-    version recorded, and values replay writes (`check_values`)."""
-    found = _columns(con, catalog)
-    tables = "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = ?"
-    base = {t for (t,) in con.execute(tables, [catalog]).fetchall()}
-    if "store_meta" not in base:
-        what = f"tables {', '.join(sorted(base))}" if base else "views only" if found else "nothing"
-        raise StoreError(f"{db} is not a proxaudit metrics store (it holds {what}, no store_meta table)")
-    version = f"SELECT value FROM \"{catalog}\".main.store_meta WHERE key = 'store_schema_version'"
-    row = con.execute(version).fetchone()
-    if row is None or row[0] != STORE_SCHEMA_VERSION:
-        found_version = row[0] if row else None
-        raise StoreError(
-            f"{db}: store schema version {found_version!r}, this proxaudit reads {STORE_SCHEMA_VERSION!r}: "
-            "replay the token logs into a new store"
-        )
-    for table, columns in expected_tables().items():
-        if table not in base or found.get(table) != columns:
-            got = "missing" if table not in found else "a view" if table not in base else "of other columns"
-            raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
-    check_values(con, db, catalog)
-
-
-def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str) -> None:
-    """A `StoreError` unless every text value is one replay writes: a run_id of at most
-    `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
-    store repeats these on every row, so a crafted one with long or foreign values would cost readers
-    memory per row (and put foreign names on charts). One scan per snapshot of a store in a process."""
-    key = (str(db), snapshot_id(con, catalog))
-    if key in _CHECKED:
-        return
-    for table, columns in expected_tables().items():
-        texts = [c for c, dtype in columns if dtype == "VARCHAR"]
-        rules = [
-            _VALUE_RULES.get(c, (f"strlen({c}) > {TEXT_MAX_BYTES}", f"over {TEXT_MAX_BYTES} bytes"))
-            for c in texts
-        ]
-        if not texts:
-            continue
-        counts = con.execute(
-            f'SELECT {", ".join(f"count_if({r[0]})" for r in rules)} FROM "{catalog}".main.{table}'
-        ).fetchone()
-        for column, (_, what), count in zip(texts, rules, counts, strict=True):
-            if count:
-                raise StoreError(
-                    f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
-                )
-    if len(_CHECKED) >= 64:
-        _CHECKED.pop(next(iter(_CHECKED)))
-    _CHECKED[key] = None
-
-
-def snapshot_id(con: duckdb.DuckDBPyConnection, catalog: str = STORE) -> int:
-    """The id of the snapshot the connection reads (each commit of a writer makes one)."""
-    return con.execute(f"SELECT id FROM {catalog}.current_snapshot()").fetchone()[0]
 
 
 def data_path(con: duckdb.DuckDBPyConnection, location: Location) -> str:
@@ -161,27 +75,68 @@ def _attach(location: Location, wait_s: float, version: int | None) -> duckdb.Du
             delay = min(2 * delay, 0.25)
 
 
+def _prepared(location: Location, wait_s: float, version: int | None) -> duckdb.DuckDBPyConnection:
+    """A reader's connection: the store attached read-only, proxaudit's views in its in-memory database
+    (first on the search path), file access off but for the store's data files."""
+    con = _attach(location, wait_s, version)
+    try:
+        check_store(con, location, STORE, values=False)
+        con.execute(f"SET search_path = 'memory.main,{STORE}.main'")
+        con.execute("SET allowed_directories = [?]", [data_path(con, location)])
+        con.execute("SET enable_external_access = false; SET lock_configuration = true")
+        con.execute(VIEWS_DDL)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _pool_key(location: Location) -> tuple:
+    """A store's key in the pool: a folder store's catalog file by its inode (a store made anew at the
+    same path is another store)."""
+    if location.folder is None:
+        return (location.catalog,)
+    return (location.catalog, os.stat(location.folder / CATALOG_FILE).st_ino)
+
+
 @contextmanager
 def open_store(
     db: str | os.PathLike, lock_wait_s: float = READ_LOCK_WAIT_S, version: int | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the store at its latest snapshot (`version`: an older one, `snapshot_id`), read-only,
-    one snapshot for all its queries (a transaction), closed on exit: checked (`check_store`), without file
-    access, with proxaudit's views and macros in its
-    own in-memory database, which comes first on the search path (the store's tables next). A missing
-    store is a `StoreError`."""
+    one snapshot for all its queries (a transaction): checked (`evaluator.store.checks`), without file
+    access, with proxaudit's views and macros in its own in-memory database, which comes first on the
+    search path (the store's tables next). A missing store is a `StoreError`."""
     location = locate(db)
-    con = _attach(location, lock_wait_s, version)
+    if not location.exists():
+        raise StoreError(f"no metrics store at {location}: run `proxaudit replay LOGS --db {location}` first")
+    key = _pool_key(location) if version is None else None
+    with _POOL_LOCK:
+        idle = _POOL.get(key, []) if key else []
+        con = idle.pop() if idle else None
+    con = con or _prepared(location, lock_wait_s, version)
+    clean = False
     try:
-        check_store(con, location, STORE)
-        con.execute(f"SET search_path = 'memory.main,{STORE}.main'")
-        con.execute("SET allowed_directories = [?]", [data_path(con, location)])
-        con.execute("SET enable_external_access = false; SET lock_configuration = true")
-        con.execute(VIEWS_DDL)
         con.execute("BEGIN TRANSACTION")  # every query of this reader reads one snapshot
+        check_store(con, location, STORE)
         yield con
+        clean = True
     finally:
-        con.close()
+        keep = clean and key is not None and _end(con)
+        with _POOL_LOCK:
+            if keep and len(_POOL.setdefault(key, [])) < POOL_SIZE:
+                _POOL[key].append(con)
+            else:
+                con.close()
+
+
+def _end(con: duckdb.DuckDBPyConnection) -> bool:
+    """End the reader's transaction; False when the connection is no longer fit to keep."""
+    try:
+        con.execute("ROLLBACK")
+        return True
+    except duckdb.Error:
+        return False
 
 
 def connect_store(db: str | os.PathLike, read_only: bool = True) -> duckdb.DuckDBPyConnection:

@@ -23,16 +23,18 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
 from evaluator.sources import recorded_location
 from evaluator.store import derived
+from evaluator.store.checks import check_store
 from evaluator.store.commits import Rollback, committed
 from evaluator.store.evidence import evidence_rows
-from evaluator.store.lake import STORE, attach, locate
-from evaluator.store.reader import LOSS_KEY, SAMPLE_KEY, check_store, stored_loss, stored_sample
+from evaluator.store.lake import STORE, Location, attach, locate, made_whole
+from evaluator.store.reader import LOSS_KEY, SAMPLE_KEY, stored_loss, stored_sample
 from evaluator.store.repeats import CopyOf, repeats
 from evaluator.validate.evidence import Evidence
 from schemas.store import METRIC_TABLE, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
@@ -76,6 +78,16 @@ def _ddl_digest() -> str:
     return hashlib.blake2b((VIEWS_DDL + definitions).encode(), digest_size=16).hexdigest()
 
 
+def _unstorable(summary: FileSummary) -> Problem | None:
+    """The problem of a file whose run_id holds a NUL byte: DuckLake writes text statistics into its
+    catalog's SQL, where a NUL ends the text (every later query of the table would fail)."""
+    runs = pc.unique(summary.file_tokens["run_id"]).to_pylist()
+    if not any("\x00" in run for run in runs):
+        return None
+    message = "a run_id holds a NUL byte (\\x00), which the store cannot keep: name the run without one"
+    return Problem("unstorable_text", "run_id", summary.n_rows, message)
+
+
 class StoreWriter:
     """A writer of a store, as a context manager: `digests`, `ingest`; on exit the derived rows of every
     run whose files changed. `loss` and `sample` (the fraction of sequences summarised) are recorded with
@@ -97,14 +109,21 @@ class StoreWriter:
         self.con: duckdb.DuckDBPyConnection | None = None
 
     def __enter__(self) -> StoreWriter:
-        self.con = attach(self.location, read_only=False, create=True)
+        if not self.location.exists():  # a new folder store appears whole, set up, or not at all
+            with made_whole(self.location) as staged:
+                self._open(staged)
+                self.close()
+        self._open(self.location)
+        return self
+
+    def _open(self, location: Location) -> None:
+        self.con = attach(location, read_only=False, create=True)
         try:
             self.con.execute(f"USE {STORE}")
             committed(self.con, self._setup, "setup")
         except BaseException:
             self.close()
             raise
-        return self
 
     def __exit__(self, kind, value, trace) -> None:
         """Recompute the derived rows of the runs whose files changed (whatever stopped the replay: an
@@ -142,7 +161,7 @@ class StoreWriter:
             con.execute("INSERT INTO ingest_ticket VALUES (0)")
             changed = True
         else:
-            check_store(con, self.location, STORE)
+            check_store(con, self.location, STORE, values=False)
         digest = _ddl_digest()
         if con.execute("SELECT value FROM store_meta WHERE key = ?", [DDL_KEY]).fetchall() != [(digest,)]:
             con.execute(VIEWS_DDL)
@@ -194,6 +213,9 @@ class StoreWriter:
         location = recorded_location(path)
         file_id = file_id_of(digest)
         con = self.con
+        unstorable = _unstorable(summary)
+        if unstorable is not None:
+            return unstorable
 
         def work() -> bool | Problem | CopyOf:
             stored = con.execute("SELECT digest FROM ingested_file WHERE file_id = ?", [file_id]).fetchall()
@@ -245,3 +267,16 @@ class StoreWriter:
         if self.con is not None:
             self.con.close()
             self.con = None
+
+
+_WORKER_WRITERS: dict[tuple, StoreWriter] = {}
+
+
+def worker_writer(db: str, loss: Loss, sample: float, max_staleness: int | None) -> StoreWriter:
+    """The writer a worker process (a Ray worker) commits its files with, opened once per process and
+    store and kept (the process's end closes it); the replay that handed out the files computes the
+    derived rows when it closes its own."""
+    key = (db, json.dumps(loss.to_dict()), sample, max_staleness)
+    if key not in _WORKER_WRITERS:
+        _WORKER_WRITERS[key] = StoreWriter(db, loss, max_staleness=max_staleness, sample=sample).__enter__()
+    return _WORKER_WRITERS[key]
