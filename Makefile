@@ -12,7 +12,7 @@ TORCH := torch==2.13.0
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet $(TORCH) 2>&1 | { grep -v 'is ignored: it is neither' || true; }
-	$(BIN)/pip install --quiet -e '.[train,dev,export,ray]' '$(TORCH)' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/pip install --quiet -e '.[train,dev,export,ray,scale]' '$(TORCH)' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
-from evaluator.store import connect_store, file_digest
+from evaluator.store import connect_store, file_digest, open_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 moto_server = pytest.importorskip("moto.server")
@@ -70,7 +70,7 @@ def test_replay_reads_a_prefix_and_stores_what_a_local_replay_stores(s3, tmp_pat
     uris = [f"s3://{BUCKET}/run-a/rank0/part-{i}.parquet" for i in range(3)]
     assert [(str(o.path), o.status) for o in report.outcomes] == [(u, "ingested") for u in uris]
     with connect_store(tmp_path / "s3.duckdb") as con:
-        recorded = con.execute("SELECT path, digest FROM ingested_file ORDER BY file_id").fetchall()
+        recorded = con.execute("SELECT path, digest FROM ingested_file ORDER BY path").fetchall()
     assert recorded == [(u, file_digest(local / u.rsplit("/", 1)[1])) for u in uris]
     replay(sorted(local.glob("*.parquet")), tmp_path / "local.duckdb", progress=False, workers=1)
     assert store_rows(tmp_path / "s3.duckdb") == store_rows(tmp_path / "local.duckdb")
@@ -195,3 +195,19 @@ def test_uris_are_refused_with_a_ray_cluster_that_could_not_read_the_copies(s3, 
 
     with pytest.raises(UsageError, match="cluster's workers cannot read them"):
         replay([f"s3://{BUCKET}/run-a/"], tmp_path / "m.duckdb", progress=False, ray="10.0.0.1:6379")
+
+
+def test_a_store_keeps_its_data_files_on_object_storage(s3, tmp_path):
+    """`--data-path s3://...`: the catalog stays in the folder, the Parquet files go to the bucket; readers
+    find them from the catalog, and the store holds what a local one does."""
+    pytest.importorskip("duckdb_extension_httpfs", reason="needs proxaudit[scale] (make install has it)")
+    client, local = s3
+    logs = sorted(local.glob("*.parquet"))
+    replay(logs, tmp_path / "remote", progress=False, workers=1, data_path=f"s3://{BUCKET}/store/")
+    replay(logs, tmp_path / "local", progress=False, workers=1)
+    assert store_rows(tmp_path / "remote") == store_rows(tmp_path / "local")
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="store/")["Contents"]]
+    assert any(k.endswith(".parquet") and "/metric_moments/" in k for k in keys)
+    assert not list((tmp_path / "remote").rglob("*.parquet"))  # nothing of the data is local
+    with open_store(tmp_path / "remote") as con:
+        assert con.execute("SELECT count(*) FROM run_summary").fetchone()[0] > 0

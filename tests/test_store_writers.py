@@ -65,21 +65,14 @@ def setup(tmp_path_factory):
     return folder, logs, clean
 
 
-def cli_replay(paths: list[Path], db: Path, crash: str | None = None, **popen) -> subprocess.Popen:
+def cli_replay(
+    paths: list[Path], db: Path | str, crash: str | None = None, data_path: Path | None = None, **popen
+) -> subprocess.Popen:
     env = {**os.environ, **({CRASH_ENV: crash} if crash else {})}
-    command = [
-        sys.executable,
-        "-m",
-        "evaluator.cli",
-        "replay",
-        *map(str, paths),
-        "--db",
-        str(db),
-        "--no-progress",
-    ]
-    return subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
-    )
+    command = [sys.executable, "-m", "evaluator.cli", "replay", *map(str, paths), "--db", str(db)]
+    command += ["--no-progress", *(["--data-path", str(data_path)] if data_path is not None else [])]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, env=env, **pipes, **popen)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ the store."""
 
 from evaluator.sources import file_digest
 from evaluator.store.reader import StoreBusy, connect_store, open_store
-from evaluator.store.writer import FileSummary, StoreWriter
+from evaluator.store.staging import FileSummary
+from evaluator.store.writer import StoreWriter
 
 __all__ = ["FileSummary", "StoreBusy", "StoreWriter", "connect_store", "file_digest", "open_store"]

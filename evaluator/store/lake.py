@@ -50,10 +50,10 @@ def extension_path(name: str) -> Path:
 def load(con: duckdb.DuckDBPyConnection, *names: str) -> None:
     """LOAD each extension from its pip package's file (signature checked by DuckDB)."""
     for name in names:
-        con.execute(f"LOAD '{_quote(str(extension_path(name)))}'")
+        con.execute(f"LOAD '{quote(str(extension_path(name)))}'")
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     return text.replace("'", "''")
 
 
@@ -81,13 +81,14 @@ class Location:
     def attach_sql(self, read_only: bool, version: int | None = None) -> str:
         """The ATTACH statement of the store as `STORE`."""
         options = []
-        if self.data_path or self.folder is not None:
-            options.append(f"DATA_PATH '{_quote(self.data_path or str(self.folder / DATA_FOLDER) + os.sep)}'")
+        if self.data_path:  # a store being made; an existing one's catalog records its data path
+            options.append(f"DATA_PATH '{quote(self.data_path)}'")
         if read_only:
             options.append("READ_ONLY")
         if version is not None:
             options.append(f"SNAPSHOT_VERSION {int(version)}")
-        return f"ATTACH 'ducklake:{_quote(self.catalog)}' AS {STORE} ({', '.join(options)})"
+        listed = f" ({', '.join(options)})" if options else ""
+        return f"ATTACH 'ducklake:{quote(self.catalog)}' AS {STORE}{listed}"
 
     def __str__(self) -> str:
         return self.given
@@ -132,8 +133,10 @@ def attach(
     con = connect()
     try:
         load(con, *location.extensions)
-        if location.data_path and location.data_path.startswith("s3://"):
-            _s3_secret(con)
+        if (location.data_path or _recorded_data_path(location)).startswith("s3://"):
+            if "httpfs" not in location.extensions:
+                load(con, "httpfs")
+            s3_secret(con)
         con.execute(location.attach_sql(read_only, version))
     except duckdb.Error as error:
         con.close()
@@ -172,6 +175,20 @@ def made_whole(location: Location) -> Iterator[Location]:
         shutil.rmtree(staged, ignore_errors=True)
 
 
+def _recorded_data_path(location: Location) -> str:
+    """The data path a folder store's catalog records, read before attaching it (a store whose data is on
+    object storage needs httpfs to attach); "" for a catalog URL or a new store."""
+    if location.folder is None or not location.exists():
+        return ""
+    catalog = f"file:{location.folder / CATALOG_FILE}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(catalog, uri=True)) as con:
+            rows = con.execute("SELECT value FROM ducklake_metadata WHERE key = 'data_path'").fetchall()
+    except sqlite3.Error:
+        return ""  # not a DuckLake catalog yet: attaching says so
+    return rows[0][0] if rows else ""
+
+
 def _alive(pid: str) -> bool:
     """Is there a process `pid` (a writer that may still be making its staged store)?"""
     try:
@@ -193,7 +210,7 @@ def _make_folder(location: Location) -> None:
         raise StoreError(f"--db {location}: cannot write a store there: {error}") from None
 
 
-def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
+def s3_secret(con: duckdb.DuckDBPyConnection) -> None:
     """An S3 secret from the usual environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL` for an S3-compatible server)."""
     env = os.environ
@@ -204,10 +221,19 @@ def _s3_secret(con: duckdb.DuckDBPyConnection) -> None:
         "REGION": env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION"),
         "ENDPOINT": endpoint.split("://", 1)[-1] or None,
     }
-    options = [f"{k} '{_quote(v)}'" for k, v in fields.items() if v]
+    options = [f"{k} '{quote(v)}'" for k, v in fields.items() if v]
     if endpoint:
         options += ["URL_STYLE 'path'", f"USE_SSL {str(endpoint.startswith('https')).lower()}"]
-    con.execute(f"CREATE OR REPLACE TEMP SECRET proxaudit_s3 (TYPE s3, {', '.join(options)})")
+    con.execute(f"CREATE OR REPLACE SECRET proxaudit_s3 (TYPE s3, {', '.join(options)})")
+
+
+def stored_data_path(con: duckdb.DuckDBPyConnection) -> str:
+    """The data path the attached store's catalog records (where its Parquet files go), with a separator."""
+    rows = con.execute(
+        f"SELECT value FROM __ducklake_metadata_{STORE}.ducklake_metadata WHERE key = 'data_path'"
+    ).fetchall()
+    path = rows[0][0] if rows else ""
+    return path if path.endswith(("/", os.sep)) else path + "/"
 
 
 def require_local_or_uri(data_path: str | None) -> str | None:

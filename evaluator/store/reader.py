@@ -23,7 +23,7 @@ import duckdb
 from evaluator.errors import StoreError, UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.store.checks import check_store, snapshot_id
-from evaluator.store.lake import CATALOG_FILE, DATA_FOLDER, STORE, Location, attach, locate
+from evaluator.store.lake import CATALOG_FILE, DATA_FOLDER, STORE, Location, attach, locate, stored_data_path
 from schemas.store import VIEWS_DDL
 
 READ_LOCK_WAIT_S = 3.0
@@ -41,10 +41,7 @@ class StoreBusy(StoreError):
 def data_path(con: duckdb.DuckDBPyConnection, location: Location) -> str:
     """Where the store's catalog says its Parquet files are: a folder store's own `data/` folder, or an
     object-storage prefix (a `StoreError` for anything else: readers may read those files alone)."""
-    rows = con.execute(
-        f"SELECT value FROM __ducklake_metadata_{STORE}.ducklake_metadata WHERE key = 'data_path'"
-    ).fetchall()
-    path = rows[0][0] if rows else ""
+    path = stored_data_path(con)
     own = str(location.folder / DATA_FOLDER) if location.folder is not None else None
     remote = path.startswith(("s3://", "gs://")) and len(path.split("/")) > 3
     local = (

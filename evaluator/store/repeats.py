@@ -14,7 +14,7 @@ from evaluator.problems import Problem
 from evaluator.validate.facts import duplicate_message, overlaps_sql
 
 if TYPE_CHECKING:  # the writer imports this module
-    from evaluator.store.writer import FileSummary
+    from evaluator.store.staging import FileSummary
 
 SUM_TOLERANCE = 1e-9
 """Sums of a re-saved copy's metrics may differ in their last bits (other row groups add in another

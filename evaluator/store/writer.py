@@ -1,8 +1,9 @@
 """A writer of the metrics store (a DuckLake: `evaluator.store.lake`): any number at once, on one machine or
 several, never blocking a reader.
 
-Each file is ingested in one transaction, committed as one snapshot of new Parquet files (its cost is the
-file's rows, not the store's): a reader sees the file whole or not at all. A DuckLake has no unique
+Each file is ingested in one transaction, committed as one snapshot of new Parquet files, written before the
+transaction (`evaluator.store.staging`) and registered by it: its cost is the file's rows, not the
+store's, and the serial part is small. A reader sees the file whole or not at all. A DuckLake has no unique
 constraints, so the rules "each file ingested once" (by its digest) and "a token stored at most once" are
 checked inside the transaction, which also bumps the one row of `ingest_ticket`: two writers that ingest
 at once conflict, the second's commit fails and `evaluator.store.commits.committed` runs it again on the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 import duckdb
@@ -33,39 +34,15 @@ from evaluator.store import derived
 from evaluator.store.checks import check_store
 from evaluator.store.commits import Rollback, committed
 from evaluator.store.evidence import evidence_rows
-from evaluator.store.lake import STORE, Location, attach, locate, made_whole
+from evaluator.store.lake import STORE, Location, attach, locate, made_whole, quote, stored_data_path
 from evaluator.store.reader import LOSS_KEY, SAMPLE_KEY, stored_loss, stored_sample
 from evaluator.store.repeats import CopyOf, repeats
+from evaluator.store.staging import FileSummary, Stager
 from evaluator.validate.evidence import Evidence
 from schemas.store import METRIC_TABLE, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 
 DDL_KEY = "ddl"
 """The `store_meta` key of the digest of the views and metric definitions the store carries."""
-
-
-@dataclass
-class FileSummary:
-    """Everything the store keeps of one file's metrics, as Arrow tables without `file_id` (what
-    `evaluator.replay.summarise` computes)."""
-
-    n_rows: int
-    n_tokens: int
-    file_tokens: pa.Table  # run_id, step, staleness, n_tokens, n_prox
-    moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, sum_sq, min, max
-    sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
-    sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
-
-
-_INSERTS = {
-    "file_tokens": "SELECT {fid}, run_id, step, staleness, sum(n_tokens), sum(n_prox) FROM part "
-    "GROUP BY run_id, step, staleness ORDER BY run_id, step, staleness",
-    "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, sum(n), sum(sum), sum(sum_sq), "
-    "min(min), max(max) FROM part GROUP BY ALL ORDER BY run_id, method, metric, step, staleness",
-    "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, sum(count) FROM part "
-    "GROUP BY ALL ORDER BY run_id, method, metric, step, bucket",
-    "sketch_by_staleness": "SELECT {fid}, run_id, staleness, method, metric, bucket, sum(count) FROM part "
-    "GROUP BY ALL ORDER BY run_id, method, metric, staleness, bucket",
-}
 
 
 def file_id_of(digest: str) -> int:
@@ -107,6 +84,11 @@ class StoreWriter:
         self.db = self.location.given
         self.loss, self.max_staleness, self.sample = loss, max_staleness, float(sample)
         self.con: duckdb.DuckDBPyConnection | None = None
+        self._stager: Stager | None = None
+        self._committed = False
+        self.commit_s = 0.0
+        """Seconds spent in ingest transactions (checks, registering the staged files, the commit): the part
+        of ingesting that is one at a time per store."""
 
     def __enter__(self) -> StoreWriter:
         if not self.location.exists():  # a new folder store appears whole, set up, or not at all
@@ -114,6 +96,7 @@ class StoreWriter:
                 self._open(staged)
                 self.close()
         self._open(self.location)
+        self._stager = Stager(stored_data_path(self.con))
         return self
 
     def _open(self, location: Location) -> None:
@@ -218,6 +201,7 @@ class StoreWriter:
             return unstorable
 
         def work() -> bool | Problem | CopyOf:
+            self._committed = False
             stored = con.execute("SELECT digest FROM ingested_file WHERE file_id = ?", [file_id]).fetchall()
             if stored and stored[0][0] == digest:
                 raise Rollback(False)
@@ -226,38 +210,39 @@ class StoreWriter:
             repeated = repeats(con, summary)
             if repeated is not None:  # a duplicate_across_files problem, or a re-saved copy
                 raise Rollback(repeated)
-            self._insert(location, file_id, digest, summary, evidence)
+            self._insert(location, file_id, digest, summary, evidence, staged)
             con.execute("UPDATE ingest_ticket SET n = n + 1")
+            self._committed = True
             return True
 
+        staged = self._stager.stage(file_id, summary, sequences)
         con.register("part_sequences", sequences)
+        start = time.perf_counter()
         try:
-            return committed(con, work, location.rsplit("/", 1)[-1])
+            result = committed(con, work, location.rsplit("/", 1)[-1])
         finally:
+            self.commit_s += time.perf_counter() - start
             con.unregister("part_sequences")
+            if self._committed is not True:  # nothing registered them: not the store's files
+                self._stager.discard(staged)
+        return result
 
     def _insert(
-        self, location: str, file_id: int, digest: str, summary: FileSummary, evidence: Evidence | None
+        self,
+        location: str,
+        file_id: int,
+        digest: str,
+        summary: FileSummary,
+        evidence: Evidence | None,
+        staged: dict[str, str],
     ) -> None:
         con = self.con
         con.execute(
             "INSERT INTO ingested_file VALUES (?, ?, ?, ?, ?, now())",
             [file_id, digest, location, summary.n_rows, summary.n_tokens],
         )
-        con.execute(
-            f"INSERT INTO file_sequences SELECT {file_id}, run_id, seq_id, minibatch, pos_min, pos_max "
-            "FROM part_sequences ORDER BY run_id, seq_id, minibatch"
-        )
-        tables = {
-            "file_tokens": summary.file_tokens,
-            "metric_moments": summary.moments,
-            "sketch_by_step": summary.sketch_by_step,
-            "sketch_by_staleness": summary.sketch_by_staleness,
-        }
-        for table, part in tables.items():
-            con.register("part", part)
-            con.execute(f"INSERT INTO {table} " + _INSERTS[table].format(fid=file_id))
-            con.unregister("part")
+        for table, target in staged.items():
+            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(target)}')")
         if evidence is not None:
             con.register("part", evidence_rows(file_id, evidence))
             con.execute("INSERT INTO file_evidence SELECT * FROM part")
@@ -266,7 +251,9 @@ class StoreWriter:
     def close(self) -> None:
         if self.con is not None:
             self.con.close()
-            self.con = None
+        if self._stager is not None:
+            self._stager.close()
+        self.con = self._stager = None
 
 
 _WORKER_WRITERS: dict[tuple, StoreWriter] = {}
