@@ -205,7 +205,7 @@ def test_empty_store_explains_how_to_fill_it(empty_store, monkeypatch):
 def test_missing_or_foreign_database_is_a_message(tmp_path, monkeypatch):
     at = run_app(tmp_path / "nope.duckdb", monkeypatch)
     no_exception(at)
-    assert "no metrics database at" in at.error[0].value
+    assert "no metrics store at" in at.error[0].value
     at = run_app(None, monkeypatch)
     assert "proxaudit dashboard --db" in at.error[0].value
     (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
@@ -308,7 +308,7 @@ class TestDashboardCommand:
         from evaluator.cli import cli
 
         result = CliRunner().invoke(cli, ["dashboard", "--db", str(tmp_path / "nope.duckdb")])
-        assert result.exit_code == 2 and "no such metrics database" in result.output
+        assert result.exit_code == 2 and "no such metrics store" in result.output
         result = CliRunner().invoke(cli, ["dashboard", "--db", str(fixture_store), "--port", "70000"])
         assert result.exit_code == 2 and "not a TCP port" in result.output
         result = CliRunner().invoke(

@@ -3,7 +3,6 @@ filters, raw-log reads for the token inspector, and reading while another proces
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -158,8 +157,7 @@ class TestReadingWhileReplayWrites:
     def test_a_writer_holding_the_catalog_never_holds_up_a_read(self, tmp_path, one_step_store, monkeypatch):
         """The catalog is SQLite in WAL mode: a reader reads the last commit while a writer holds the
         write lock, at once (the retry's sleep would fail this test)."""
-        db = tmp_path / "busy"
-        shutil.copytree(one_step_store, db)
+        db = one_step_store  # the lock holder's transaction is never committed: the store is unchanged
 
         def sleep(seconds: float) -> None:
             raise AssertionError("the read waited for the writer")
@@ -176,7 +174,8 @@ class TestReadingWhileReplayWrites:
             child.wait(timeout=60)
 
     def test_tables_without_a_schema_version_are_not_a_store(self, tmp_path, empty_store):
-        with attach(locate(tmp_path / "ddl"), read_only=False, create=True) as con:
+        data = f"{tmp_path / 'ddl' / 'data'}/"
+        with attach(locate(tmp_path / "ddl", data), read_only=False, create=True) as con:
             con.execute("USE store")
             con.execute(STORE_DDL)
         with pytest.raises(StoreError, match="schema version None"):

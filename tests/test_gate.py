@@ -693,7 +693,7 @@ class TestCli:
         result = CliRunner().invoke(
             cli, ["gate", "--db", str(tmp_path / "no.duckdb"), "--thresholds", str(good)]
         )
-        assert result.exit_code == 2 and "no metrics database" in result.output
+        assert result.exit_code == 2 and "no metrics store" in result.output
         result = CliRunner().invoke(
             cli, ["gate", "--db", str(store), "--thresholds", str(tmp_path / "no.toml")]
         )

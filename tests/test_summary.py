@@ -62,7 +62,7 @@ def test_formats(db):
 
 def test_cli_missing_db_is_exit_2(tmp_path):
     result = CliRunner().invoke(cli, ["summary", "--db", str(tmp_path / "none.duckdb")])
-    assert result.exit_code == 2 and "no metrics database" in result.output
+    assert result.exit_code == 2 and "no metrics store" in result.output
 
 
 def test_cli_prints_json(db):

@@ -16,6 +16,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from evaluator.errors import StoreError, UsageError
+from evaluator.store.lake import locate
 
 APP = Path(str(files("dashboard") / "app.py"))
 
@@ -32,7 +33,7 @@ def streamlit_command(db: Path, host: str, port: int, thresholds: Path | None = 
         "--browser.gatherUsageStats", "false",
         "--global.developmentMode", "false",
         "--client.toolbarMode", "viewer",
-        "--", "--db", str(Path(db).resolve()),
+        "--", "--db", locate(db).given if locate(db).folder is None else str(locate(db).folder),
     ]  # fmt: skip
     if thresholds is not None:
         command += ["--thresholds", str(Path(thresholds).resolve())]
@@ -42,8 +43,8 @@ def streamlit_command(db: Path, host: str, port: int, thresholds: Path | None = 
 def check_inputs(db: Path, port: int, thresholds: Path | None, host: str = "127.0.0.1") -> None:
     """StoreError for a missing database, UsageError for a missing thresholds file or an address the
     dashboard cannot listen on (`require_free_port`)."""
-    if not Path(db).is_file():
-        raise StoreError(f"{db}: no such metrics database (make one with `proxaudit replay LOGS --db {db}`)")
+    if not locate(db).exists():
+        raise StoreError(f"{db}: no such metrics store (make one with `proxaudit replay LOGS --db {db}`)")
     if thresholds is not None and not Path(thresholds).is_file():
         raise UsageError(f"--thresholds {thresholds}: no such file")
     require_free_port(host, port)

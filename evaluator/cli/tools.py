@@ -52,9 +52,7 @@ def train_demo(bench_hook: bool, **options) -> None:
 
 
 @click.command()
-@click.option(
-    "--db", required=True, type=click.Path(file_okay=False, path_type=Path), help="Metrics store (a folder)."
-)
+@click.option("--db", required=True, help="Metrics store (a folder, or a catalog URL).")
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on (local only by default)."
 )

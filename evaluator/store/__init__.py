@@ -1,5 +1,6 @@
 """Stage 4, the metrics store (a DuckLake): `lake` (where a store is; attaching it with the extensions
-loaded by path), `writer` (any number of writers, one commit per file), `commits` (a transaction run again
+loaded by path), `writer` (any number of writers, one commit per file; `staging` writes a file's Parquet
+files before the commit that registers them), `commits` (a transaction run again
 while another writer commits first), `repeats` (a file repeating stored tokens: a duplicate, or a re-saved
 copy), `evidence` (each file's evidence for the findings), `derived` and `findings` (what is judged on a
 whole run, from the stored per-file rows), `intervals`, `maintenance` (compaction, converting an old

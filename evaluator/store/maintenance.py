@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import Loss
 from evaluator.store.commits import committed
-from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate
+from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate, stored_data_path
 from evaluator.store.reader import LOSS_KEY
 from evaluator.store.writer import StoreWriter
 
@@ -49,11 +50,13 @@ def _data_files(con: duckdb.DuckDBPyConnection) -> int:
     ).fetchone()[0]
 
 
-def compact(db: str | os.PathLike, expire_older_than_h: float | None = None) -> Compaction:
+def compact(
+    db: str | os.PathLike, expire_older_than_h: float | None = None, orphan_age_h: float = ORPHAN_AGE_H
+) -> Compaction:
     """Merge the store's small data files (and the rows inlined in its catalog) into larger ones, each
     change one commit that readers see whole; with `expire_older_than_h`, forget snapshots older than that
     (time travel before them ends) and delete the files only they used. Data files of killed commits are
-    deleted once `ORPHAN_AGE_H` old. Safe while replays write: a conflicting step is run again."""
+    deleted once `orphan_age_h` old. Safe while replays write: a conflicting step is run again."""
     con = attach(locate(db), read_only=False)
     try:
         before = _data_files(con)
@@ -74,11 +77,29 @@ def compact(db: str | os.PathLike, expire_older_than_h: float | None = None) -> 
         con.execute(
             f"SELECT count(*) FROM ducklake_delete_orphaned_files('{STORE}', older_than => now() - "
             "to_microseconds(?))",
-            [int(ORPHAN_AGE_H * 3600e6)],
+            [int(orphan_age_h * 3600e6)],
         )
+        _delete_unregistered(con, orphan_age_h)
         return Compaction(before, _data_files(con), expired)
     finally:
         con.close()
+
+
+def _delete_unregistered(con: duckdb.DuckDBPyConnection, age_h: float) -> None:
+    """Delete the staged files (`evaluator.store.staging`) of a local data path that no snapshot registers
+    any more (merged away and expired, or of a killed writer) once `age_h` old: DuckLake's own clean-up
+    leaves files it did not write. On object storage they are left (a lifecycle rule can expire them)."""
+    data = stored_data_path(con)
+    if "://" in data:
+        return
+    known = {
+        p
+        for (p,) in con.execute(f"SELECT path FROM __ducklake_metadata_{STORE}.ducklake_data_file").fetchall()
+    }
+    cutoff = time.time() - age_h * 3600
+    for staged in Path(data).rglob("proxaudit-*.parquet"):
+        if staged.name not in known and staged.stat().st_mtime <= cutoff:
+            staged.unlink(missing_ok=True)
 
 
 _COPIES = {

@@ -41,6 +41,10 @@ from evaluator.store.staging import FileSummary, Stager
 from evaluator.validate.evidence import Evidence
 from schemas.store import METRIC_TABLE, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 
+MERGE_MIN_ROWS = 1 << 20
+"""A writer merges the staleness sketches of the runs it wrote (`evaluator.store.derived.merge_sketches`)
+once the rows it added since the last merge outnumber the merged ones and this many: merging costs O(1)
+per row, and a reader never scans much more than a merged sketch."""
 DDL_KEY = "ddl"
 """The `store_meta` key of the digest of the views and metric definitions the store carries."""
 
@@ -86,6 +90,8 @@ class StoreWriter:
         self.con: duckdb.DuckDBPyConnection | None = None
         self._stager: Stager | None = None
         self._committed = False
+        self._unmerged_runs: set[str] = set()
+        self._merged_rows = self._unmerged_rows = 0  # staleness sketch rows at the last merge, and since
         self.commit_s = 0.0
         """Seconds spent in ingest transactions (checks, registering the staged files, the commit): the part
         of ingesting that is one at a time per store."""
@@ -215,6 +221,9 @@ class StoreWriter:
             self._committed = True
             return True
 
+        def merge() -> int:
+            return self._changed(derived.merge_sketches(con, sorted(self._unmerged_runs)) or -1)
+
         staged = self._stager.stage(file_id, summary, sequences)
         con.register("part_sequences", sequences)
         start = time.perf_counter()
@@ -225,6 +234,12 @@ class StoreWriter:
             con.unregister("part_sequences")
             if self._committed is not True:  # nothing registered them: not the store's files
                 self._stager.discard(staged)
+        if result is True:
+            self._unmerged_runs.update(pc.unique(summary.sketch_by_staleness["run_id"]).to_pylist())
+            self._unmerged_rows += summary.sketch_by_staleness.num_rows
+            if self._unmerged_rows >= max(self._merged_rows, MERGE_MIN_ROWS):
+                self._merged_rows, self._unmerged_rows = committed(con, merge, "merge"), 0
+                self._unmerged_runs.clear()
         return result
 
     def _insert(
