@@ -70,8 +70,12 @@ def _frame(db: Path, sql: str, params: list | tuple = ()) -> pd.DataFrame:
 
 
 def data_version(db: Path) -> tuple[int, ...]:
-    """A stamp that changes whenever a replay commits (a cache key)."""
-    return version_stamp(db)
+    """A stamp that changes whenever a replay commits (a cache key); () for what is no store (reading it
+    then says why)."""
+    try:
+        return version_stamp(db)
+    except StoreError:
+        return ()
 
 
 def store_overview(db: Path) -> pd.DataFrame:
