@@ -150,7 +150,7 @@ class StoreWriter:
             con.execute("INSERT INTO ingest_ticket VALUES (0)")
             changed = True
         else:
-            check_store(con, self.location, STORE, values=False)
+            check_store(con, self.location, STORE)  # a crafted store is refused before anything is written
         digest = _ddl_digest()
         if con.execute("SELECT value FROM store_meta WHERE key = ?", [DDL_KEY]).fetchall() != [(digest,)]:
             con.execute(VIEWS_DDL)
