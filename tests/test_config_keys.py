@@ -217,3 +217,50 @@ def test_any_key_outside_the_schema_is_refused_never_skipped(tmp_path, section, 
     result = loss_from(write(tmp_path, config))
     assert result.exit_code == EXIT_USAGE, result.output
     assert f"{path}." in result.output and "unknown key" in result.output and "Traceback" not in result.output
+
+
+NAMES = sorted(
+    {
+        "actor",
+        "algorithm",
+        "actor_rollout_ref",
+        "loss_fn",
+        "rollout_correction",
+        "policy_loss",
+        "rejection_sampling",
+    }
+    | set(trainer_keys("areal").sections["actor"])
+    | set(trainer_keys("verl").sections["algorithm"]["rollout_correction"])
+    | set(trainer_keys("nemo_rl").sections["loss_fn"])
+)
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.floats(), st.integers(-(10**30), 10**30), st.text(max_size=12),
+    st.sampled_from(["token", "sequence", "seq_sum_k1,token_k2", "1.5_2", "gspo", "${x}", "clamp"]),
+)  # fmt: skip
+CONFIGS_OF_ANY_SHAPE = st.dictionaries(
+    st.sampled_from(["actor", "algorithm", "actor_rollout_ref", "loss_fn", "rollout"]),
+    st.recursive(
+        SCALARS,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(NAMES), inner, max_size=4)
+        ),
+        max_leaves=12,
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=CONFIGS_OF_ANY_SHAPE)
+def test_a_config_of_any_shape_is_read_or_refused_never_a_traceback(tmp_path, config):
+    """The trainers' real key names in any nesting, with values of any type: exit 0 or a one-line usage
+    error naming the file, never a traceback."""
+    path = write(tmp_path, config)
+    result = loss_from(path)
+    assert result.exit_code in (EXIT_OK, EXIT_USAGE), result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (
+        result.output
+    )
+    if result.exit_code == EXIT_USAGE:
+        assert str(path) in result.output and len(result.output.splitlines()) <= 3, result.output

@@ -27,8 +27,10 @@ from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 MiB = 1 << 20
 CHILD = """\
-import atexit, resource, sys
-peak = lambda: print(f"peak_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr)
+import atexit, re, sys
+def peak():  # VmHWM: this process's own peak since exec (ru_maxrss keeps the forking parent's)
+    kib = re.search(r"VmHWM:\\s*(\\d+)", open("/proc/self/status").read()).group(1)
+    print("peak_kib=" + kib, file=sys.stderr)
 atexit.register(peak)
 from evaluator.cli import main
 sys.argv[0] = "proxaudit"

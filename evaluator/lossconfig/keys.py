@@ -76,14 +76,14 @@ class Reader:
         return Reader(value, self.file, self.path(key))
 
     def ignored(self, reasons: dict[str, str] | None = None) -> list[str]:
-        """The keys present that nothing read (they shape no decision proxaudit models), each with its
-        reason where `reasons` has one and the key is set (not null, not false)."""
+        """The keys set (not null) that nothing read (they shape no decision proxaudit models), each with
+        its reason where `reasons` has one and the key is not false."""
         read = {u.split(" = ")[0] for u in self.used} | self.asked
         out = []
         for key, value in self.values.items():
             name = self.path(str(key))
-            if name in read or any(r.startswith(name + ".") for r in read):
-                continue
-            reason = (reasons or {}).get(key) if value is not None and value is not False else None
+            if value is None or name in read or any(r.startswith(name + ".") for r in read):
+                continue  # null sets nothing
+            reason = (reasons or {}).get(key) if value is not False else None
             out.append(f"{name} ({reason})" if reason else name)
         return out

@@ -89,18 +89,22 @@ def _number(text: str) -> float | str:
         return text
 
 
+def _section(parent: Reader, key: str) -> Reader:
+    """The mapping `key` of `parent` (absent or null: empty); anything else is a usage error naming it."""
+    return parent.table(key) or Reader({}, parent.file, parent.path(key))
+
+
 def verl_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], list[str]]:
     """(the loss, the keys used, the keys ignored, notes) of a verl trainer config."""
     check_known(config, trainer_keys("verl"), file)
-    algorithm = Reader(config.get("algorithm") or {}, file, "algorithm")
-    rc = algorithm.table("rollout_correction") or Reader({}, file, "algorithm.rollout_correction")
-    section = (config.get("actor_rollout_ref") or {}).get("actor") or {}
-    actor = Reader(section if isinstance(section, dict) else {}, file, "actor_rollout_ref.actor")
+    top = Reader(config, file)
+    rc = _section(_section(top, "algorithm"), "rollout_correction")
+    actor = _section(_section(top, "actor_rollout_ref"), "actor")
     if rc.flag("bypass_mode"):
         raise rc.fail(
             "bypass_mode", "true: verl's bypass mode uses no proximal policy, there is nothing to audit"
         )
-    losses = actor.table("policy_loss") or Reader({}, file, "actor_rollout_ref.actor.policy_loss")
+    losses = _section(actor, "policy_loss")
     mode = losses.text("loss_mode", ("vanilla", "gspo", "sapo", "cispo"), "vanilla")
     actor.used += losses.used
     policy = {"vanilla": "ppo", "gspo": "ppo"}.get(mode, mode)
