@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from evaluator.errors import ParameterError
 from evaluator.formulas.loss import DUAL_CLIP, EPS_HIGH, EPS_LOW, SAPO_TAU, Loss, Rule
-from evaluator.inputs import Range
+from evaluator.inputs import FINITE, Range
 from evaluator.lossconfig.keys import Reader
 from evaluator.lossconfig.known import check_known, trainer_keys
 
@@ -44,8 +44,8 @@ def _rejection(rs: Reader) -> tuple[str, Rule]:
     action = rs.text("action", ("mask", "clamp"), "mask")
     metric = rs.text("metric", ("ratio", "kl_k1", "kl_k2", "kl_k3", "binary_kl"), "ratio")
     agg = rs.text("agg", ("sum", "mean", "max"), "mean")
-    upper = rs.number("upper", 5.0, UPPER.get(metric, Range()))
-    lower = rs.number("lower", 0.0 if action == "clamp" else None, LOWER.get(metric, Range()))
+    upper = rs.number("upper", 5.0, UPPER.get(metric, FINITE))
+    lower = rs.number("lower", 0.0 if action == "clamp" else None, LOWER.get(metric, FINITE))
     if metric == "binary_kl":
         rs.notes.append("metric binary_kl: AReaL cbff54d's RejectionSamplingConfig refuses it at load time")
     weight = "sequence_mean" if (level, metric) == ("sequence", "ratio") else "token"
