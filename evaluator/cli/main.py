@@ -15,6 +15,8 @@ from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
 from evaluator.cli.exchange import export_cmd, import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
+from evaluator.inputs import Range
+from evaluator.options import Number
 
 SUMMARY_VIEWS = {
     "run": "every metric per run",
@@ -30,6 +32,9 @@ SUMMARY_VIEWS = {
     "mismatch": "the engine mismatch floor and its share of each staleness's drift",
 }
 
+
+TOLERANCE = Range(0, low_open=False)
+"""A tolerance on a rate or a share: a finite number >= 0."""
 
 _table_format = click.option(
     "--format",
@@ -210,18 +215,21 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
 @_table_format
 @click.option(
     "--max-gradient-mass-error",
+    type=Number(TOLERANCE),
     default=0.01,
     show_default=True,
     help="--by decision: the safe staleness's tolerance on the gradient mass error.",
 )
 @click.option(
     "--max-clip-flip-rate",
+    type=Number(TOLERANCE),
     default=0.01,
     show_default=True,
     help="--by decision: the safe staleness's tolerance on the clip flip rate.",
 )
 @click.option(
     "--min-tokens",
+    type=click.IntRange(min=0),
     default=1000,
     show_default=True,
     help="--by decision: a staleness with fewer tokens is not judged for the safe staleness.",

@@ -3,7 +3,8 @@ estimates), `metrics` (section 3, their error metrics), `decisions` (section 3b,
 decisions and the gradient weights), `sketch` (the quantile sketch's bucket code). Here: the array type
 and the one shape check they share.
 
-May import: numpy, `schemas` and each other; nothing that reads or writes a file."""
+May import: numpy, `schemas`, the base's named errors and `evaluator.inputs.Range` (the range a
+parameter allows), and each other; nothing that reads or writes a file."""
 
 from __future__ import annotations
 
