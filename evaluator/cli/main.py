@@ -12,7 +12,8 @@ import click
 
 from evaluator import __version__
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
-from evaluator.cli.exchange import export_cmd, import_cmd
+from evaluator.cli.exchange import export_cmd
+from evaluator.cli.importing import import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
 from evaluator.cli.outputs import ReportFile
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
