@@ -87,10 +87,13 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
     does not exist or no file could be read.
     """
     from evaluator.validate import require_readable, validate_paths
+    from evaluator.validate.found import found_lines
     from evaluator.validate.report import render_json, render_table
 
     checked = validate_paths(paths, max_staleness)
     reports, findings, checks = checked.reports, checked.findings, checked.checks
+    if fmt == "table":
+        say("\n".join(found_lines(checked.folders)))
     text = (
         render_json(reports, findings, checks)
         if fmt == "json"
@@ -172,6 +175,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
     could be read.
     """
     from evaluator.replay.pipeline import replay as replay_paths
+    from evaluator.validate.found import found_lines
     from evaluator.validate.report import findings_lines
 
     choice = loss_choice(**loss_keys)
@@ -181,6 +185,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
         paths,
         db,
         on_file=echo,
+        on_found=lambda folders: say("\n".join(found_lines(folders))),
         progress=progress,
         loss=choice.loss,
         max_staleness=max_staleness,
