@@ -12,8 +12,10 @@ import click
 
 from evaluator import __version__
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
-from evaluator.cli.exchange import export_cmd, import_cmd
+from evaluator.cli.exchange import export_cmd
+from evaluator.cli.importing import import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
+from evaluator.cli.outputs import ReportFile
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
 from evaluator.inputs import Range
 from evaluator.options import Number
@@ -90,10 +92,13 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
     does not exist or no file could be read.
     """
     from evaluator.validate import require_readable, validate_paths
+    from evaluator.validate.found import found_lines
     from evaluator.validate.report import render_json, render_table
 
     checked = validate_paths(paths, max_staleness)
     reports, findings, checks = checked.reports, checked.findings, checked.checks
+    if fmt == "table":
+        say("\n".join(found_lines(checked.folders)))
     text = (
         render_json(reports, findings, checks)
         if fmt == "json"
@@ -115,22 +120,18 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
 @click.option(
     "--run", "run_id", default=None, help="Judge only this run (default: every run in the database)."
 )
+@click.option("--junit", type=ReportFile(), help="Write JUnit XML here (one test case per check).")
 @click.option(
-    "--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here (one test case per check)."
+    "--markdown", type=ReportFile(), help="Write Markdown here (e.g. $GITHUB_STEP_SUMMARY on GitHub Actions)."
 )
-@click.option(
-    "--markdown", type=click.Path(dir_okay=False), help="Write Markdown here (e.g. $GITHUB_STEP_SUMMARY)."
-)
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), help="Write every verdict as JSON here."
-)
+@click.option("--json", "json_path", type=ReportFile(), help="Write every verdict as JSON here.")
 @library_errors
 def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """Judge the metrics in DB against the checks of a thresholds file.
 
     Exit code 0 when every check passes (warnings allowed), 1 when any check fails (including a metric
-    the database lacks or too few tokens), 2 for a bad thresholds file, a missing database or a --run it
-    does not hold.
+    the database lacks or too few tokens), 2 for a bad thresholds file, a missing database, a --run it
+    does not hold, or a report path that cannot take a file (empty, a folder: checked first).
     """
     from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
     from evaluator.gate.report import render_table, write_reports
@@ -179,6 +180,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
     could be read.
     """
     from evaluator.replay.pipeline import replay as replay_paths
+    from evaluator.validate.found import found_lines
     from evaluator.validate.report import findings_lines
 
     choice = loss_choice(**loss_keys)
@@ -188,6 +190,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
         paths,
         db,
         on_file=echo,
+        on_found=lambda folders: say("\n".join(found_lines(folders))),
         progress=progress,
         loss=choice.loss,
         max_staleness=max_staleness,
