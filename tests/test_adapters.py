@@ -127,3 +127,27 @@ class TestVerl:
         del batch["rollout_log_probs"]
         with pytest.raises(KeyError, match="calculate_log_probs"):
             verl_record_args(batch, theta_logp=torch.zeros(2, 5), behave_version=0)
+
+
+class TestSeqIds:
+    """Each rank writes its own folder under one run_id: ids must differ over the ranks and go on after a
+    resumed run's files."""
+
+    def test_ranks_interleave_after_the_earlier_files(self, tmp_path, monkeypatch):
+        import evaluator.hook.trainers as trainers
+
+        with TokenLogHook(tmp_path / "rank1", "run") as hook:  # an earlier run of rank 1: seq_ids 0..6
+            hook.record(
+                step=0,
+                behave_logp=torch.zeros(7, 2),
+                behave_version=torch.zeros(7, 2, dtype=torch.int32),
+                theta_logp=torch.zeros(7, 2),
+            )
+        monkeypatch.setattr(trainers, "rank_and_world", lambda: (1, 4))
+        with TokenLogHook(tmp_path / "rank1", "run") as hook:
+            ids = trainers.SeqIds(hook)
+            assert ids.take(3).tolist() == [9, 13, 17]  # rank + 4k, k from ceil(7 / 4) = 2
+            assert ids.take(1).tolist() == [21]
+        monkeypatch.setattr(trainers, "rank_and_world", lambda: (2, 4))
+        with TokenLogHook(tmp_path / "rank2", "run") as hook:
+            assert trainers.SeqIds(hook).take(2).tolist() == [2, 6]

@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from evaluator.hook import TokenLogHook
+from evaluator.hook.areal import record_ppo_updates
+from evaluator.hook.trainers import FakeProxWarning
 from evaluator.validate import validate_file
 from tests.tiny_lm import TinyLM, perturbed, sample, token_logps
 
 areal_actor = pytest.importorskip("areal.trainer.ppo.actor", reason="AReaL 1.0.4: make install")
 fsdp_engine = pytest.importorskip("areal.engine.fsdp_engine", reason="AReaL's FSDP engine does not import")
 from areal.api.cli_args import MicroBatchSpec, PPOActorConfig  # noqa: E402
-
-from evaluator.hook.areal import FakeProxWarning, record_ppo_updates  # noqa: E402
 
 VERSION = 5  # the engine's version: AReaL's global step
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 4], [3, 3, 3], [5, 1]]

@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from evaluator.hook.trainers import FakeProxWarning
+from evaluator.hook.verl import record_actor_updates
 from evaluator.validate import validate_file
 from tests.tiny_lm import TinyLM, perturbed, sample, token_logps
 
@@ -33,9 +35,6 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.workers.engine.utils import prepare_micro_batches  # noqa: E402
 from verl.workers.utils.padding import response_from_nested, response_to_nested  # noqa: E402
-
-from evaluator.hook.areal import FakeProxWarning  # noqa: E402
-from evaluator.hook.verl import record_actor_updates  # noqa: E402
 
 GLOBAL_STEPS = 6  # the trainer's global_steps: its weights are version 5
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 4]]

@@ -28,13 +28,10 @@ import torch
 
 from evaluator.hook.adapters import areal_record_args
 from evaluator.hook.recorder import TokenLogHook
+from evaluator.hook.trainers import FakeProxWarning, SeqIds
 
 ROW_KEY = "proxaudit_row"
 """Added to the step's batch `[B, T]`: each token's row, which AReaL's splitting and packing carry along."""
-
-
-class FakeProxWarning(UserWarning):
-    """The trainer's config makes a log-prob a copy of another: the copy is not recorded."""
 
 
 def record_ppo_updates(actor: Any, hook: TokenLogHook) -> AReaLRecorder:
@@ -53,7 +50,7 @@ class AReaLRecorder:
     def __init__(self, ppo_actor: Any, hook: TokenLogHook) -> None:
         self.ppo_actor, self.engine, self.hook = ppo_actor, ppo_actor.engine, hook
         self.record_prox, self.record_any = self._judge_config(ppo_actor.config)
-        self._next_seq_id = 0
+        self._seq_ids: SeqIds | None = None  # made at the first update: torch.distributed is up by then
         self._step: dict[str, Any] = {}
         ppo_actor._ppo_update = functools.partial(self._ppo_update, ppo_actor._ppo_update)
 
@@ -91,14 +88,14 @@ class AReaLRecorder:
         B, T = mask.shape
         rows = torch.arange(B, device=mask.device)
         data[ROW_KEY] = rows[:, None].expand(B, T)  # (B, T) a view: AReaL splits and packs it with the rest
+        self._seq_ids = self._seq_ids or SeqIds(self.hook)
         self._step = {
             "step": int(self.engine.get_version()),
             "n_minibatches": int(self.ppo_actor.config.ppo_n_minibatches),
-            "seq_id": self._next_seq_id + rows,  # (B,) stable over the step's minibatches
+            "seq_id": self._seq_ids.take(B, device=mask.device),  # (B,) stable over the step's minibatches
             "reward": data.get("rewards"),  # (B,) removed by _ppo_update before the split
             "minibatch": -1,
         }
-        self._next_seq_id += B
         train_batch = self.engine.train_batch
         self.engine.train_batch = functools.partial(self._train_batch, train_batch)
         try:

@@ -30,9 +30,8 @@ from typing import Any
 import torch
 
 from evaluator.hook.adapters import verl_record_args
-from evaluator.hook.areal import FakeProxWarning
-from evaluator.hook.earlier import EarlierFiles
 from evaluator.hook.recorder import TokenLogHook
+from evaluator.hook.trainers import FakeProxWarning, SeqIds, rank_and_world
 
 KEYS = ("proxaudit_step", "proxaudit_minibatch", "proxaudit_n_minibatches", "proxaudit_update")
 FIELDS = (
@@ -119,7 +118,7 @@ class RecordingLoss:
         self.loss_fn, self.out_dir, self.run_id = loss_fn, Path(out_dir), run_id
         self.record_prox, self.hook_options = record_prox, hook_options
         self.hook: TokenLogHook | None = None
-        self._update, self._seen, self._sequences = None, 0, 0
+        self._update, self._seen, self._seq_ids = None, 0, None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "hook": None}  # a hook (its thread, its files) belongs to one process
@@ -132,11 +131,8 @@ class RecordingLoss:
     def _open_hook(self) -> TokenLogHook:
         if not self.record_prox:
             warnings.warn(BYPASS, FakeProxWarning, stacklevel=3)
-        rank, world = _rank()
-        folder = self.out_dir / f"rank{rank}"
-        after = EarlierFiles.scan(folder, self.run_id).next_seq_id  # a resumed run's files
-        self._sequences = -(-after // world)
-        hook = TokenLogHook(folder, self.run_id, **self.hook_options)
+        hook = TokenLogHook(self.out_dir / f"rank{rank_and_world()[0]}", self.run_id, **self.hook_options)
+        self._seq_ids = SeqIds(hook)
         atexit.register(hook.close)  # nothing else closes it when the worker process ends
         return hook
 
@@ -167,19 +163,9 @@ class RecordingLoss:
         args = verl_record_args(
             fields, theta_logp=theta, behave_version=torch.tensor(version), record_prox=self.record_prox
         )
-        rank, world = _rank()
-        seq_id = rank + world * torch.arange(self._sequences, self._sequences + b)  # (b,) unique over ranks
-        self._sequences += b
         return args | {
             "step": info["proxaudit_step"],
             "minibatch": minibatch,
             "n_minibatches": info["proxaudit_n_minibatches"],
-            "seq_id": seq_id,
+            "seq_id": self._seq_ids.take(b),  # (b,) unique over the ranks
         }
-
-
-def _rank() -> tuple[int, int]:
-    """(rank, world size) of this worker; (0, 1) outside torch.distributed."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
