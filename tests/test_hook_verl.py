@@ -256,7 +256,14 @@ def test_recording_loss_returns_verls_loss(tmp_path):
     output = {"log_probs": engine_log_probs(prox_model, micro["input_ids"])}
     recorded, _ = loss_fn(model_output=output, data=micro, dp_group=None)
     plain, _ = loss_fn.loss_fn(model_output=output, data=micro, dp_group=None)
-    assert float(recorded) == float(plain)
+    assert float(recorded.detach()) == float(plain.detach())
+    params = list(prox_model.parameters())
+    for a, b in zip(
+        torch.autograd.grad(recorded, params, retain_graph=True),
+        torch.autograd.grad(plain, params),
+        strict=True,
+    ):
+        assert torch.equal(a, b)
     loss_fn.hook.close()
 
 
