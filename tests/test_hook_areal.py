@@ -17,7 +17,7 @@ import torch
 from evaluator.hook import TokenLogHook
 from evaluator.hook.areal import record_ppo_updates
 from evaluator.hook.trainers import FakeProxWarning
-from evaluator.validate import validate_file
+from evaluator.validate import validate_paths
 from tests.tiny_lm import TinyLM, perturbed, sample, token_logps
 
 areal_actor = pytest.importorskip("areal.trainer.ppo.actor", reason="AReaL 1.0.4: make install")
@@ -186,8 +186,8 @@ def test_every_column_equals_a_per_sequence_recompute(tmp_path, process_group, m
         by_seq.setdefault(r["seq_id"], set()).add(r["minibatch"])
     assert all(len(m) == 1 for m in by_seq.values())  # a response trains in one minibatch of the step
     assert {m for ms in by_seq.values() for m in ms} == {0, 1}
-    report = validate_file(next(tmp_path.glob("*.parquet")))
-    assert report.ok and not report.problems, report.problems
+    validation = validate_paths([tmp_path])  # each file's rules, then the run's findings
+    assert all(r.ok for r in validation.reports) and not validation.findings
 
 
 def test_without_decoupled_loss_prox_is_not_recorded(tmp_path, process_group):

@@ -20,7 +20,7 @@ import torch
 
 from evaluator.hook.trainers import FakeProxWarning
 from evaluator.hook.verl import record_actor_updates
-from evaluator.validate import validate_file
+from evaluator.validate import validate_paths
 from tests.tiny_lm import TinyLM, perturbed, sample, token_logps
 
 verl = pytest.importorskip("verl", reason="verl 0.9.1: make install")
@@ -228,8 +228,8 @@ def test_every_column_equals_a_per_sequence_recompute(tmp_path):
         for key in ("behave_logp", "prox_logp", "theta_logp", "advantage", "reward"):
             assert r[key] == pytest.approx(want[key], abs=1e-5), key
     assert 0 < sum(not r["loss_mask"] for r in rows) < len(rows)  # rejected tokens kept, out of the loss
-    report = validate_file(next(tmp_path.glob("rank0/*.parquet")))
-    assert report.ok, report.problems
+    validation = validate_paths([tmp_path])  # each file's rules, then the run's findings
+    assert all(r.ok for r in validation.reports) and not validation.findings
 
 
 def test_bypass_mode_records_no_prox(tmp_path):
