@@ -13,13 +13,14 @@ What AReaL's config makes of the columns (`PPOActor._compute_advantages`):
 - `actor.use_decoupled_loss: true` with `prox_logp_method: recompute` or `metrics`: `prox_logp` is the
   recompute pass, recorded; with `loglinear` there is no recompute and `prox_logp` is left null;
 - `use_decoupled_loss: false` (AReaL's default) with `recompute_logprob: false`: `prox_logp` is the rolled
-  behaviour log-prob, a copy: warned at the first record, left null;
+  behaviour log-prob, a copy: warned when the recorder is installed (before any record), left null;
 - `use_decoupled_loss: false` with `recompute_logprob: true`: `logprobs` is overwritten with the recompute,
-  so the behaviour log-prob is gone: warned at the first record, nothing recorded.
+  so the behaviour log-prob is gone: warned when the recorder is installed, nothing recorded.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import warnings
 from typing import Any
@@ -39,13 +40,15 @@ def record_ppo_updates(actor: Any, hook: TokenLogHook) -> AReaLRecorder:
 
     `actor` is AReaL's train engine (`FSDPPPOActor`, what `PPOTrainer.actor` is with `AREAL_SPMD_MODE=1`)
     or its `PPOActor`. Step = `engine.get_version()` (AReaL's global step: the engine starts step g from
-    weights of version g), minibatch = the index of the `train_batch` call within `_ppo_update`.
+    weights of version g), minibatch = the index of the `train_batch` call within `_ppo_update`. The hook
+    is closed when the process exits (nothing in AReaL would close it).
     """
+    atexit.register(hook.close)
     return AReaLRecorder(getattr(actor, "actor", actor), hook)
 
 
 class AReaLRecorder:
-    """The wrappers `record_ppo_updates` installs on one `PPOActor` instance (`uninstall()` removes them)."""
+    """The wrappers `record_ppo_updates` installs on one `PPOActor` instance."""
 
     def __init__(self, ppo_actor: Any, hook: TokenLogHook) -> None:
         self.ppo_actor, self.engine, self.hook = ppo_actor, ppo_actor.engine, hook
@@ -53,9 +56,6 @@ class AReaLRecorder:
         self._seq_ids: SeqIds | None = None  # made at the first update: torch.distributed is up by then
         self._step: dict[str, Any] = {}
         ppo_actor._ppo_update = functools.partial(self._ppo_update, ppo_actor._ppo_update)
-
-    def uninstall(self) -> None:
-        vars(self.ppo_actor).pop("_ppo_update", None)
 
     @staticmethod
     def _judge_config(config: Any) -> tuple[bool, bool]:
