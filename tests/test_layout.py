@@ -38,6 +38,7 @@ STAGES = {
     "gate": (7, ("evaluator.gate",)),
     "read": (7, ("evaluator.summary", "evaluator.export", "evaluator.verdict")),
     "apps": (8, ("evaluator.bench", "evaluator.demo")),
+    "watch": (8, ("evaluator.watch",)),
     "dashboard": (8, ("dashboard",)),
     "cli": (9, ("evaluator.cli",)),
 }
