@@ -4,6 +4,7 @@ TensorBoard and W&B. Registered on the main group by `evaluator.cli`."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -11,25 +12,41 @@ import click
 
 from evaluator.cli.common import EXIT_USAGE, library_errors, say
 
+DUMP_FORMATS = ("nemo-rl", "prime-rl", "slime", "skyrl")
+
+
+def dump_options(command: Callable) -> Callable:
+    """What reading a trainer's dumps takes (`import`, `watch --import`): the run_id, SkyRL's pickles,
+    slime's weight pushes."""
+    options = [
+        click.option(
+            "--run-id", default=None, help="run_id of the rows [default: the name of the first PATH].",
+        ),
+        click.option(
+            "--trust-pickle", is_flag=True,
+            help="skyrl: read its .pkl files (unpickling runs code named in the file).",
+        ),
+        click.option(
+            "--update-weights-interval", type=click.IntRange(min=1), default=1, show_default=True,
+            help="slime: the run's --update-weights-interval (train_async.py; train.py pushes after every "
+            "rollout).",
+        ),
+        click.option(
+            "--resumed-at", type=click.IntRange(min=0), multiple=True, metavar="ROLLOUT",
+            help="slime: the first rollout of a restart of the run (its --start-rollout-id); once per "
+            "restart.",
+        ),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
 
 @click.command("import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["nemo-rl", "prime-rl", "slime", "skyrl"]))
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(DUMP_FORMATS))
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for the Parquet logs.")
-@click.option("--run-id", default=None, help="run_id of the rows [default: the name of the first PATH].")
-@click.option(
-    "--trust-pickle",
-    is_flag=True,
-    help="skyrl: read its .pkl files (unpickling runs code named in the file).",
-)
-@click.option(
-    "--update-weights-interval", type=click.IntRange(min=1), default=1, show_default=True,
-    help="slime: the run's --update-weights-interval (train_async.py; train.py pushes after every rollout).",
-)  # fmt: skip
-@click.option(
-    "--resumed-at", type=click.IntRange(min=0), multiple=True, metavar="ROLLOUT",
-    help="slime: the first rollout of a restart of the run (its --start-rollout-id); once per restart.",
-)  # fmt: skip
+@dump_options
 def import_cmd(
     fmt: str,
     paths: tuple[str, ...],

@@ -15,6 +15,7 @@ from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
 from evaluator.cli.exchange import export_cmd, import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
+from evaluator.cli.watch import watch_cmd
 
 SUMMARY_VIEWS = {
     "run": "every metric per run",
@@ -280,6 +281,7 @@ def query(db, sql, fmt) -> None:
 cli.add_command(import_cmd)
 cli.add_command(loss_command)
 cli.add_command(export_cmd)
+cli.add_command(watch_cmd)
 for command in (bench, train_demo, dashboard, demo):
     cli.add_command(command)
 
