@@ -53,15 +53,18 @@ def gate_levels(db, tolerance: Tolerance, tmp_path) -> dict[tuple[str, int], str
     return {key: next(worst[o] for o in worst if o in outcomes) for key, outcomes in found.items()}
 
 
-def expected_action(levels: dict[int, str]) -> tuple[str, int | None]:
-    """The documented rule on one run's judged stalenesses."""
+def expected_action(levels: dict[int, str], user_max: int | None = None) -> tuple[str, int | None]:
+    """The documented rule on one run's judged stalenesses (those up to the user's maximum)."""
+    levels = {s: o for s, o in levels.items() if user_max is None or s <= user_max}
+    if not levels:
+        return "undecided", None
     safe = 0
     for s in sorted(levels):
         if levels[s] != "pass":
             break
         safe = s
     if all(o == "pass" for o in levels.values()):
-        return "ship", max(levels)
+        return ("undecided" if user_max is not None and max(levels) < user_max else "ship"), max(levels)
     if "fail" in levels.values():
         return ("ship_up_to", safe) if safe else ("do_not_ship", None)
     return "undecided", safe or None
@@ -90,10 +93,15 @@ def test_the_planted_drift_is_do_not_ship(drifting_store):
     assert "fails at staleness" in v.reason and "excess gradient mass error" in v.reason
 
 
-def test_the_users_max_staleness_bounds_what_is_judged(drifting_store, tmp_path):
-    levels = {s: o for (_, s), o in gate_levels(drifting_store, Tolerance(), tmp_path).items()}
-    (v,) = judge_runs(drifting_store, max_staleness=1)
-    assert (v.action, v.max_staleness) == expected_action({1: levels[1]})
+@pytest.mark.parametrize("user_max", [1, 3, 12])
+def test_the_users_max_staleness_bounds_what_is_judged(drifting_store, tmp_path, user_max):
+    lax = Tolerance(0.5, 0.5, 400)  # every staleness with enough tokens passes
+    for tolerance in (Tolerance(), lax):
+        levels = {s: o for (_, s), o in gate_levels(drifting_store, tolerance, tmp_path).items()}
+        (v,) = judge_runs(drifting_store, tolerance=tolerance, max_staleness=user_max)
+        assert (v.action, v.max_staleness) == expected_action(levels, user_max), (levels, v)
+    if user_max == 12:  # staleness 9-12 never occurs in this run: shipping at 12 cannot be vouched for
+        assert v.action == "undecided" and "staleness 9-12 has fewer than 400 tokens" in v.reason
 
 
 def test_a_run_without_enough_tokens_is_undecided(one_step_store):

@@ -7,7 +7,7 @@ trainer's maximum off-policyness, or the largest staleness with enough tokens), 
 bounds of the excess gradient mass error and clip flip rate are within the tolerance, `fail` when a lower
 bound is beyond it, else `inconclusive`. Then the action, for the user's `S`:
 
-- `ship`: every staleness 1..S passes;
+- `ship`: every staleness 1..S passes (with the user's `S`: each has enough tokens, else `undecided`);
 - `ship_up_to` (`max_staleness = k`): some staleness fails, and every one up to `k >= 1` passes;
 - `do_not_ship`: some staleness fails and staleness 1 does not pass (keep the recompute);
 - `undecided`: none fails, some straddle the tolerance (or nothing has enough tokens yet).
@@ -117,7 +117,7 @@ def _verdict(
             f"to judge {method} on{floor_note}"
         )
         return RunVerdict(run, "undecided", None, method, why)
-    top = judged_levels[-1][0] if user_max is None else user_max
+    top = judged_levels[-1][0]
     safe = 0
     for s, outcome, _ in judged_levels:
         if outcome != "pass":
@@ -127,7 +127,13 @@ def _verdict(
     straddling = [(s, lv) for s, o, lv in judged_levels if o == "inconclusive"]
     beyond = f"{method} beyond the engine floor"
     if not failing and not straddling:
-        return RunVerdict(run, "ship", top, method, f"{beyond} passes at every staleness 1-{top}{floor_note}")
+        passes = f"{beyond} passes at every staleness 1-{top}"
+        if user_max is not None and top < user_max:  # the trainer's stalest tokens are not judged yet
+            why = (
+                f"{passes}; staleness {top + 1}-{user_max} has fewer than {tolerance.min_tokens} tokens with "
+            )
+            return RunVerdict(run, "undecided", top, method, f"{why}prox_logp yet{floor_note}")
+        return RunVerdict(run, "ship", top, method, f"{passes}{floor_note}")
     if failing:
         s, lv = failing[0]
         why = f"{beyond} fails at staleness {s}: {_figures(lv, tolerance)}"
