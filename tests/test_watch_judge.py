@@ -6,6 +6,9 @@ store's raw moments."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pytest
@@ -31,26 +34,34 @@ def drifting_store(tmp_path_factory):
     return folder / "metrics.duckdb"
 
 
-def gate_levels(db, tolerance: Tolerance, tmp_path) -> dict[tuple[str, int], str]:
-    """{(run, staleness): pass | fail | inconclusive} by the gate: the worst of the excess gradient mass
-    error and clip flip rate checks on that staleness alone (too few tokens: not judged, left out)."""
-    checks = [
-        f'[[check]]\nname = "{figure} {s}"\nmethod = "{METHOD}"\nfigure = "excess_{figure}"\n'
-        f'staleness = {s}\nmax = {limit}\nmin_tokens = {tolerance.min_tokens}\non_insufficient = "warn"\n'
-        for s in range(1, 9)
-        for figure, limit in (
-            ("gradient_mass_error", tolerance.max_gradient_mass_error),
-            ("clip_flip_rate", tolerance.max_clip_flip_rate),
-        )
-    ]  # fmt: skip
-    toml = tmp_path / "levels.toml"
-    toml.write_text("\n".join(checks))
-    found: dict[tuple[str, int], set[str]] = {}
-    for v in run_gate(db, toml).verdicts:
-        if v.outcome in ("ok", "threshold", "inconclusive"):
-            found.setdefault((v.run_id, v.check.staleness[0]), set()).add(v.outcome)
-    worst = {"threshold": "fail", "inconclusive": "inconclusive", "ok": "pass"}
-    return {key: next(worst[o] for o in worst if o in outcomes) for key, outcomes in found.items()}
+@pytest.fixture(scope="module")
+def gate_levels(tmp_path_factory):
+    """`levels(db, tolerance)`: {(run, staleness): pass | fail | inconclusive} by the gate, the worst of the
+    excess gradient mass error and clip flip rate checks on that staleness alone (too few tokens: not
+    judged, left out); kept per store and tolerance (the stores are never written again)."""
+    folder = tmp_path_factory.mktemp("thresholds")
+
+    @functools.cache
+    def levels(db: Path, tolerance: Tolerance) -> dict[tuple[str, int], str]:
+        checks = [
+            f'[[check]]\nname = "{figure} {s}"\nmethod = "{METHOD}"\nfigure = "excess_{figure}"\n'
+            f'staleness = {s}\nmax = {limit}\nmin_tokens = {tolerance.min_tokens}\non_insufficient = "warn"\n'
+            for s in range(1, 9)
+            for figure, limit in (
+                ("gradient_mass_error", tolerance.max_gradient_mass_error),
+                ("clip_flip_rate", tolerance.max_clip_flip_rate),
+            )
+        ]  # fmt: skip
+        toml = folder / f"levels-{len(list(folder.iterdir()))}.toml"
+        toml.write_text("\n".join(checks))
+        found: dict[tuple[str, int], set[str]] = {}
+        for v in run_gate(db, toml).verdicts:
+            if v.outcome in ("ok", "threshold", "inconclusive"):
+                found.setdefault((v.run_id, v.check.staleness[0]), set()).add(v.outcome)
+        worst = {"threshold": "fail", "inconclusive": "inconclusive", "ok": "pass"}
+        return {key: next(worst[o] for o in worst if o in outcomes) for key, outcomes in found.items()}
+
+    return levels
 
 
 def expected_action(levels: dict[int, str], user_max: int | None = None) -> tuple[str, int | None]:
@@ -76,9 +87,9 @@ def expected_action(levels: dict[int, str], user_max: int | None = None) -> tupl
     [Tolerance(), Tolerance(0.03, 0.02, 400), Tolerance(0.5, 0.5, 400)],
     ids=["default", "loose", "lax"],
 )
-def test_each_run_is_judged_as_the_gate_judges_each_staleness(store, tolerance, request, tmp_path):
+def test_each_run_is_judged_as_the_gate_judges_each_staleness(store, tolerance, request, gate_levels):
     db = request.getfixturevalue(store)
-    levels = gate_levels(db, tolerance, tmp_path)
+    levels = gate_levels(db, tolerance)
     verdicts = judge_runs(db, METHOD, tolerance)
     assert verdicts and {v.run_id for v in verdicts} >= {run for run, _ in levels}
     for v in verdicts:
@@ -94,10 +105,10 @@ def test_the_planted_drift_is_do_not_ship(drifting_store):
 
 
 @pytest.mark.parametrize("user_max", [1, 3, 12])
-def test_the_users_max_staleness_bounds_what_is_judged(drifting_store, tmp_path, user_max):
+def test_the_users_max_staleness_bounds_what_is_judged(drifting_store, gate_levels, user_max):
     lax = Tolerance(0.5, 0.5, 400)  # every staleness with enough tokens passes
     for tolerance in (Tolerance(), lax):
-        levels = {s: o for (_, s), o in gate_levels(drifting_store, tolerance, tmp_path).items()}
+        levels = {s: o for (_, s), o in gate_levels(drifting_store, tolerance).items()}
         (v,) = judge_runs(drifting_store, tolerance=tolerance, max_staleness=user_max)
         assert (v.action, v.max_staleness) == expected_action(levels, user_max), (levels, v)
     if user_max == 12:  # staleness 9-12 never occurs in this run: shipping at 12 cannot be vouched for
