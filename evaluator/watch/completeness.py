@@ -2,9 +2,10 @@
 size, modification time and last bytes) and its markers, per format, from how each trainer writes them.
 
 - `token-log`: the hook writes each file under a temporary name and renames it into place
-  (`evaluator.logio.write_log_atomic`: `.NAME.XXXX.tmp`, fsync, rename to `NAME.parquet`), so a `*.parquet`
-  is whole when it appears. Any other writer of schema v1 counts once the file ends with Parquet's footer
-  magic `PAR1` (written last, so a file written in place is whole then too); hidden names are temporaries.
+  (`evaluator.logio.write_log_atomic`: `.NAME.parquet.XXXX.tmp`, fsync, rename to `NAME.parquet`), so a
+  `*.parquet` is whole when it appears. Any other writer of schema v1 counts once the file ends with
+  Parquet's footer magic `PAR1` (written last, so a file written in place is whole then too); hidden names
+  are temporaries.
 - `prime-rl` (PrimeIntellect-ai/prime-rl at 559b447): `TokenExporter._write` appends each record to
   `token_exports/step_N/rank_R.jsonl` (open, write, close); `train` (`src/prime_rl/trainer/rl/train.py`)
   calls `dist.barrier()` after the step's micro steps, then `TokenExporter.mark_stable` touches

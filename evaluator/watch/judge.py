@@ -94,8 +94,8 @@ def _excess(row: dict, figure: str) -> tuple:
 
 
 def _limit(tolerance: Tolerance, figure: str) -> float:
-    return {"gradient_mass_error": tolerance.max_gradient_mass_error}.get(
-        figure, tolerance.max_clip_flip_rate
+    return (
+        tolerance.max_gradient_mass_error if figure == "gradient_mass_error" else tolerance.max_clip_flip_rate
     )
 
 
