@@ -38,9 +38,10 @@ STAGES = {
     "replay": (6, ("evaluator.replay",)),
     "gate": (7, ("evaluator.gate",)),
     "read": (7, ("evaluator.summary", "evaluator.export", "evaluator.verdict")),
-    "apps": (8, ("evaluator.bench", "evaluator.demo")),
+    "watch": (8, ("evaluator.watch",)),
     "dashboard": (8, ("dashboard",)),
-    "cli": (9, ("evaluator.cli",)),
+    "apps": (9, ("evaluator.bench", "evaluator.demo")),
+    "cli": (10, ("evaluator.cli",)),
 }
 PREFIXES = {prefix: name for name, (_, prefixes) in STAGES.items() for prefix in prefixes}
 MAX_LINES = 330  # "under ~300": a module past this is split

@@ -17,6 +17,7 @@ from evaluator.cli.importing import import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
 from evaluator.cli.outputs import ReportFile
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
+from evaluator.cli.watch import watch_cmd
 from evaluator.inputs import Range
 from evaluator.options import Number
 
@@ -291,6 +292,7 @@ def query(db, sql, fmt) -> None:
 cli.add_command(import_cmd)
 cli.add_command(loss_command)
 cli.add_command(export_cmd)
+cli.add_command(watch_cmd)
 for command in (bench, train_demo, dashboard, demo):
     cli.add_command(command)
 
