@@ -11,7 +11,7 @@ import sys
 import click
 
 from evaluator import __version__
-from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
+from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say, terminal_width
 from evaluator.cli.exchange import export_cmd, import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
@@ -46,6 +46,22 @@ _max_staleness = click.option(
     type=click.IntRange(min=0),
     default=None,
     help="The trainer's maximum off-policyness (AReaL max_head_offpolicyness): staler tokens are an error.",
+)
+
+
+_judged_staleness = click.option(
+    "--max-staleness",
+    type=click.IntRange(min=0),
+    default=None,
+    help="S, the trainer's maximum staleness (AReaL max_head_offpolicyness): the approximation is judged at "
+    "each staleness 1 to S. Default: what replay recorded from the trainer's config (--loss-from) or its "
+    "own --max-staleness, else the log's largest staleness with enough tokens with prox_logp.",
+)
+_thresholds = click.option(
+    "--thresholds",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Thresholds file (TOML). Default: the bundled schemas/default_thresholds.toml.",
 )
 
 
@@ -101,15 +117,11 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
 
 @cli.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
-@click.option(
-    "--thresholds",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Thresholds file (TOML). Default: the bundled schemas/default_thresholds.toml.",
-)
+@_thresholds
 @click.option(
     "--run", "run_id", default=None, help="Judge only this run (default: every run in the database)."
 )
+@_judged_staleness
 @click.option(
     "--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here (one test case per check)."
 )
@@ -120,22 +132,22 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
     "--json", "json_path", type=click.Path(dir_okay=False), help="Write every verdict as JSON here."
 )
 @library_errors
-def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
-    """Judge the metrics in DB against the checks of a thresholds file.
+def gate(db, thresholds, run_id, max_staleness, junit, markdown, json_path) -> None:
+    """Judge the metrics in DB against the checks of a thresholds file, and say the decision on each run
+    first: ship, ship up to a staleness, do not ship (keep the recompute), or cannot tell yet.
 
     Exit code 0 when every check passes (warnings allowed), 1 when any check fails (including a metric
     the database lacks or too few tokens), 2 for a bad thresholds file, a missing database or a --run it
     does not hold.
     """
-    from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
-    from evaluator.gate.report import render_table, write_reports
-    from evaluator.summary import gate_verdict_text
+    from evaluator.gate import DEFAULT_THRESHOLDS
+    from evaluator.verdict import judge_db
+    from evaluator.verdict.report import render_table, write_reports
 
-    result = run_gate(db, thresholds or DEFAULT_THRESHOLDS, run=run_id)
-    say(render_table(result))
-    say("\n" + gate_verdict_text(result))
-    write_reports(result, junit=junit, markdown=markdown, json_path=json_path)
-    sys.exit(result.exit_code)
+    judgement = judge_db(db, thresholds or DEFAULT_THRESHOLDS, run=run_id, max_staleness=max_staleness)
+    say(render_table(judgement, terminal_width()))
+    write_reports(judgement, junit=junit, markdown=markdown, json_path=json_path)
+    sys.exit(judgement.result.exit_code)
 
 
 @cli.command()
@@ -179,6 +191,9 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
     choice = loss_choice(**loss_keys)
     say("\n".join(choice.lines()))
     echo = lambda outcome: say(outcome.line())  # noqa: E731
+    limit = choice.max_staleness
+    if max_staleness is not None:
+        limit = (max_staleness, f"--max-staleness {max_staleness} given to replay", "max_head_offpolicyness")
     report = replay_paths(
         paths,
         db,
@@ -186,6 +201,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
         progress=progress,
         loss=choice.loss,
         max_staleness=max_staleness,
+        staleness_limit=limit,
         ray=ray_address,
     )
     warnings = [f for f in report.findings if f.severity == "warning"]
@@ -226,40 +242,55 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
     show_default=True,
     help="--by decision: a staleness with fewer tokens is not judged for the safe staleness.",
 )
+@_thresholds
+@_judged_staleness
 @library_errors
 def summary(
-    db, run_id, by, method, metric, fmt, max_gradient_mass_error, max_clip_flip_rate, min_tokens
-) -> None:
+    db, run_id, by, method, metric, fmt, max_gradient_mass_error, max_clip_flip_rate, min_tokens, thresholds,
+    max_staleness,
+) -> None:  # fmt: skip
     """Print the public views of DB: n, mean, min, max, p50, p90, p99 of every metric (--by run,
     staleness or step), or the derived figures: AReaL's shipped pairing, the decision figures with each
-    method's safe staleness, the weight diagnostics, the engine mismatch floor.
+    method's safe staleness, the weight diagnostics, the engine mismatch floor. `--by decision` first says
+    the decision on each run, one line each, as `proxaudit gate` makes it (--thresholds, --max-staleness).
+    Tables fit the terminal's width (COLUMNS): columns that do not fit are left out, and said.
 
     A run none of whose tokens has prox_logp (the ground truth) has no error or decision figure: a line
-    says so (on stderr for json and csv). Exit code 0, or 2 for a missing database, an unknown run,
-    method or metric, and when such runs leave nothing to show.
+    says so (on stderr for json and csv). Exit code 0; 1 for a store that holds no run yet; 2 for a missing
+    database, an unknown run, method or metric, and when such runs leave nothing to show.
     """
-    from evaluator.summary import (
+    from evaluator.gate import DEFAULT_THRESHOLDS
+    from evaluator.text_table import wrapped
+    from evaluator.verdict.summary import (
         NOTES,
         compact,
+        decision_lines,
         render,
         require_rows,
+        stored_runs,
         summary_table,
         truth_notes,
-        verdict_text,
     )
     from schemas.store import Tolerance
 
+    if not stored_runs(db):
+        say(
+            f"no run in {db} yet: replay token logs into it first (proxaudit replay LOGS --db {db})", err=True
+        )
+        sys.exit(EXIT_FINDINGS)
     tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
     notes = truth_notes(db, run_id)
     require_rows(table, notes)
-    say(render(compact(table, by) if fmt == "table" else table, fmt), fmt)
+    width = terminal_width() if fmt == "table" else None
     if fmt == "table" and by == "decision":
-        say("\n" + verdict_text(db, tolerance, run_id, method))
+        lines = decision_lines(db, thresholds or DEFAULT_THRESHOLDS, run_id, max_staleness, tolerance)
+        say(wrapped("\n".join(lines), width) + "\n")
+    say(render(compact(table, by) if fmt == "table" else table, fmt, width), fmt)
     if by in NOTES and fmt == "table":
-        click.echo(f"\n{NOTES[by]}")
+        click.echo("\n" + wrapped(NOTES[by], width))
     if notes:
-        say("\n" + "\n".join(notes), err=fmt != "table")
+        say("\n" + wrapped("\n".join(notes), width), err=fmt != "table")
 
 
 @cli.command()
@@ -272,9 +303,10 @@ def query(db, sql, fmt) -> None:
     decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed. One statement
     that reads: SELECT (WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW and SUMMARIZE too); any other (DROP,
     CREATE, INSERT, SET, ...) is refused, exit 2."""
-    from evaluator.summary import query_table, render
+    from evaluator.verdict.query import query_table
+    from evaluator.verdict.summary import render
 
-    say(render(query_table(db, sql), fmt), fmt)
+    say(render(query_table(db, sql), fmt, terminal_width() if fmt == "table" else None), fmt)
 
 
 cli.add_command(import_cmd)

@@ -10,18 +10,21 @@ from evaluator.errors import UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.lossconfig.areal import areal_loss
 from evaluator.lossconfig.presets import PRESETS
+from evaluator.lossconfig.staleness import max_staleness
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
 
 
 @dataclass(frozen=True)
 class LossChoice:
-    """The loss, and what was read to get it: config keys used and ignored, and notes for the user."""
+    """The loss, and what was read to get it: config keys used and ignored, and notes for the user; the
+    trainer's maximum staleness where its config has it (`staleness.max_staleness`)."""
 
     loss: Loss
     used: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    max_staleness: tuple[int, str, str] | None = None
 
     def lines(self) -> list[str]:
         """What to tell the user: the loss in one line, then the keys read and ignored, then the notes."""
@@ -31,6 +34,8 @@ class LossChoice:
         if self.ignored:
             out.append("  ignored (no decision proxaudit models): " + ", ".join(self.ignored))
         out += [f"  note: {n}" for n in self.notes]
+        if self.max_staleness is not None:
+            out.append(f"  max staleness: {self.max_staleness[1]}: the gate judges staleness 1 to it")
         return out
 
 
@@ -57,7 +62,7 @@ def trainer_config(path: str | Path) -> LossChoice:
             "NeMo-RL's (loss_fn:) config; describe the loss in a TOML file for --loss instead"
         )
     loss, used, ignored, notes = reader(config, str(path))
-    return LossChoice(loss, used, ignored, notes)
+    return LossChoice(loss, used, ignored, notes, max_staleness(config, str(path)))
 
 
 def resolve(
