@@ -86,8 +86,8 @@ def run_demo(
     width: int | None = None,
 ) -> DemoResult:
     """Run the pipeline into `out/proxaudit.duckdb` (made afresh) and print each stage's result, tables
-    within `width` characters; the approximation is judged at each staleness 1 to `max_staleness` (None:
-    the log's largest with enough tokens)."""
+    within `width` characters; the approximation is judged at each staleness 1 to `max_staleness`, recorded
+    with the store (None: the log's largest with enough tokens)."""
     out.mkdir(parents=True, exist_ok=True)
     db = out / DB_NAME
     for stale in (db, db.with_name(DB_NAME + ".wal")):
@@ -104,8 +104,12 @@ def run_demo(
     reports = validation.reports
     echo(render_validation(reports, validation.findings, validation.checks))
     _banner(echo, f"replay into {db}")
-    replayed = replay(sources, db, on_file=lambda outcome: echo(outcome.line()), progress=None)
-    judgement = judge_db(db, DEFAULT_THRESHOLDS, max_staleness=max_staleness)
+    given = f"--max-staleness {max_staleness} given to demo"
+    limit = None if max_staleness is None else (max_staleness, given, "max_head_offpolicyness")
+    replayed = replay(
+        sources, db, on_file=lambda outcome: echo(outcome.line()), progress=None, staleness_limit=limit
+    )
+    judgement = judge_db(db, DEFAULT_THRESHOLDS)  # S recorded with the store: the dashboard's too
     _banner(echo, "the decision: may the approximation be shipped, and up to which staleness?")
     echo("\n".join([judgement.loss_line(), *(f"- {line}" for line in render_decisions(judgement))]))
     _banner(echo, "summary: does the error change the update? (decision figures per method)")

@@ -219,3 +219,33 @@ def test_replay_records_the_trainer_s_maximum_staleness_for_the_gate(tmp_path):
         cli, ["replay", str(log), "--db", str(db), "--max-staleness", "8", "--loss-from", str(config)]
     )
     assert judge_db(db).decisions[0].limit.value == 8
+
+
+KEYS = {  # a config: (value, where it was read, the key to set)
+    "areal": ({"rollout": {"max_head_offpolicyness": 2}, "actor": {}},
+              (2, "rollout.max_head_offpolicyness = 2 in c.yaml (AReaL)", "max_head_offpolicyness")),
+    "prime-rl": ({"orchestrator": {"max_off_policy_steps": 8}},
+                 (8, "orchestrator.max_off_policy_steps = 8 in c.yaml (prime-rl)", "max_off_policy_steps")),
+    "prime-rl orchestrator": ({"max_off_policy_steps": 0},
+                              (0, "max_off_policy_steps = 0 in c.yaml (prime-rl)", "max_off_policy_steps")),
+    "trl": ({"max_staleness": 4}, (4, "max_staleness = 4 in c.yaml (TRL)", "max_staleness")),
+    "absent": ({"rollout": {"consumer_batch_size": 8}, "actor": {}}, None),  # AReaL's default not assumed
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("config, expected", KEYS.values(), ids=KEYS)
+def test_the_trainer_s_maximum_staleness_is_read_by_its_real_key(config, expected):
+    from evaluator.lossconfig.staleness import max_staleness
+
+    assert max_staleness(config, "c.yaml") == expected
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "2", True])
+def test_a_maximum_staleness_that_is_not_a_count_is_an_error_naming_the_file_and_key(value):
+    from evaluator.errors import UsageError
+    from evaluator.lossconfig.staleness import max_staleness
+
+    with pytest.raises(
+        UsageError, match=r"^c\.yaml: rollout\.max_head_offpolicyness: .* must be an integer >= 0"
+    ):
+        max_staleness({"rollout": {"max_head_offpolicyness": value}}, "c.yaml")
