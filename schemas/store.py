@@ -197,8 +197,8 @@ ROLLOUT_CORR_COLUMNS = (
 """verl's names (its `rollout_corr/` keys without the prefix), with verl's definitions."""
 # The public views of views.sql, a stable interface, with their columns (a test checks them).
 PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
-    "run_summary": ("run_id", "method", "metric", *STATS, "mean_lower", "mean_upper"),
-    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS, "mean_lower", "mean_upper"),
+    "run_summary": ("run_id", "method", "metric", *STATS, *bounds("mean")),
+    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS, *bounds("mean")),
     "step_summary": ("run_id", "step", "method", "metric", *STATS),
     "step_staleness_summary": ("run_id", "step", "staleness", "method", "metric", "n", "mean", "min", "max"),
     "pairing_summary": (

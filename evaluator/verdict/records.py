@@ -6,7 +6,7 @@ from __future__ import annotations
 from evaluator.gate import Verdict
 from evaluator.verdict.decision import Decision
 from evaluator.verdict.words import sentence
-from schemas.figures import FLOOR, Observed, shown
+from schemas.figures import FLOOR, Observed, bounds, shown
 
 
 def observed_text(observed: Observed | None) -> str:
@@ -45,8 +45,8 @@ def observed_record(observed: Observed | None, prefix: str = "observed") -> dict
     o = observed or Observed(None)
     return {
         prefix: clean(o.value),
-        f"{prefix}_lower": clean(o.lower),
-        f"{prefix}_upper": clean(o.upper),
+        bounds(prefix)[0]: clean(o.lower),
+        bounds(prefix)[1]: clean(o.upper),
         f"{prefix}_confidence": o.confidence if o.has_interval else None,
     }
 
