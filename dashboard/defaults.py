@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schemas.thresholds import DEFAULT_THRESHOLDS, ThresholdsFormatError, load_thresholds
+from evaluator.errors import InputFileError, ThresholdsError
+from evaluator.gate.judge import load_thresholds
+from schemas.thresholds import DEFAULT_THRESHOLDS
 
 AREAL_OPTIONS = ("loglinear_shipped", "linear_shipped", "rollout")
 """AReaL's approximations (`ProxApproxMethod` in `areal/utils/constants.py`, inclusionAI/AReaL at 8a03296:
@@ -19,7 +21,7 @@ def gated_methods(thresholds: Path | None) -> list[str]:
     that does not parse (the Overview's banner says why)."""
     try:
         checks = load_thresholds(thresholds or DEFAULT_THRESHOLDS).checks
-    except ThresholdsFormatError:
+    except (ThresholdsError, InputFileError):
         return []
     return list(dict.fromkeys(c.method for c in checks if c.method))
 

@@ -422,7 +422,7 @@ def test_replay_stores_warnings_and_the_gate_reads_them(tmp_path):
     assert checks["theta_at_minibatch_0"] == "passed" and "undecided" in checks.values()
     (tmp_path / "t.toml").write_text('[[check]]\nfigure = "warnings"\nmax = 0\nmin_tokens = 0\n')
     gate = run_gate(db, tmp_path / "t.toml")
-    assert [(v.verdict, v.observed) for v in gate.verdicts] == [("fail", 1.0)]
+    assert [(v.verdict, v.value) for v in gate.verdicts] == [("fail", 1.0)]
 
 
 def test_replay_skips_the_files_of_an_error(tmp_path):

@@ -126,7 +126,7 @@ def breakdown(logs: Path, db: Path) -> str:
         replayed = cpu()
         judge_runs(db)
         judged = cpu()
-        run_trends(db, "loglinear_shipped")
+        run_trends(db, "loglinear_shipped", 0.01)
         done = cpu()
         gc.collect()
         rss = me.memory_info().rss / 2**20

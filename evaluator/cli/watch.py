@@ -11,7 +11,6 @@ import click
 from evaluator.cli.common import EXIT_USAGE, library_errors, say
 from evaluator.cli.exchange import DUMP_FORMATS, dump_options
 from evaluator.cli.loss import loss_choice, loss_options
-from schemas.store import METHODS
 
 EXIT_INTERRUPTED = 130
 
@@ -46,19 +45,15 @@ EXIT_INTERRUPTED = 130
     "--until-idle", is_flag=True, help="Exit 0 once the folders are idle and their last files are in."
 )
 @click.option(
-    "--method", type=click.Choice([m for m in METHODS if m != "ground_truth"]), default="loglinear_shipped",
-    show_default=True, help="The estimator you ship, judged beyond the engine floor.",
+    "--thresholds", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="The gate's thresholds file (TOML) each run is judged by, as `proxaudit gate` judges it. Default: "
+    "the bundled schemas/default_thresholds.toml (loglinear_shipped beyond the engine floor, 1%).",
 )  # fmt: skip
 @click.option(
-    "--max-staleness", type=click.IntRange(min=1), default=None,
-    help="The trainer's maximum off-policyness (AReaL max_head_offpolicyness): judged at staleness 1..N "
-    "[default: up to the largest with enough tokens]; staler tokens are an error.",
-)  # fmt: skip
-@click.option("--max-gradient-mass-error", type=float, default=0.01, show_default=True, help="Tolerance.")
-@click.option("--max-clip-flip-rate", type=float, default=0.01, show_default=True, help="Tolerance.")
-@click.option(
-    "--min-tokens", type=click.IntRange(min=1), default=1000, show_default=True,
-    help="A staleness with fewer tokens with prox_logp is not judged yet.",
+    "--max-staleness", type=click.IntRange(min=0), default=None,
+    help="S, the trainer's maximum off-policyness (AReaL max_head_offpolicyness): judged at staleness 1..S "
+    "and recorded with the store [default: what replay recorded, else the log's largest with enough "
+    "tokens]; staler tokens are an error.",
 )  # fmt: skip
 @click.option(
     "--import", "import_fmt", type=click.Choice(DUMP_FORMATS),
@@ -71,23 +66,23 @@ EXIT_INTERRUPTED = 130
 @loss_options
 @library_errors
 def watch_cmd(
-    paths, db, alerts, webhook, exit_on, interval, idle_after, until_idle, method, max_staleness,
-    max_gradient_mass_error, max_clip_flip_rate, min_tokens, import_fmt, out, run_id, trust_pickle,
-    update_weights_interval, resumed_at, **loss_keys,
+    paths, db, alerts, webhook, exit_on, interval, idle_after, until_idle, thresholds, max_staleness,
+    import_fmt, out, run_id, trust_pickle, update_weights_interval, resumed_at, **loss_keys,
 ) -> None:  # fmt: skip
     """Follow a training run: the token logs the hook writes into PATHS (or, with --import, a trainer's
-    dumps), each file replayed into DB once complete; after each, the run is judged again (the verdict on
-    --method beyond the engine floor at each staleness, and the trend of the gradient mass error over
-    steps), and each change of state is an alert: a line on stdout, in --alerts, to --webhook. A progress
-    line on stderr says what watch waits for. Restarting it ingests nothing twice and repeats no alert.
+    dumps), each file replayed into DB once complete; after each, the run is judged again (the decision
+    `proxaudit gate` makes under --thresholds: the gated method beyond the engine floor at each staleness
+    1..S; and the trend of the gradient mass error over steps), and each change of state is an alert: a
+    line on stdout, in --alerts, to --webhook. A progress line on stderr says what watch waits for.
+    Restarting it ingests nothing twice and repeats no alert.
 
     Exit code 1 at the first do_not_ship (or drift) with --exit-on, 0 once idle with --until-idle, 2 for a
     usage error or a DB of another loss, 130 on Ctrl-C.
     """
+    from evaluator.gate import load_thresholds
     from evaluator.importers.slime_versions import Versions
     from evaluator.watch.dumps import DumpImporter
     from evaluator.watch.loop import WatchOptions, watch
-    from schemas.store import Tolerance
 
     importer = None
     if import_fmt is None:
@@ -108,8 +103,8 @@ def watch_cmd(
     options = WatchOptions(
         paths=tuple(paths), db=db, importer=importer, alerts=alerts, webhook=webhook,
         exit_on=frozenset(exit_on), interval=interval, idle_after=idle_after, until_idle=until_idle,
-        method=method, max_staleness=max_staleness, loss=choice.loss,
-        tolerance=Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens),
+        thresholds=load_thresholds(thresholds) if thresholds else None, max_staleness=max_staleness,
+        loss=choice.loss,
     )  # fmt: skip
     try:
         code = watch(options)

@@ -24,12 +24,12 @@ from evaluator.validate.report import findings_lines
 from evaluator.watch.alerts import Alert, AlertMachine
 from evaluator.watch.completeness import Entry, Split, split
 from evaluator.watch.dumps import DumpImporter
-from evaluator.watch.judge import DEFAULT_METHOD, RunVerdict, judge_runs
+from evaluator.watch.judge import RunVerdict, default_thresholds, gated, judge_runs
 from evaluator.watch.listing import Lister
 from evaluator.watch.progress import Status, progress_text
 from evaluator.watch.sinks import AlertsFile, Webhook, state
 from evaluator.watch.trends import RunTrend, run_trends
-from schemas.store import DEFAULT_TOLERANCE, Tolerance
+from schemas.thresholds import Thresholds
 
 EXIT_ON = ("fail", "trend")
 """`fail`: stop at the first `do_not_ship` verdict; `trend`: at the first drift found (exit code 1)."""
@@ -50,9 +50,10 @@ class WatchOptions:
     """no file changed for this long: an `idle` alert, and the run counts as ended"""
     until_idle: bool = False
     """stop once the run has ended and its last files are in"""
-    method: str = DEFAULT_METHOD
+    thresholds: Thresholds | None = None
+    """the gate's checks each run is judged by (None: the default thresholds)"""
     max_staleness: int | None = None
-    tolerance: Tolerance = DEFAULT_TOLERANCE
+    """S, the trainer's maximum staleness: judged 1..S, recorded with the store (None: the log's)"""
     loss: Loss = DEFAULT_LOSS
 
 
@@ -158,8 +159,12 @@ class Watcher:
     def _judge(self) -> list[Alert]:
         o = self.options
         try:
-            self.verdicts = judge_runs(o.db, o.method, o.tolerance, o.max_staleness)
-            self.trends = run_trends(o.db, o.method, o.tolerance, o.max_staleness)
+            thresholds = o.thresholds or default_thresholds()
+            self.verdicts = judge_runs(o.db, thresholds, o.max_staleness)
+            gate = gated(thresholds)
+            self.trends = (
+                run_trends(o.db, gate.method, gate.tolerance, o.max_staleness) if gate.method else []
+            )
         except StoreBusy as error:  # judged again at the next look
             self.status.echo(f"{error}; judging again in {o.interval:g} s", err=True)
             self.judged = False

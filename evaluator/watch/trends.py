@@ -12,8 +12,7 @@ import numpy as np
 
 from evaluator.formulas.trend import Trend, step_figure, trend
 from evaluator.store import open_store
-from evaluator.verdict import percent
-from schemas.store import DEFAULT_TOLERANCE, Tolerance
+from schemas.figures import shown
 
 FLOOR = "engine floor"
 """The subject of the floor's trend (a method's is the method's name)."""
@@ -35,28 +34,26 @@ class RunTrend:
         what = "the engine floor's gradient mass error" if self.subject == FLOOR else (
             f"{self.subject}'s gradient mass error beyond the engine floor"
         )  # fmt: skip
-        rise = f"rises by {percent(t.slope)} (95%: {percent(t.lower)} to {percent(t.upper)}) per step"
+        rise = f"rises by {_percent(t.slope)} (95%: {_percent(t.lower)} to {_percent(t.upper)}) per step"
         if t.crossing is None:
             where = "and does not head for the tolerance"
         elif t.crossed:
-            where = f"and its fit met the tolerance {percent(t.tolerance)} at step {t.crossing:.0f}"
+            where = f"and its fit met the tolerance {_percent(t.tolerance)} at step {t.crossing:.0f}"
         else:
-            where = f"and its fit meets the tolerance {percent(t.tolerance)} at about step {t.crossing:.0f}"
+            where = f"and its fit meets the tolerance {_percent(t.tolerance)} at about step {t.crossing:.0f}"
         return f"{what} {rise} over steps {t.first_step}-{t.last_step}, {where}"
 
 
 def run_trends(
-    db: str | os.PathLike,
-    method: str,
-    tolerance: Tolerance = DEFAULT_TOLERANCE,
-    max_staleness: int | None = None,
+    db: str | os.PathLike, method: str, tolerance: float, max_staleness: int | None = None
 ) -> list[RunTrend]:
-    """The floor's and `method`'s excess trends of every run with enough steps (read-only)."""
+    """The floor's and `method`'s excess trends of every run with enough steps (read-only), each against
+    `tolerance`, a bound on the gradient mass error."""
     top = 2**31 - 1 if max_staleness is None else max_staleness
     with open_store(db) as con:
         floor = _step_sums(con, "rollout", 0, 0)
         approx = _step_sums(con, method, 1, top)
-    limit = tolerance.max_gradient_mass_error
+    limit = tolerance
     found = []
     for run in sorted(floor):
         f_steps, f_moved, f_mass = floor[run]
@@ -82,3 +79,7 @@ def _step_sums(con, method: str, lo: int, hi: int) -> dict[str, tuple[np.ndarray
     runs = np.asarray(sums["run_id"], dtype=object)
     steps, moved, mass = (np.ma.filled(sums[c].astype(np.float64), np.nan) for c in ("step", "moved", "mass"))
     return {str(run): (steps[runs == run], moved[runs == run], mass[runs == run]) for run in np.unique(runs)}
+
+
+def _percent(x: float) -> str:
+    return shown(x, "percent")
