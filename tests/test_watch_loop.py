@@ -70,7 +70,8 @@ def test_files_go_in_as_they_arrive_and_idle_folders_end_the_run(tmp_path):
     ingested = [line for line in lines.lines if ": ingested (" in line]
     assert len(ingested) == 1 and ingested[0].startswith(str(tmp_path / "logs" / RUN.file_name(0)))
     assert "1 complete (1 ingested by this watch), 1 being written" in lines.shown[-1]
-    assert kinds(tmp_path / "alerts.jsonl") == [("verdict", "undecided")]
+    # step 0 holds staleness 0 alone: judged at S = 0, where every estimate is behave_logp (the gate's rule)
+    assert kinds(tmp_path / "alerts.jsonl") == [("verdict", "ship")]
     temporary.unlink()
     RUN.write_file(tmp_path / "logs", 1)
     clock.now += 5
