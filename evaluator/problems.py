@@ -87,6 +87,21 @@ SEVERITY: dict[str, Severity] = {
     "reward_varies": "warning",
     "prox_logp_zero": "warning",
     "no_ground_truth": "warning",
+    "logp_sentinel": "error",
+    "logp_low_precision": "warning",
+    "logp_per_sequence": "error",
+    "prox_logp_partial": "error",
+    "advantage_partial": "warning",
+    "reward_partial": "warning",
+    "token_id_negative": "error",
+    "behave_mixed_source": "warning",
+    "behave_below_prox": "warning",
+    "drift_follows_step": "warning",
+    "versions_slower_than_steps": "warning",
+    "token_id_differs_across_minibatches": "error",
+    "behave_differs_across_minibatches": "error",
+    "advantage_differs_across_minibatches": "warning",
+    "reward_differs_across_minibatches": "warning",
 }
 """Every data-driven finding (`evaluator.validate.findings`) and its severity (the docs list each; a test
 checks it)."""

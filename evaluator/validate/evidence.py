@@ -23,8 +23,10 @@ import pyarrow as pa
 
 from evaluator.duck import connect
 from evaluator.formulas.gradients import LOG_WEIGHT_MAX
-from evaluator.validate import groups, segments, shapes
+from evaluator.validate import columns, groups, repeats, segments, shapes
 from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
+from evaluator.validate.columns import SENTINEL
+from schemas.token_log import LOGP_COLUMNS
 
 KEYS: dict[str, tuple[str, ...]] = {
     "cells": ("run_id", "step", "minibatch", "staleness"),
@@ -38,6 +40,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "roll": ("run_id", "shift"),
     "repeats": ("run_id",),
     "groups": ("run_id", "size"),
+    "columns": ("run_id", "name"),
 }
 """Each table of the evidence and its key; the other columns add up over files (`examples`: kept)."""
 PLACEHOLDER_THETA = -0.1
@@ -62,6 +65,7 @@ class Evidence:
 
 def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
     prox = "prox_logp" if "prox_logp" in usable else "NULL::DOUBLE"
+    graded = f"loss_mask AND behave_logp < {segments.COMPARABLE}"  # exact equalities judged there only
     return con.sql(f"""
         SELECT run_id, step, minibatch, max(n_minibatches)::INTEGER AS n_minibatches,
                min(n_minibatches)::INTEGER AS n_minibatches_min,
@@ -84,8 +88,26 @@ def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
                    AS behave_zero,
                count(*) FILTER (WHERE loss_mask AND {prox} = 0) AS prox_is_zero,
                count(*) FILTER (WHERE loss_mask AND {prox} IS NOT NULL AND behave_logp = 0) AS behave_is_zero,
+               coalesce(sum(behave_logp - {prox}) FILTER (WHERE loss_mask), 0) AS signed_drift,
+               count(*) FILTER (WHERE {graded}) AS n_cmp,
+               count({prox}) FILTER (WHERE {graded}) AS n_cmp_prox,
+               count(*) FILTER (WHERE {graded} AND behave_logp = {prox}) AS behave_is_prox_cmp,
+               count(*) FILTER (WHERE {graded} AND behave_logp = theta_logp) AS behave_is_theta_cmp,
+               {_sentinels(usable)},
+               {"count(token_id)" if "token_id" in usable else "0"} AS n_token,
+               {"count(*) FILTER (WHERE token_id < 0)" if "token_id" in usable else "0"} AS token_negative,
                min(seq_id) AS example_seq, arg_min(pos, seq_id) AS example_pos
         FROM src GROUP BY run_id, step, minibatch, staleness""").to_arrow_table()
+
+
+def _sentinels(usable: frozenset[str]) -> str:
+    """Per log-prob column, the loss tokens at or below `SENTINEL` (0 for a column the file lacks)."""
+    return ", ".join(
+        f"count(*) FILTER (WHERE loss_mask AND {c} <= {SENTINEL}) AS sentinel_{c}"
+        if c in usable
+        else f"0 AS sentinel_{c}"
+        for c in LOGP_COLUMNS
+    )
 
 
 def gather(con: duckdb.DuckDBPyConnection, usable: frozenset[str], n_rows: int) -> tuple[Evidence, list[str]]:
@@ -110,6 +132,8 @@ def from_sample(sample: BlockSample) -> Evidence:
     mask, mask_hist = shapes.mask_shape(sample, r)
     group_table, group_examples = groups.group_stats(sample, r)
     proximal_t, pairs, refresh, pt_examples = segments.proximal_t_tables(sample)
+    repeat_table, repeat_examples = repeats.repeat_tables(sample, r)
+    column_table, column_examples = columns.column_tables(sample)
     tables = {
         "proximal_t": proximal_t,
         "segment_pairs": pairs,
@@ -119,10 +143,12 @@ def from_sample(sample: BlockSample) -> Evidence:
         "advantage": shapes.advantage_shape(sample, r),
         "movement": shapes.movement(sample, r),
         "roll": shapes.roll(sample, r),
-        "repeats": shapes.repeats(sample, r),
+        "repeats": repeat_table,
         "groups": group_table,
+        "columns": column_table,
     }
-    examples = pa.concat_tables([shapes.examples(sample, r), group_examples, pt_examples])
+    parts = [shapes.examples(sample, r), group_examples, pt_examples, repeat_examples, column_examples]
+    examples = pa.concat_tables(parts)
     return Evidence(tables, examples)
 
 
