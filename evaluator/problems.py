@@ -88,6 +88,7 @@ SEVERITY: dict[str, Severity] = {
     "prox_logp_zero": "warning",
     "no_ground_truth": "warning",
     "logp_sentinel": "error",
+    "logp_placeholder": "warning",
     "logp_low_precision": "warning",
     "logp_per_sequence": "error",
     "prox_logp_partial": "error",

@@ -7,11 +7,22 @@ from __future__ import annotations
 import polars as pl
 
 from evaluator.problems import Finding
-from evaluator.validate.columns import SENTINEL
-from evaluator.validate.evidence import RunEvidence
+from evaluator.validate.columns import PARTNER, SENTINEL
+from evaluator.validate.evidence import PLACEHOLDER_THETA, RunEvidence
 from evaluator.validate.verdicts import MIN_RESPONSES, MIN_TOKENS, Undecided, Verdict, too_few
 from schemas.token_log import LOGP_COLUMNS
 
+REPEATED = 0.02
+"""One log-prob value below -0.01 held by 2%+ of a column's tokens (the clean runs' most frequent value:
+at most 0.55%, a context repeated in a group) ..."""
+FAR = 1.5
+"""... on tokens 1.5x as far from another forward's log-prob of them (theta's, or behave's) as the
+column's tokens are on average: a fill value lands anywhere, while a value repeated because its context
+repeats (a collapsed policy's) sits within the drift of the other forward's."""
+TRAINER_ZEROS = 0.01
+"""Trained tokens whose prox_logp (or theta_logp) is exactly 0 while the engine's log-prob, and prox's
+for theta, is below -0.1: none on the clean runs; 1% is a placeholder (a pad or a first position the
+shifted logits do not cover), not a forward's log-prob."""
 LOW_PRECISION = 0.9
 """Log-probs below -0.01 on the float16 grid (the 13 lowest bits of the float32 zero): a float32 value lands
 there once in 8,192 (the clean runs: 0.7% to 1.1%, values of few significant bits); 90% or more were
@@ -56,6 +67,51 @@ def sentinel(e: RunEvidence, _) -> Verdict:
         f"where {column} is filled for tokens without a log-prob (SkyRL fills -9999, a masked_fill of -1e4 "
         "or float32's minimum): such tokens belong out of the loss (loss_mask false), or need their real "
         "log-prob",
+    )  # fmt: skip
+
+
+def placeholder(e: RunEvidence, _) -> Verdict:
+    """logp_placeholder: prox_logp or theta_logp exactly 0 where the other log-probs find the token
+    unlikely; or one log-prob value on many unrelated tokens (a fill value)."""
+    n = int(e.cells["n"].sum())
+    if undecided := too_few(n, "loss tokens"):
+        return undecided
+    for column, count, base in (("prox_logp", "prox_zero", "n_prox"), ("theta_logp", "theta_zero", "n")):
+        zero, of = int(e.cells[count].sum()), int(e.cells[base].sum())
+        if of and zero >= TRAINER_ZEROS * of:
+            return _placeholder(
+                e,
+                column,
+                zero,
+                of,
+                f"exactly 0 (probability 1) while behave_logp is below {PLACEHOLDER_THETA}",
+                e.cell_examples(pl.col(count) > 0),
+            )
+    by = _columns(e, "graded", "mode_n", "mode_gap", "pair_n", "pair_gap").filter(
+        pl.col("graded") >= MIN_TOKENS
+    )
+    far = (pl.col("mode_gap") / pl.col("mode_n")) >= FAR * pl.col("pair_gap") / pl.col("pair_n")
+    one = by.filter((pl.col("mode_n") >= REPEATED * pl.col("graded")) & (pl.col("pair_n") > 0) & far)
+    if one.is_empty():
+        return None
+    row = one.row(0, named=True)
+    column, at, of = row["name"], int(row["mode_n"]), int(row["graded"])
+    gap, usual = row["mode_gap"] / at, row["pair_gap"] / row["pair_n"]
+    what = (
+        f"one and the same value, {gap:.3g} nats on average from their {PARTNER[column]} (against "
+        f"{usual:.3g} on the other tokens)"
+    )
+    return _placeholder(e, column, at, of, what, e.example(f"mode:{column}"))
+
+
+def _placeholder(e: RunEvidence, column: str, at: int, of: int, what: str, examples: tuple) -> Finding:
+    return Finding(
+        "logp_placeholder", e.run_id, column, at,
+        f"{at:,} of {of:,} tokens have {column} {what}: a placeholder, not a forward's log-prob of the token",
+        at / of, f">= {TRAINER_ZEROS:.0%} of the tokens (one value: >= {REPEATED:.0%}, {FAR:g}x as far)",
+        examples,
+        f"how {column} is filled and laid out against the tokens: a pad or fill value at positions the "
+        "shifted logits do not cover (the first or last), a clamp, or tokens no forward scored",
     )  # fmt: skip
 
 

@@ -33,32 +33,25 @@ _COVERED = ("prox_logp", "advantage", "reward")
 _FP16_BITS, _BF16_BITS = 13, 16  # float32 mantissa bits a float16 / bfloat16 value leaves zero
 
 
+_COUNTS = (
+    "graded", "on_fp16", "on_bf16", "spans", "constant", "mode_n", "mode_gap", "pair_n", "pair_gap",
+    "covered", "partial",
+)  # fmt: skip
+PARTNER = {"behave_logp": "theta_logp", "prox_logp": "behave_logp", "theta_logp": "behave_logp",
+            "proximal_t_logp": "theta_logp"}  # fmt: skip
+"""The log-prob a column's repeated value is compared with: another forward's, on the same token."""
+
+
 def column_tables(s: BlockSample) -> tuple[pa.Table, pa.Table]:
-    """(per (run, name): graded, on_fp16, on_bf16, spans, constant, covered, partial; examples)."""
+    """(per (run, name): the counts of `_COUNTS`; examples)."""
     k = len(s.run_ids)
     parts, rows = [], []
     for column in dict.fromkeys((*LOGP_COLUMNS, *_COVERED)):
-        counts = {
-            name: np.zeros(k)
-            for name in ("graded", "on_fp16", "on_bf16", "spans", "constant", "covered", "partial")
-        }
-        values = s.x[column]
+        counts = {name: np.zeros(k) for name in _COUNTS}
         if column in LOGP_COLUMNS:
-            precision, on_grid = _precision(s, values)
-            counts.update(precision)
-            rows += [
-                (f"grid:{column}", s.resp[i], int(s.x["pos"][i])) for i in np.flatnonzero(on_grid)[:EXAMPLES]
-            ]
-            spans, constant = _one_value(s, values)
-            counts["spans"], counts["constant"] = _per_run(s, s.first(s.run), spans, constant)
-            rows += [(f"constant:{column}", i, 0) for i in np.flatnonzero(constant)[:EXAMPLES]]
-            placeholder = (s.x["loss_mask"] > 0) & (values <= SENTINEL)
-            rows += [
-                (f"sentinel:{column}", s.resp[i], int(s.x["pos"][i]))
-                for i in np.flatnonzero(placeholder)[:EXAMPLES]
-            ]
+            rows += _logp_counts(s, column, counts)
         if column in _COVERED:
-            covered, partial, at = _coverage(s, values)
+            covered, partial, at = _coverage(s, s.x[column])
             counts["covered"], counts["partial"] = _per_run(s, s.first(s.run), covered, partial)
             rows += [(f"partial:{column}", i, int(at[i])) for i in np.flatnonzero(partial)[:EXAMPLES]]
         names = {"run_id": pa.array(s.run_ids, pa.string()), "name": pa.array([column] * k, pa.string())}
@@ -66,6 +59,47 @@ def column_tables(s: BlockSample) -> tuple[pa.Table, pa.Table]:
     negative = np.flatnonzero(s.x["token_id"] < 0)[:EXAMPLES]
     rows += [("token_negative", s.resp[i], int(s.x["pos"][i])) for i in negative]
     return pa.concat_tables(parts), example_table(s, rows)
+
+
+def _logp_counts(s: BlockSample, column: str, counts: dict[str, np.ndarray]) -> list[tuple[str, int, int]]:
+    """Fill `counts` with a log-prob column's precision, per-token and repeated-value counts; its
+    example rows (kind, response, pos)."""
+    values = s.x[column]
+    precision, on_grid = _precision(s, values)
+    counts.update(precision)
+    spans, constant = _one_value(s, values)
+    counts["spans"], counts["constant"] = _per_run(s, s.first(s.run), spans, constant)
+    at_mode, repeated = _repeated_value(s, values, s.x[PARTNER[column]])
+    counts.update(repeated)
+    placeholder = (s.x["loss_mask"] > 0) & (values <= SENTINEL)
+    at = {f"grid:{column}": on_grid, f"sentinel:{column}": placeholder, f"mode:{column}": at_mode}
+    rows = [
+        (kind, s.resp[i], int(s.x["pos"][i])) for kind, w in at.items() for i in np.flatnonzero(w)[:EXAMPLES]
+    ]
+    return rows + [(f"constant:{column}", i, 0) for i in np.flatnonzero(constant)[:EXAMPLES]]
+
+
+def _repeated_value(s: BlockSample, values: np.ndarray, partner: np.ndarray):
+    """(rows at each run's most frequent log-prob below COMPARABLE; per run: how many rows hold it
+    (`mode_n`) and the sum of |partner - value| over them (`mode_gap`), against every graded row with a
+    partner (`pair_n`, `pair_gap`)). Another forward's log-prob of the same token sits near a model's
+    value (within the drift), but anywhere against a fill value given to unrelated tokens."""
+    k = len(s.run_ids)
+    graded = np.isfinite(values) & (values < COMPARABLE)
+    at_mode = np.zeros(len(values), dtype=bool)
+    if graded.any():
+        g = np.flatnonzero(graded)
+        key, count = np.unique(np.stack([s.run[g], values[g]]), axis=1, return_counts=True)
+        order = np.lexsort((-count, key[0]))  # per run, its most frequent value first
+        first = order[np.r_[True, key[0][order][1:] != key[0][order][:-1]]]
+        mode = np.full(k, np.nan)
+        mode[key[0][first].astype(np.int64)] = key[1][first]
+        at_mode = graded & (values == mode[s.run])
+    paired = graded & np.isfinite(partner)
+    gap = np.where(paired, np.abs(partner - values), 0.0)
+    mode_n, mode_gap, pair_n, pair_gap = _per_run(s, s.run, at_mode, np.where(at_mode & paired, gap, 0.0),
+                                                  paired, gap)  # fmt: skip
+    return at_mode, {"mode_n": mode_n, "mode_gap": mode_gap, "pair_n": pair_n, "pair_gap": pair_gap}
 
 
 def _per_run(s: BlockSample, run: np.ndarray, *flags: np.ndarray) -> list[np.ndarray]:

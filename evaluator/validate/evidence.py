@@ -93,6 +93,10 @@ def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
                count({prox}) FILTER (WHERE {graded}) AS n_cmp_prox,
                count(*) FILTER (WHERE {graded} AND behave_logp = {prox}) AS behave_is_prox_cmp,
                count(*) FILTER (WHERE {graded} AND behave_logp = theta_logp) AS behave_is_theta_cmp,
+               count(*) FILTER (WHERE loss_mask AND {prox} = 0 AND behave_logp < {PLACEHOLDER_THETA})
+                   AS prox_zero,
+               count(*) FILTER (WHERE loss_mask AND theta_logp = 0 AND behave_logp < {PLACEHOLDER_THETA}
+                   AND coalesce({prox}, -1) < {PLACEHOLDER_THETA}) AS theta_zero,
                {_sentinels(usable)},
                {"count(token_id)" if "token_id" in usable else "0"} AS n_token,
                {"count(*) FILTER (WHERE token_id < 0)" if "token_id" in usable else "0"} AS token_negative,

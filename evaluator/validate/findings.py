@@ -53,6 +53,7 @@ CHECKS = (
     Check("ground_truth", ("no_ground_truth",), no_truth.no_ground_truth),
     Check("prox_logp_zero", ("prox_logp_zero",), zero_prox.prox_logp_zero),
     Check("logp_sentinel", ("logp_sentinel",), check_values.sentinel),
+    Check("logp_placeholder", ("logp_placeholder",), check_values.placeholder),
     Check("logp_precision", ("logp_low_precision",), check_values.precision),
     Check("logp_per_token", ("logp_per_sequence",), check_values.per_token),
     Check(
@@ -119,10 +120,19 @@ THETA_READERS = frozenset(
     {"theta_not_prox_at_minibatch_0", "theta_equals_prox", "theta_gap_order", "advantage_against_movement"}
 )
 """The findings read from theta (its gap to prox, its movement)."""
+PROXIMAL_T_REFRESH = frozenset({"proximal_t_not_updated", "proximal_t_partial_update"})
+"""The findings read from proximal_t equal to behave bit for bit (a fill value in both is equal too)."""
 EXPLAINS = {
-    "logp_sentinel": DRIFT_READERS | THETA_READERS | {"loss_mask_movement", "proximal_t_last_segment"},
-    "logp_per_sequence": DRIFT_READERS | THETA_READERS | {"loss_mask_movement", "proximal_t_last_segment"},
+    "logp_sentinel": DRIFT_READERS
+    | THETA_READERS
+    | {"loss_mask_movement", "proximal_t_last_segment"}
+    | {"logp_placeholder"},
+    "logp_per_sequence": DRIFT_READERS
+    | THETA_READERS
+    | {"loss_mask_movement", "proximal_t_last_segment"}
+    | {"logp_placeholder"},
     "prox_logp_partial": DRIFT_READERS | THETA_READERS,
+    "logp_placeholder": DRIFT_READERS | THETA_READERS | PROXIMAL_T_REFRESH,
     "prox_logp_zero": DRIFT_READERS | THETA_READERS - {"advantage_against_movement"},
     "behave_placeholder": DRIFT_READERS - {"behave_below_prox"} | {"proximal_t_last_segment"},
     "theta_not_prox_at_minibatch_0": {"theta_equals_prox", "theta_gap_order"},

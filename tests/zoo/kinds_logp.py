@@ -84,6 +84,23 @@ def _engine_stuck(t):
     return put(t, behave_logp=stuck)
 
 
+def _behave_clamped(t):
+    """Log-probs clamped at a floor (-3) to keep -inf out of the loss: every token below it at -3."""
+    return _engine(t, lambda lp: np.maximum(lp, -3.0))
+
+
+def _prox_first_position_padded(t):
+    """The trainer's logits shifted for next-token prediction and left-padded with a row of zeros: the
+    first response token's log-prob is the uniform one, -log(vocab), in prox and theta alike."""
+    first, uniform = col(t, "pos") == 0, -np.log(49152.0)
+    prox = col(t, "prox_logp")
+    return put(
+        t,
+        prox_logp=np.where(first & ~np.isnan(prox), uniform, prox),
+        theta_logp=np.where(first, uniform, col(t, "theta_logp")),
+    )
+
+
 def _behave_sequence_sum(t):
     return put(t, behave_logp=per_response(t, col(t, "behave_logp").astype(float)))
 
@@ -195,6 +212,19 @@ KINDS = (
         citation="huggingface/trl#5312; huggingface/trl#5932; marin-community/marin#1829",
         invariant="the drift |prox - behave| grows with staleness, not with the step at a given staleness",
         plant=_engine_stuck,
+    ),
+    Kind(
+        "log-probs clamped at a floor", "logp_placeholder", "behave_logp",
+        citation="dphnAI/sonar#329 (logprobs normalised not to go below -1000); PyAutoLabs/PyAutoFit#1533",
+        invariant="a log-prob is the model's, not a fill value shared by unrelated tokens",
+        plant=_behave_clamped, bases=("synthetic", "smollm2", "toy"),
+    ),
+    Kind(
+        "trainer logits left-padded at the first position (shifted for next-token prediction)",
+        "logp_placeholder", "prox_logp",
+        citation="PrimeIntellect-ai/prime-rl#606 (review: `torch.cat([zeros, logits[:, :-1]])`)",
+        invariant="a log-prob is the forward's of its own token, not a fill value shared by unrelated tokens",
+        plant=_prox_first_position_padded, bases=("synthetic", "smollm2", "toy"),
     ),
     Kind(
         "a sequence's log-prob (its sum) written on every token", "logp_per_sequence", "behave_logp",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.zoo.edits import chosen, col, from_end, put, responses
+from tests.zoo.edits import chosen, col, from_end, log_sigmoid, logit, put, responses
 from tests.zoo.kind import Kind
 
 
@@ -42,11 +42,12 @@ def _tool_tokens_trained(t):
 
 
 def _loss_sign_flipped(t):
-    """The loss negated twice: the updates move the policy against the advantage (theta reflected about
-    prox after minibatch 0)."""
+    """The loss negated twice: the updates move the policy against the advantage (theta's logit reflected
+    about prox's after minibatch 0)."""
     prox, theta = col(t, "prox_logp"), col(t, "theta_logp")
     moved = (col(t, "minibatch") > 0) & ~np.isnan(prox)
-    return put(t, theta_logp=np.where(moved, np.minimum(2 * prox - theta, 0.0), theta))
+    reflected = log_sigmoid(2 * logit(np.nan_to_num(prox, nan=-1.0)) - logit(theta))
+    return put(t, theta_logp=np.where(moved, reflected, theta))
 
 
 def _nan_for_equal_rewards(t):
