@@ -35,7 +35,6 @@ from evaluator.validate import (
     check_values,
     check_versions,
     columns,
-    evidence,
     findings,
     groups,
     repeats,
@@ -352,8 +351,7 @@ def test_every_finding_is_documented(repo_root):
 
 THRESHOLD_MODULES = (
     verdicts, check_minibatch, check_logp, check_versions, check_proximal_t, check_mask, check_advantage,
-    check_values, check_repeats, columns, repeats, groups, segments, shapes, block_sample, evidence,
-    zero_prox,
+    check_values, check_repeats, columns, repeats, groups, segments, shapes, block_sample, zero_prox,
 )  # fmt: skip
 
 

@@ -80,7 +80,7 @@ def _mixed_source(e: RunEvidence, stale: pl.DataFrame) -> Verdict:
             f"({same / n:.1%}): two policies of different versions never agree to the last bit, so on those "
             f"tokens behave_logp is the trainer's {other}, not the engine's",
             same / n, f">= {MIXED_SHARE:.0%} of the stale tokens",
-            e.cell_examples((pl.col("staleness") >= 1) & (pl.col(column) > 0)),
+            e.example(f"equal:{other}") or e.cell_examples((pl.col("staleness") >= 1) & (pl.col(column) > 0)),
             f"where the engine returned no log-prob (a failed or aborted request, a length mismatch, tool "
             f"tokens): the adapter fills them from {other} instead of leaving those tokens out of the loss",
         )  # fmt: skip

@@ -85,7 +85,7 @@ def placeholder(e: RunEvidence, _) -> Verdict:
                 zero,
                 of,
                 f"exactly 0 (probability 1) while behave_logp is below {PLACEHOLDER_THETA}",
-                e.cell_examples(pl.col(count) > 0),
+                e.example(f"zero:{column}") or e.cell_examples(pl.col(count) > 0),
             )
     by = _columns(e, "graded", "mode_n", "mode_gap", "pair_n", "pair_gap").filter(
         pl.col("graded") >= MIN_TOKENS

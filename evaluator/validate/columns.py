@@ -10,8 +10,8 @@ some of a response's trained tokens but not the others. Per (run, column), count
 - per-token values: responses with 3+ log-probs, all below `COMPARABLE`, and how many carry one value on
   every token;
 - coverage: responses with the column on some trained token, and how many lack it on others;
-- examples of placeholder log-probs (at or below `SENTINEL`, counted over every row in the cells) and of
-  negative token ids.
+- examples of what the cells count over every row: placeholder log-probs (at or below `SENTINEL`), negative
+  token ids, behave bit-equal to prox or theta, prox or theta exactly 0 where behave is not.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ SENTINEL = -1000.0
 """A log-prob at or below this is a placeholder, never a model's: logits 1000 apart are beyond any float32
 forward (the clean runs' lowest is -20; a collapsed tiny policy's prox -150), while trainers fill missing
 log-probs with -9999 (SkyRL) or a masked_fill of -1e4, -1e9 or float32's minimum."""
+PLACEHOLDER_THETA = -0.1
+"""A trained token whose behave_logp is exactly 0 (probability 1) while the trainer gives it under 0.9
+has no engine log-prob: a placeholder (0 on none of the clean runs' tokens)."""
 _COVERED = ("prox_logp", "advantage", "reward")
 """Optional columns that, where a response has them, belong on every one of its trained tokens."""
 _FP16_BITS, _BF16_BITS = 13, 16  # float32 mantissa bits a float16 / bfloat16 value leaves zero
@@ -56,9 +59,22 @@ def column_tables(s: BlockSample) -> tuple[pa.Table, pa.Table]:
             rows += [(f"partial:{column}", i, int(at[i])) for i in np.flatnonzero(partial)[:EXAMPLES]]
         names = {"run_id": pa.array(s.run_ids, pa.string()), "name": pa.array([column] * k, pa.string())}
         parts.append(pa.table({**names, **{c: v.astype(np.float64) for c, v in counts.items()}}))
-    negative = np.flatnonzero(s.x["token_id"] < 0)[:EXAMPLES]
-    rows += [("token_negative", s.resp[i], int(s.x["pos"][i])) for i in negative]
-    return pa.concat_tables(parts), example_table(s, rows)
+    return pa.concat_tables(parts), example_table(s, rows + _token_examples(s))
+
+
+def _token_examples(s: BlockSample) -> list[tuple[str, int, int]]:
+    """Example tokens of signals the cells count over every row: a negative token id; behave bit-equal to
+    prox or theta on a stale token below COMPARABLE; prox or theta exactly 0 where behave is below
+    PLACEHOLDER_THETA."""
+    x, loss = s.x, s.x["loss_mask"] > 0
+    behave, stale = x["behave_logp"], x["step"] > x["behave_version"]
+    at = {"token_negative": x["token_id"] < 0}
+    for column in ("prox_logp", "theta_logp"):
+        at[f"equal:{column}"] = loss & stale & (behave < COMPARABLE) & (behave == x[column])
+        at[f"zero:{column}"] = loss & (behave < PLACEHOLDER_THETA) & (x[column] == 0)
+    return [
+        (kind, s.resp[i], int(x["pos"][i])) for kind, w in at.items() for i in np.flatnonzero(w)[:EXAMPLES]
+    ]
 
 
 def _logp_counts(s: BlockSample, column: str, counts: dict[str, np.ndarray]) -> list[tuple[str, int, int]]:

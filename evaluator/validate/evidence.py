@@ -25,7 +25,7 @@ from evaluator.duck import connect
 from evaluator.formulas.gradients import LOG_WEIGHT_MAX
 from evaluator.validate import columns, groups, repeats, segments, shapes
 from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
-from evaluator.validate.columns import SENTINEL
+from evaluator.validate.columns import PLACEHOLDER_THETA, SENTINEL
 from schemas.token_log import LOGP_COLUMNS
 
 KEYS: dict[str, tuple[str, ...]] = {
@@ -43,9 +43,6 @@ KEYS: dict[str, tuple[str, ...]] = {
     "columns": ("run_id", "name"),
 }
 """Each table of the evidence and its key; the other columns add up over files (`examples`: kept)."""
-PLACEHOLDER_THETA = -0.1
-"""A trained token whose behave_logp is exactly 0 (probability 1) while the trainer gives it under 0.9
-has no engine log-prob: a placeholder (0 on none of the clean runs' tokens)."""
 _NOT_SUMMED = {
     "n_minibatches": "max(n_minibatches)",
     "n_minibatches_min": "min(n_minibatches_min)",

@@ -133,7 +133,7 @@ EXPLAINS = {
     | {"logp_placeholder"},
     "prox_logp_partial": DRIFT_READERS | THETA_READERS,
     "logp_placeholder": DRIFT_READERS | THETA_READERS | PROXIMAL_T_REFRESH,
-    "prox_logp_zero": DRIFT_READERS | THETA_READERS - {"advantage_against_movement"},
+    "prox_logp_zero": DRIFT_READERS | THETA_READERS - {"advantage_against_movement"} | {"logp_placeholder"},
     "behave_placeholder": DRIFT_READERS - {"behave_below_prox"} | {"proximal_t_last_segment"},
     "theta_not_prox_at_minibatch_0": {"theta_equals_prox", "theta_gap_order"},
     "behave_is_prox": {
