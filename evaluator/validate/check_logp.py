@@ -63,15 +63,15 @@ def exact_source(e: RunEvidence, _) -> Verdict:
     stale = e.cells.filter(pl.col("staleness") >= 1)
     if undecided := too_few(stale["n"].sum(), "loss tokens of staleness 1+"):
         return undecided
-    return _whole_source(e, stale) or _mixed_source(e, stale)
+    return _whole_source(e, stale) or _mixed_source(e)
 
 
-def _mixed_source(e: RunEvidence, stale: pl.DataFrame) -> Verdict:
+def _mixed_source(e: RunEvidence) -> Verdict:
     for column, other, n_col in (
         ("behave_is_prox_cmp", "prox_logp", "n_cmp_prox"),
         ("behave_is_theta_cmp", "theta_logp", "n_cmp"),
     ):
-        n, same = int(stale[n_col].sum()), int(stale[column].sum())
+        n, same = int(e.tokens[n_col].sum()), int(e.tokens[column].sum())
         if n < MIN_TOKENS or same < MIXED_SHARE * n:
             continue
         return Finding(
@@ -79,8 +79,7 @@ def _mixed_source(e: RunEvidence, stale: pl.DataFrame) -> Verdict:
             f"behave_logp equals {other} bit for bit on {same:,} of {n:,} stale tokens below -0.01 "
             f"({same / n:.1%}): two policies of different versions never agree to the last bit, so on those "
             f"tokens behave_logp is the trainer's {other}, not the engine's",
-            same / n, f">= {MIXED_SHARE:.0%} of the stale tokens",
-            e.example(f"equal:{other}") or e.cell_examples((pl.col("staleness") >= 1) & (pl.col(column) > 0)),
+            same / n, f">= {MIXED_SHARE:.0%} of the stale tokens", e.example(f"equal:{other}"),
             f"where the engine returned no log-prob (a failed or aborted request, a length mismatch, tool "
             f"tokens): the adapter fills them from {other} instead of leaving those tokens out of the loss",
         )  # fmt: skip

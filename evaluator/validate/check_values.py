@@ -73,20 +73,13 @@ def sentinel(e: RunEvidence, _) -> Verdict:
 def placeholder(e: RunEvidence, _) -> Verdict:
     """logp_placeholder: prox_logp or theta_logp exactly 0 where the other log-probs find the token
     unlikely; or one log-prob value on many unrelated tokens (a fill value)."""
-    n = int(e.cells["n"].sum())
-    if undecided := too_few(n, "loss tokens"):
+    if undecided := too_few(e.tokens["n_loss"].sum(), "loss tokens"):
         return undecided
-    for column, count, base in (("prox_logp", "prox_zero", "n_prox"), ("theta_logp", "theta_zero", "n")):
-        zero, of = int(e.cells[count].sum()), int(e.cells[base].sum())
+    for column, count, base in (("prox_logp", "prox_zero", "n_prox"), ("theta_logp", "theta_zero", "n_loss")):
+        zero, of = int(e.tokens[count].sum()), int(e.tokens[base].sum())
         if of and zero >= TRAINER_ZEROS * of:
-            return _placeholder(
-                e,
-                column,
-                zero,
-                of,
-                f"exactly 0 (probability 1) while behave_logp is below {PLACEHOLDER_THETA}",
-                e.example(f"zero:{column}") or e.cell_examples(pl.col(count) > 0),
-            )
+            what = f"exactly 0 (probability 1) while behave_logp is below {PLACEHOLDER_THETA}"
+            return _placeholder(e, column, zero, of, what, e.example(f"zero:{column}"))
     by = _columns(e, "graded", "mode_n", "mode_gap", "pair_n", "pair_gap").filter(
         pl.col("graded") >= MIN_TOKENS
     )
@@ -187,18 +180,17 @@ def coverage(e: RunEvidence, _) -> Verdict:
 
 def token_ids(e: RunEvidence, _) -> Verdict:
     """token_id_negative: a token id below 0 (padding or an ignore index such as -100)."""
-    if e.cells["n_token"].sum() == 0:
+    rows = int(e.tokens["n_token"].sum())
+    if rows == 0:
         return Undecided("no token_id column")
-    negative = int(e.cells["token_negative"].sum())
+    negative = int(e.tokens["token_negative"].sum())
     if negative == 0:
         return None
-    rows = int((e.cells["n"] + e.cells["n_masked"]).sum())
     return Finding(
         "token_id_negative", e.run_id, "token_id", negative,
         f"{negative:,} of {rows:,} rows have a negative token_id: no vocabulary has one; a padding id or an "
         "ignore index (-100) of the labels was written as a response token",
-        float(negative), "> 0 rows",
-        e.example("token_negative") or e.cell_examples(pl.col("token_negative") > 0),
+        float(negative), "> 0 rows", e.example("token_negative"),
         "which rows the hook records: the response's own tokens, not padding or label positions set to the "
         "ignore index",
     )  # fmt: skip

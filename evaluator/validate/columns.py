@@ -10,8 +10,10 @@ some of a response's trained tokens but not the others. Per (run, column), count
 - per-token values: responses with 3+ log-probs, all below `COMPARABLE`, and how many carry one value on
   every token;
 - coverage: responses with the column on some trained token, and how many lack it on others;
-- examples of what the cells count over every row: placeholder log-probs (at or below `SENTINEL`), negative
-  token ids, behave bit-equal to prox or theta, prox or theta exactly 0 where behave is not.
+- per run (`token_table`): behave bit-equal to prox or theta on stale tokens, prox or theta exactly 0
+  where behave is not, negative token ids;
+- examples of those and of placeholder log-probs (at or below `SENTINEL`, which the cells count over every
+  row).
 """
 
 from __future__ import annotations
@@ -62,10 +64,35 @@ def column_tables(s: BlockSample) -> tuple[pa.Table, pa.Table]:
     return pa.concat_tables(parts), example_table(s, rows + _token_examples(s))
 
 
+def token_table(s: BlockSample) -> pa.Table:
+    """Per run, over the sample's trained tokens: those with prox_logp, and prox (theta) exactly 0 where
+    behave_logp is below PLACEHOLDER_THETA (theta: and prox, where it has one); the stale ones below
+    COMPARABLE (with prox), and how many have behave bit-equal to prox or theta; over every row, the token
+    ids and the negative ones."""
+    x, loss = s.x, s.x["loss_mask"] > 0
+    behave, prox, theta = x["behave_logp"], x["prox_logp"], x["theta_logp"]
+    unlikely = loss & (behave < PLACEHOLDER_THETA)
+    graded = loss & (x["step"] > x["behave_version"]) & (behave < COMPARABLE)
+    flags = {
+        "n_loss": loss,
+        "n_prox": loss & np.isfinite(prox),
+        "prox_zero": unlikely & (prox == 0),
+        "theta_zero": unlikely & (theta == 0) & ~(prox >= PLACEHOLDER_THETA),
+        "n_cmp": graded,
+        "n_cmp_prox": graded & np.isfinite(prox),
+        "behave_is_prox_cmp": graded & (behave == prox),
+        "behave_is_theta_cmp": graded & (behave == theta),
+        "n_token": np.isfinite(x["token_id"]),
+        "token_negative": x["token_id"] < 0,
+    }
+    sums = _per_run(s, s.run, *flags.values())
+    columns = {name: total.astype(np.float64) for name, total in zip(flags, sums, strict=True)}
+    return pa.table({"run_id": pa.array(s.run_ids, pa.string()), **columns})
+
+
 def _token_examples(s: BlockSample) -> list[tuple[str, int, int]]:
-    """Example tokens of signals the cells count over every row: a negative token id; behave bit-equal to
-    prox or theta on a stale token below COMPARABLE; prox or theta exactly 0 where behave is below
-    PLACEHOLDER_THETA."""
+    """Example tokens of `token_table`'s signals: a negative token id; behave bit-equal to prox or theta on
+    a stale token below COMPARABLE; prox or theta exactly 0 where behave is below PLACEHOLDER_THETA."""
     x, loss = s.x, s.x["loss_mask"] > 0
     behave, stale = x["behave_logp"], x["step"] > x["behave_version"]
     at = {"token_negative": x["token_id"] < 0}
@@ -102,15 +129,11 @@ def _repeated_value(s: BlockSample, values: np.ndarray, partner: np.ndarray):
     value (within the drift), but anywhere against a fill value given to unrelated tokens."""
     k = len(s.run_ids)
     graded = np.isfinite(values) & (values < COMPARABLE)
-    at_mode = np.zeros(len(values), dtype=bool)
-    if graded.any():
-        g = np.flatnonzero(graded)
-        key, count = np.unique(np.stack([s.run[g], values[g]]), axis=1, return_counts=True)
-        order = np.lexsort((-count, key[0]))  # per run, its most frequent value first
-        first = order[np.r_[True, key[0][order][1:] != key[0][order][:-1]]]
-        mode = np.full(k, np.nan)
-        mode[key[0][first].astype(np.int64)] = key[1][first]
-        at_mode = graded & (values == mode[s.run])
+    mode = np.full(k, np.nan)
+    for run in np.unique(s.run[graded]):  # a file holds one run, or a few
+        found, count = np.unique(values[graded & (s.run == run)], return_counts=True)
+        mode[run] = found[np.argmax(count)]
+    at_mode = graded & (values == mode[s.run])
     paired = graded & np.isfinite(partner)
     gap = np.where(paired, np.abs(partner - values), 0.0)
     mode_n, mode_gap, pair_n, pair_gap = _per_run(s, s.run, at_mode, np.where(at_mode & paired, gap, 0.0),
