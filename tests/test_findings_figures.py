@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_findings import found
 from tests.zoo.bases import base
-from tests.zoo.edits import col, put
+from tests.zoo.edits import chosen, col, from_end, put
 from tests.zoo.kinds_bookkeeping import _step_per_rollout
 from tests.zoo.kinds_logp import _behave_bf16, _behave_clamped, _raw_logprobs, _sentinel
 
@@ -83,3 +83,19 @@ def test_the_new_checks_say_why_they_cannot_decide(tmp_path):
     assert why["repeated_responses"] == "no response is recorded in two minibatches of its step"
     assert why["version_rate"].startswith("6 steps")
     assert why["engine_weights"].startswith("6 steps with prox_logp, fewer than 8")
+
+
+@pytest.mark.parametrize("column", ["advantage", "reward"])
+def test_a_column_on_part_of_a_response_is_found(tmp_path, column):
+    """advantage (reward) null on the last two trained tokens of 30% of responses: the share of responses
+    with the column on some trained tokens that lack it on others."""
+    table = base("synthetic")
+    cut = chosen(table, 0.3, 15) & (from_end(table) < 2)
+    table = put(table, **{column: np.where(cut, np.nan, col(table, column))})
+    finding = _finding(found(table, tmp_path, files=2), f"{column}_partial")
+    seq, mb, loss = col(table, "seq_id"), col(table, "minibatch"), col(table, "loss_mask")
+    has = ~np.isnan(col(table, column).astype(float))
+    keys = seq * 10 + mb
+    covered = {k for k in np.unique(keys[loss & has])}
+    partial = {k for k in np.unique(keys[loss & ~has])} & covered
+    assert finding.column == column and finding.figure == pytest.approx(len(partial) / len(covered))
