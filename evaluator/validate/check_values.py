@@ -179,11 +179,21 @@ def coverage(e: RunEvidence, _) -> Verdict:
 
 
 def token_ids(e: RunEvidence, _) -> Verdict:
-    """token_id_negative: a token id below 0 (padding or an ignore index such as -100)."""
+    """token_id_negative: a token id below 0 (padding or an ignore index such as -100); token_id_constant:
+    one token id over whole responses."""
     rows = int(e.tokens["n_token"].sum())
     if rows == 0:
         return Undecided("no token_id column")
     negative = int(e.tokens["token_negative"].sum())
+    spans, constant = (float(e.tokens[c].sum()) for c in ("token_spans", "token_constant"))
+    if negative == 0 and spans >= MIN_RESPONSES and constant >= ONE_VALUE * spans:
+        return Finding(
+            "token_id_constant", e.run_id, "token_id", int(constant),
+            f"{int(constant):,} of {int(spans):,} responses of 4+ tokens carry one and the same token_id on "
+            "every token: not the response's tokens but another tensor (a mask, a pad id, a sequence's id)",
+            constant / spans, f">= {ONE_VALUE:.0%} of the responses", e.example("token_constant"),
+            "which tensor the hook records as token_id: the response's own token ids",
+        )  # fmt: skip
     if negative == 0:
         return None
     return Finding(

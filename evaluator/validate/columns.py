@@ -68,7 +68,8 @@ def token_table(s: BlockSample) -> pa.Table:
     """Per run, over the sample's trained tokens: those with prox_logp, and prox (theta) exactly 0 where
     behave_logp is below PLACEHOLDER_THETA (theta: and prox, where it has one); the stale ones below
     COMPARABLE (with prox), and how many have behave bit-equal to prox or theta; over every row, the token
-    ids and the negative ones."""
+    ids and the negative ones; the responses of 4+ tokens with token ids, and those carrying one id on
+    every token."""
     x, loss = s.x, s.x["loss_mask"] > 0
     behave, prox, theta = x["behave_logp"], x["prox_logp"], x["theta_logp"]
     unlikely = loss & (behave < PLACEHOLDER_THETA)
@@ -85,9 +86,19 @@ def token_table(s: BlockSample) -> pa.Table:
         "n_token": np.isfinite(x["token_id"]),
         "token_negative": x["token_id"] < 0,
     }
-    sums = _per_run(s, s.run, *flags.values())
+    spans, constant = _one_token(s)
+    sums = _per_run(s, s.run, *flags.values()) + _per_run(s, s.first(s.run), spans, constant)
+    flags |= {"token_spans": spans, "token_constant": constant}
     columns = {name: total.astype(np.float64) for name, total in zip(flags, sums, strict=True)}
     return pa.table({"run_id": pa.array(s.run_ids, pa.string()), **columns})
+
+
+def _one_token(s: BlockSample) -> tuple[np.ndarray, np.ndarray]:
+    """Per response: a token id on each of its 4+ tokens; of those, one id on every token."""
+    tokens = s.x["token_id"]
+    present = np.isfinite(tokens)
+    spans = (s.total(present) == s.lengths) & (s.lengths >= 4)
+    return spans, spans & (s.lowest(tokens, present) == s.highest(tokens, present))
 
 
 def _token_examples(s: BlockSample) -> list[tuple[str, int, int]]:
@@ -96,6 +107,9 @@ def _token_examples(s: BlockSample) -> list[tuple[str, int, int]]:
     x, loss = s.x, s.x["loss_mask"] > 0
     behave, stale = x["behave_logp"], x["step"] > x["behave_version"]
     at = {"token_negative": x["token_id"] < 0}
+    first = np.zeros(len(x["pos"]), dtype=bool)
+    first[s.starts] = True
+    at["token_constant"] = first & s.spread(_one_token(s)[1])
     for column in ("prox_logp", "theta_logp"):
         at[f"equal:{column}"] = loss & stale & (behave < COMPARABLE) & (behave == x[column])
         at[f"zero:{column}"] = loss & (behave < PLACEHOLDER_THETA) & (x[column] == 0)

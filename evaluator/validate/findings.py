@@ -59,7 +59,7 @@ CHECKS = (
     Check(
         "column_coverage", ("prox_logp_partial", "advantage_partial", "reward_partial"), check_values.coverage
     ),
-    Check("token_id_range", ("token_id_negative",), check_values.token_ids),
+    Check("token_id_range", ("token_id_negative", "token_id_constant"), check_values.token_ids),
     Check(
         "behave_source", ("behave_is_prox", "behave_is_theta", "behave_mixed_source"), check_logp.exact_source
     ),
@@ -95,7 +95,7 @@ CHECKS = (
     Check("advantage_centred", ("advantage_not_centred",), check_advantage.centred),
     Check(
         "advantage_reward",
-        ("advantage_against_reward", "advantage_ignores_reward"),
+        ("advantage_against_reward", "advantage_ignores_reward", "reward_constant"),
         check_advantage.against_reward,
     ),
     Check("advantage_movement", ("advantage_against_movement",), check_advantage.against_movement),
@@ -165,6 +165,7 @@ EXPLAINS = {
     "versions_slower_than_steps": {"drift_not_growing", "engine_mismatch", "version_count"},
     "loss_mask_movement": {"advantage_not_centred"},
     "advantage_ignores_reward": {"advantage_not_centred"},
+    "reward_varies": {"reward_constant", "advantage_ignores_reward", "advantage_against_reward"},
 }
 """A finding that explains another's signal, one cause, one finding: placeholder log-probs (-9999) or a
 sequence's value on every token make every drift and theta figure meaningless, and a prox_logp on part of
@@ -178,7 +179,8 @@ weights puts drift of moved weights at staleness 0 and none between the versions
 (wholly or partly) at behave_logp is as far from prox as behave; an advantage of the wrong sign moves the
 policy against the one logged; a prox that follows theta or changes between minibatches, or versions that
 do not count the updates (a stalled counter among them), put drift of moved weights at staleness 0; the
-advantages of a response none of whose tokens is trained are read from its masked tokens."""
+advantages of a response none of whose tokens is trained are read from its masked tokens; a reward that
+varies over a response is read as its lowest value."""
 
 
 def run_findings(

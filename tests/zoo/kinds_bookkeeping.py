@@ -109,6 +109,11 @@ def _ignore_index_token(t):
     return put(t, token_id=np.where(last, -100, col(t, "token_id")))
 
 
+def _tokens_from_a_mask(t):
+    """The token-id field filled from a mask tensor of the same shape (0/1 on every token)."""
+    return put(t, token_id=col(t, "loss_mask").astype(np.int32))
+
+
 def _tokens_not_regathered(t):
     """The second epoch's minibatches shuffle the responses but not their token ids (rolled by one)."""
     group, starts, lengths = responses(t)
@@ -209,6 +214,12 @@ KINDS = (
         "the labels' ignore index written as a token id", "token_id_negative", "token_id",
         citation="meta-pytorch/torchtune#1741; huggingface/transformers#15867",
         invariant="a token id is a vocabulary index: >= 0", plant=_ignore_index_token,
+    ),
+    Kind(
+        "token ids taken from a mask tensor of the same shape", "token_id_constant", "token_id",
+        citation="RLinf/RLinf#318 (attention_mask and response_mask confused); NVIDIA-NeMo/Gym#1557",
+        invariant="a response's token ids are its tokens: not one value over the whole response",
+        plant=_tokens_from_a_mask, bases=("synthetic", "smollm2", "toy"),
     ),
     Kind(
         "token ids not re-gathered with the shuffled responses", "token_id_differs_across_minibatches",

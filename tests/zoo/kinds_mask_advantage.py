@@ -64,6 +64,11 @@ def _rewards_misaligned(t):
     return put(t, advantage=shuffled[group])
 
 
+def _reward_not_written(t):
+    """The reward field left at its default (0) while the advantages came from the real scores."""
+    return put(t, reward=np.zeros(t.num_rows))
+
+
 def _reward_on_last_token(t):
     last = from_end(t) == 0
     return put(t, reward=np.where(last, col(t, "reward"), 0.0))
@@ -134,6 +139,12 @@ KINDS = (
         "advantages gathered in another order than the responses", "advantage_ignores_reward", "advantage",
         citation="verl-project/verl#2185; NVIDIA-NeMo/RL#3794",
         invariant="an advantage belongs to the reward logged beside it", plant=_rewards_misaligned,
+    ),
+    Kind(
+        "reward field left at its default while the advantages came from the scores", "reward_constant",
+        "reward", citation="NVIDIA-NeMo/RL#3794; NovaSky-AI/SkyRL#1870",
+        invariant="the reward logged is the one the advantage was computed from: it varies where they do",
+        plant=_reward_not_written, bases=("synthetic", "smollm2", "toy"),
     ),
     Kind(
         "token-level reward written in place of the sequence score", "reward_varies", "reward",
