@@ -37,14 +37,14 @@ def test_logp_low_precision_is_the_share_on_the_float16_grid(tmp_path):
     assert (finding.column, finding.figure) == ("behave_logp", pytest.approx(on_grid.mean()))
 
 
-def test_logp_sentinel_counts_the_trained_tokens_at_or_below_minus_1000(tmp_path):
+def test_logp_sentinel_counts_the_trained_tokens_below_minus_1000(tmp_path):
     table = _sentinel(base("synthetic"))
     finding = _finding(found(table, tmp_path, files=2), "logp_sentinel")
-    expected = (col(table, "loss_mask") & (col(table, "behave_logp") <= -1000)).sum()
+    expected = (col(table, "loss_mask") & (col(table, "behave_logp") < -1000)).sum()
     assert finding.rows == expected > 0 and finding.figure == expected
     assert all(
         col(table, "behave_logp")[(col(table, "seq_id") == e["seq_id"]) & (col(table, "pos") == e["pos"])][0]
-        <= -1000
+        < -1000
         for e in finding.examples
     )
 

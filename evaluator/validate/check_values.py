@@ -48,7 +48,7 @@ def _columns(e: RunEvidence, *kinds: str) -> pl.DataFrame:
 
 
 def sentinel(e: RunEvidence, _) -> Verdict:
-    """logp_sentinel: trained tokens whose log-prob is a placeholder (at or below SENTINEL)."""
+    """logp_sentinel: trained tokens whose log-prob is a placeholder (below SENTINEL)."""
     n = int(e.cells["n"].sum())
     if n == 0:
         return Undecided("no loss token")
@@ -59,10 +59,10 @@ def sentinel(e: RunEvidence, _) -> Verdict:
     where = pl.col(f"sentinel_{column}") > 0
     return Finding(
         "logp_sentinel", e.run_id, column, counts[column],
-        f"{counts[column]:,} of {n:,} trained tokens have {column} at or below {SENTINEL:g}: no model gives "
+        f"{counts[column]:,} of {n:,} trained tokens have {column} below {SENTINEL:g}: no model gives "
         "such a log-prob (probability under e^-1000); it is a placeholder for a missing value, and every "
         "ratio and error on those tokens is meaningless",
-        float(counts[column]), f"> 0 tokens <= {SENTINEL:g}",
+        float(counts[column]), f"> 0 tokens < {SENTINEL:g}",
         e.example(f"sentinel:{column}") or e.cell_examples(where),
         f"where {column} is filled for tokens without a log-prob (SkyRL fills -9999, a masked_fill of -1e4 "
         "or float32's minimum): such tokens belong out of the loss (loss_mask false), or need their real "

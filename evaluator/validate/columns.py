@@ -12,7 +12,7 @@ some of a response's trained tokens but not the others. Per (run, column), count
 - coverage: responses with the column on some trained token, and how many lack it on others;
 - per run (`token_table`): behave bit-equal to prox or theta on stale tokens, prox or theta exactly 0
   where behave is not, negative token ids;
-- examples of those and of placeholder log-probs (at or below `SENTINEL`, which the cells count over every
+- examples of those and of placeholder log-probs (below `SENTINEL`, which the cells count over every
   row).
 """
 
@@ -27,7 +27,7 @@ from evaluator.validate.shapes import EXAMPLES, example_table
 from schemas.token_log import LOGP_COLUMNS
 
 SENTINEL = -1000.0
-"""A log-prob at or below this is a placeholder, never a model's: logits 1000 apart are beyond any float32
+"""A log-prob below this is a placeholder, never a model's: logits 1000 apart are beyond any float32
 forward (the clean runs' lowest is -20; a collapsed tiny policy's prox -150), while trainers fill missing
 log-probs with -9999 (SkyRL) or a masked_fill of -1e4, -1e9 or float32's minimum."""
 PLACEHOLDER_THETA = -0.1
@@ -128,7 +128,7 @@ def _logp_counts(s: BlockSample, column: str, counts: dict[str, np.ndarray]) -> 
     counts["spans"], counts["constant"] = _per_run(s, s.first(s.run), spans, constant)
     at_mode, repeated = _repeated_value(s, values, s.x[PARTNER[column]])
     counts.update(repeated)
-    placeholder = (s.x["loss_mask"] > 0) & (values <= SENTINEL)
+    placeholder = (s.x["loss_mask"] > 0) & (values < SENTINEL)
     at = {f"grid:{column}": on_grid, f"sentinel:{column}": placeholder, f"mode:{column}": at_mode}
     rows = [
         (kind, s.resp[i], int(s.x["pos"][i])) for kind, w in at.items() for i in np.flatnonzero(w)[:EXAMPLES]

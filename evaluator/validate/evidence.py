@@ -5,8 +5,8 @@ computed by the validator after its rules, and pooled over the files of a call b
   `prox_logp`, the sums of |prox - behave| (drift), of its square and of behave - prox (signed), verl's
   |exp(prox) - exp(behave)|, NeMo-RL's exp|prox - behave|, |theta - prox|, |theta - behave|, how many
   tokens have behave exactly equal to prox or to theta, theta exactly equal to prox, prox exactly 0,
-  behave exactly 0 (with prox, and where theta is below -0.1: a placeholder), a log-prob at or below
-  -1000 (per column), the step's n_minibatches (least and most), and an example token. Counts are sums of
+  behave exactly 0 (with prox, and where theta is below -0.1: a placeholder), a log-prob below -1000
+  (per column), the step's n_minibatches (least and most), and an example token. Counts are sums of
   casts, sums over trained rows CASE expressions: cheaper in DuckDB than FILTER clauses.
 - from a sample of whole blocks of consecutive responses (`block_sample`; a file under
   `MAX_SAMPLE_ROWS` rows whole): the shape of each response (`shapes`: loss mask, advantage, reward,
@@ -78,7 +78,7 @@ def _trained_sum(expression: str) -> str:
 def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
     prox = "prox_logp" if "prox_logp" in usable else "NULL::DOUBLE"
     sentinels = ", ".join(
-        f"{_count(f'loss_mask AND {c} <= {SENTINEL}') if c in usable else '0::BIGINT'} AS sentinel_{c}"
+        f"{_count(f'loss_mask AND {c} < {SENTINEL}') if c in usable else '0::BIGINT'} AS sentinel_{c}"
         for c in LOGP_COLUMNS
     )
     return con.sql(f"""
