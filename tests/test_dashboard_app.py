@@ -445,7 +445,7 @@ def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
     assert f"1 data-driven warning about {plain('builder')}" in [w.value for w in at.warning][-1]
     shown = frame_with(at, "rule")
     assert shown["rule"].tolist() == ["loss_mask_edge"]
-    assert shown["figure"].iloc[0] == 1.0 and shown["threshold"].iloc[0].startswith(">= 90%")
+    assert shown["figure"].iloc[0] == 1.0 and shown["threshold"].iloc[0].startswith(">= 25%")
     assert (
         shown["examples"].iloc[0].startswith("step 8 seq_id ")
         and shown["what to check in the trainer"].iloc[0]
