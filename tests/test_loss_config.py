@@ -49,7 +49,7 @@ def grad_mass(db: Path) -> float:
 
 
 def test_defaults_are_recorded(logs, tmp_path):
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     assert replay(str(logs), "--db", str(db)).exit_code == EXIT_OK
     loss = stored(db)
     assert loss == Loss() and (loss.eps_low, loss.eps_high, loss.behave_weight) == (0.2, 0.2, "token")
@@ -57,7 +57,7 @@ def test_defaults_are_recorded(logs, tmp_path):
 
 
 def test_a_store_of_other_parameters_is_refused(logs, tmp_path):
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     assert replay(str(logs), "--db", str(db), "--bound", "3").exit_code == EXIT_OK
     before = stored(db), grad_mass(db)
     result = replay(str(logs), "--db", str(db))  # the defaults, U = 5
@@ -70,7 +70,7 @@ def test_a_store_of_other_parameters_is_refused(logs, tmp_path):
 def test_toml_file_and_flags(logs, tmp_path):
     params = tmp_path / "loss.toml"
     params.write_text('eps_low = 0.1\neps_high = 0.28\nbound = 2.0\nbound_action = "clamp"\n')
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(logs), "--db", str(db), "--params", str(params), "--bound", "4")
     assert result.exit_code == EXIT_OK, result.output
     assert stored(db) == Loss(eps_low=0.1, eps_high=0.28, rules=(Rule(upper=4.0, action="clamp"),))
@@ -80,24 +80,24 @@ def test_toml_file_and_flags(logs, tmp_path):
     "text, message",
     [
         ("eps = 0.2\n", "eps: unknown key"),
-        ("eps_low = 1.5\n", "eps_low <= 1"),
+        ("eps_low = 1.5\n", "eps_low: 1.5 must be in (0, 1)"),
         ('bound_action = "drop"\n', "bound_action: 'drop' must be one of mask, clamp"),
         ("bound = [\n", "TOML"),
         ('eps_high = "0.3"\n', "eps_high: '0.3' must be a number"),
         ("bound_action = 5\n", "bound_action: 5 must be one of"),
-        ('[[rule]]\nstatistic = "kl_k2"\naction = "clamp"\nupper = 1\n', "rule 1: clamp truncates"),
-        ('[[rule]]\nlevel = "row"\nupper = 1\n', "rule 1: level: 'row' must be one of"),
+        ('[[rule]]\nstatistic = "kl_k2"\naction = "clamp"\nupper = 1\n', "rule 1.action: clamp truncates"),
+        ('[[rule]]\nlevel = "row"\nupper = 1\n', "rule 1.level: 'row' must be one of"),
         ('preset = "areal-nope"\n', "preset: 'areal-nope' must be one of"),
     ],
 )
 def test_bad_parameters_are_usage_errors(logs, tmp_path, text, message):
     params = tmp_path / "loss.toml"
     params.write_text(text)
-    result = replay(str(logs), "--db", str(tmp_path / "m.duckdb"), "--params", str(params))
+    result = replay(str(logs), "--db", str(tmp_path / "m"), "--params", str(params))
     assert result.exit_code == EXIT_USAGE and message in result.output, result.output
     assert str(params) in result.output  # the file is named
     assert "Traceback" not in result.output
-    assert not (tmp_path / "m.duckdb").exists()
+    assert not (tmp_path / "m").exists()
 
 
 def assert_decisions_equal_numpy(db: Path, values: pd.DataFrame) -> None:
@@ -122,7 +122,7 @@ def assert_decisions_equal_numpy(db: Path, values: pd.DataFrame) -> None:
 def test_bound_action_end_to_end_equals_numpy(logs, tmp_path, action):
     """U = 1.05, which this fast policy's behaviour weights pass often: masking drops those tokens from the
     gradient, clamping keeps them at weight U; the store holds exactly what DOMAIN.md 3b gives."""
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(logs), "--db", str(db), "--bound", "1.05", "--bound-action", action)
     assert result.exit_code == EXIT_OK, result.output
     values = reference_values(sorted(logs.glob("*.parquet")), bound=1.05, bound_action=action)
@@ -140,7 +140,7 @@ def test_rows_without_advantage_are_judged_as_without_advantage(logs, tmp_path):
     advantage = pa.array(table["advantage"].to_numpy(), pa.float32(), mask=missing)
     table = table.set_column(table.schema.get_field_index("advantage"), "advantage", advantage)
     log = write_log_atomic(table, tmp_path / "logs" / "partial.parquet")
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(log), "--db", str(db), "--eps-high", "0.28")
     assert result.exit_code == EXIT_OK, result.output
     values = reference_values([log], eps_high=0.28)
@@ -189,7 +189,7 @@ def test_loss_from_an_areal_config_end_to_end(logs, tmp_path):
     autograd through the docs' loss on the token log."""
     config = tmp_path / "gsm8k_gspo.yaml"
     config.write_text(AREAL_GSPO)
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(logs), "--db", str(db), "--loss-from", str(config))
     assert result.exit_code == EXIT_OK, result.output
     assert "importance_sampling_level = 'sequence'" in result.output and "actor.optimizer" in result.output

@@ -135,8 +135,8 @@ def test_agreement_with_the_store(tmp_path):
     records prox_logp on every other step, has proximal_t on resumed segments and an advantage."""
     spec = SyntheticSpec(run_id="agree", tokens_per_step=1024, mean_length=24, prox_every=2, drift=0.3)
     log = write_log_atomic(synthetic_steps(spec, 5, 6), tmp_path / "agree.parquet")
-    replay([log], tmp_path / "m.duckdb", progress=False)
-    with connect_store(tmp_path / "m.duckdb") as con:
+    replay([log], tmp_path / "m", progress=False)
+    with connect_store(tmp_path / "m") as con:
         rows = con.execute("SELECT method, metric, n, mean, min, max FROM run_summary").fetchall()
     stored = {(method, metric): stats for method, metric, *stats in rows}
     df = loss_tokens([log])

@@ -43,6 +43,11 @@ def run(*args: str):
     return CliRunner().invoke(cli, [*args])
 
 
+def folder_bytes(folder: Path) -> list[tuple[Path, bytes]]:
+    """Every file under `folder` with its bytes."""
+    return sorted((p, p.read_bytes()) for p in folder.rglob("*") if p.is_file())
+
+
 def table(db: Path, sql: str) -> list[tuple]:
     with connect_store(db) as con:
         return con.execute(sql).fetchall()
@@ -56,7 +61,7 @@ class TestExtremeButValidValues:
         g = t["prox_logp"].to_numpy().copy()
         b[::7], g[3::11] = -800.0, -1000.0  # exp(prox - behave) would be exp(800) = inf
         write_log_atomic(set_column(set_column(t, "behave_logp", b), "prox_logp", g), first)
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         report = replay([tmp_path / "logs"], db)
         assert [o.status for o in report.outcomes] == ["ingested"] * 3
         bad = table(db, "SELECT count(*) FROM metric_moments WHERE NOT (isfinite(sum) AND isfinite(sum_sq) "
@@ -72,7 +77,7 @@ class TestExtremeButValidValues:
         write_log_atomic(far, tmp_path / "logs" / "far.parquet")
         result = run("validate", str(tmp_path / "logs" / "far.parquet"))
         assert result.exit_code == EXIT_FINDINGS and "staleness_out_of_range" in result.output
-        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m"))
         assert result.exit_code == EXIT_FINDINGS and "2 of 3 files ingested" in result.output
 
     def test_a_file_without_rows_is_valid_and_ingested_as_empty_by_both(self, tmp_path):
@@ -83,7 +88,7 @@ class TestExtremeButValidValues:
         empty = write_log_atomic(t.slice(0, 0), tmp_path / "logs" / "empty.parquet")
         result = run("validate", "-v", str(empty))
         assert result.exit_code == EXIT_OK and "empty file: no tokens" in result.output
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         result = run("replay", str(tmp_path / "logs"), "--db", str(db))
         assert result.exit_code == EXIT_OK, result.output
         assert f"{empty}: ingested (0 loss tokens of 0 rows)" in result.output
@@ -126,14 +131,14 @@ class TestUnboundedStrings:
         assert f"{long}" in result.output and "run_id_too_long" in result.output
         assert "at most 200 bytes" in result.output and "worst found 20000" in result.output
         assert "pos_gap" not in result.output and "r" * 300 not in result.output
-        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m"))
         assert result.exit_code == EXIT_FINDINGS
         lines = {line.split(":")[0]: line for line in result.output.splitlines()}
         assert "skipped: run_id_too_long on run_id (576 rows)" in lines[str(long)]
         assert (
             "skipped: run_id_too_long on run_id (576 rows)" in lines[str(tmp_path / "logs" / "euro.parquet")]
         )
-        stored = table(tmp_path / "m.duckdb", "SELECT DISTINCT run_id FROM file_tokens ORDER BY 1")
+        stored = table(tmp_path / "m", "SELECT DISTINCT run_id FROM file_tokens ORDER BY 1")
         assert stored == [("r",), ("\u00e9" * 100,)]  # 200 bytes: within the limit
 
 
@@ -161,7 +166,7 @@ class TestFilesReplayMayNotRead:
 
         monkeypatch.setattr(replay_slots, "file_digest", denied)  # the digest phase
         for workers in (1, 2):
-            db = tmp_path / f"m{workers}.duckdb"
+            db = tmp_path / f"m{workers}"
             report = replay([tmp_path / "logs"], db, workers=workers)
             assert [o.status for o in report.outcomes] == ["ingested", "unreadable", "ingested"]
             assert "Permission denied" in report.outcomes[1].line()
@@ -170,7 +175,7 @@ class TestFilesReplayMayNotRead:
     def test_a_file_without_read_permission(self, tmp_path):
         files = logs(tmp_path / "logs")
         files[1].chmod(0)
-        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m"))
         assert result.exit_code == EXIT_FINDINGS and "unreadable" in result.output
 
     def test_a_worker_that_dies_fails_its_file_only(self, tmp_path, monkeypatch):
@@ -178,7 +183,7 @@ class TestFilesReplayMayNotRead:
         starts a new worker for the next files."""
         logs(tmp_path / "logs", n=4)
         monkeypatch.setenv("PROXAUDIT_WORKER_EXIT_ON", "r-1.parquet")
-        report = replay([tmp_path / "logs"], tmp_path / "m.duckdb", workers=2)
+        report = replay([tmp_path / "logs"], tmp_path / "m", workers=2)
         assert [o.status for o in report.outcomes] == ["ingested", "failed", "ingested", "ingested"]
         assert "worker process exited" in report.outcomes[1].line()
 
@@ -203,7 +208,7 @@ class TestPathsThatCannotHoldAStore:
         if before is not None:
             assert Path(target).read_bytes() == before
 
-    @pytest.mark.parametrize("where", ["/proc/no-such-folder/m.duckdb", "/proc/m.duckdb", "/sys/m.duckdb"])
+    @pytest.mark.parametrize("where", ["/proc/no-such-folder/m", "/proc/m", "/sys/m"])
     def test_an_unwritable_place_is_exit_2_naming_it(self, tmp_path, where):
         logs(tmp_path / "logs", n=1)
         result = run("replay", str(tmp_path / "logs"), "--db", where)
@@ -217,19 +222,16 @@ class TestPathsThatCannotHoldAStore:
         (tmp_path / "ro").mkdir()
         (tmp_path / "ro").chmod(0o555)
         try:
-            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m"))
             assert result.exit_code == EXIT_USAGE and "Permission denied" in result.output, result.output
             (tmp_path / "ro").chmod(0o755)
-            assert (
-                run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb")).exit_code
-                == 0
-            )
-            before = (tmp_path / "ro" / "m.duckdb").read_bytes()
+            assert run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m")).exit_code == 0
+            before = folder_bytes(tmp_path / "ro")
             logs(tmp_path / "logs", n=2)
             (tmp_path / "ro").chmod(0o555)  # a store there already, the folder read-only since
-            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m"))
             assert result.exit_code == EXIT_USAGE and "cannot write a store there" in result.output
-            assert (tmp_path / "ro" / "m.duckdb").read_bytes() == before
+            assert folder_bytes(tmp_path / "ro") == before
         finally:
             (tmp_path / "ro").chmod(0o755)
 
@@ -253,7 +255,7 @@ class TestPathsThatCannotHoldAStore:
 class TestKills:
     def test_a_kill_during_the_first_commit_leaves_an_empty_store(self, tmp_path):
         files = logs(tmp_path / "logs")
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         command = [sys.executable, "-m", "evaluator.cli", "replay", str(tmp_path / "logs"), "--db", str(db)]
         env = {**os.environ, CRASH_ENV: f"before-commit:{files[0].name}"}
         crashed = subprocess.run(command, env=env, capture_output=True)
@@ -267,7 +269,7 @@ class TestKills:
 @pytest.fixture
 def store(tmp_path) -> Path:
     logs(tmp_path / "logs", n=2)
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     replay([tmp_path / "logs"], db)
     return db
 
@@ -324,7 +326,7 @@ class TestTamperedAndCraftedStores:
             queries.store_overview(store)
 
     def test_the_token_inspector_opens_only_the_bytes_replay_read(self, store, tmp_path):
-        from dashboard import queries
+        from dashboard import inspector_queries as queries
 
         (path, step) = table(store, "SELECT f.path, min(t.step) FROM ingested_file f JOIN file_tokens t "
                                     "USING (file_id) GROUP BY ALL ORDER BY 1 LIMIT 1")[0]  # fmt: skip
@@ -345,7 +347,8 @@ class TestTamperedAndCraftedStores:
     ):
         """A crafted store's paths are data: relative, `file://`, a folder, a device, a file that is not
         Parquet or has another row count are not reachable, and none of them is read whole."""
-        from dashboard import queries, raw_logs
+        from dashboard import inspector_queries as queries
+        from dashboard import raw_logs
 
         hashed = []
         monkeypatch.setattr(raw_logs, "file_digest", lambda path: hashed.append(path) or "0" * 64)
@@ -440,7 +443,7 @@ class TestReports:
         t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 4)
         nasty = t.set_column(0, "run_id", pa.array([self.NASTY] * t.num_rows))
         write_log_atomic(nasty, tmp_path / "logs" / "nasty.parquet")
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         assert run("replay", str(tmp_path / "logs"), "--db", str(db)).exit_code == EXIT_OK
         reports = ["--junit", str(tmp_path / "j.xml"), "--markdown", str(tmp_path / "g.md")]
         for args in (
@@ -465,7 +468,7 @@ class TestReports:
 
         t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 2)
         write_log_atomic(set_column(t, "run_id", pa.array([self.NASTY] * t.num_rows)), tmp_path / "n.parquet")
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         replay([tmp_path / "n.parquet"], db)
         command = [sys.executable, "-m", "evaluator.cli", "summary", "--db", str(db), "--format", "csv"]
         piped = subprocess.run(command, capture_output=True, text=True, check=True).stdout

@@ -4,6 +4,7 @@ public views' columns, extensions loaded by path only, compaction and converting
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store import StoreWriter, connect_store, file_digest, open_store
 from evaluator.store.checks import snapshot_id
 from evaluator.store.maintenance import compact, convert
-from evaluator.store.reader import ingested_files
+from evaluator.store.reader import ingested_files, stored_max_staleness
 from evaluator.store.writer import file_id_of
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import PUBLIC_VIEWS
@@ -167,7 +168,7 @@ def test_no_extension_is_downloaded(tmp_path, log):
     home = tmp_path / "home"
     home.mkdir()
     code = (
-        "import sys; from evaluator.replay import replay; from evaluator.summary import query_table;"
+        "import sys; from evaluator.replay import replay; from evaluator.verdict.query import query_table;"
         "replay([sys.argv[1]], sys.argv[2], progress=False, workers=1);"
         "print(query_table(sys.argv[2], 'SELECT current_setting(\\'autoinstall_known_extensions\\') AS a'))"
     )
@@ -217,3 +218,15 @@ def test_an_old_store_converts_with_its_numbers(tmp_path):
             assert now.execute(sql).fetchall() == was.execute(sql).fetchall()
     with pytest.raises(StoreError, match="already holds a store"):
         convert(old, tmp_path / "new")
+
+
+def test_an_old_store_converts_with_the_trainer_s_maximum_staleness_it_recorded(tmp_path):
+    """A version-5 store of a replay told the trainer's maximum staleness (`store_meta` key `max_staleness`):
+    the gate of the converted store judges up to the same S."""
+    old, recorded = old_store(tmp_path), ("--max-staleness 3 given to replay", "max_head_offpolicyness")
+    entry = json.dumps({"value": 3, "source": recorded[0], "key": recorded[1]})
+    with duckdb.connect(str(old)) as con:  # as the single-file store's writer recorded it
+        con.execute("INSERT INTO store_meta VALUES ('max_staleness', ?)", [entry])
+    convert(old, tmp_path / "new")
+    with open_store(tmp_path / "new") as con:
+        assert stored_max_staleness(con) == (3, *recorded)

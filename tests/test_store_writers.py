@@ -185,3 +185,33 @@ def test_two_writers_racing_on_one_file_store_it_once(tmp_path, monkeypatch):
             assert con.execute("SELECT count(*) FROM ingested_file").fetchone()[0] == 1
             n = con.execute("SELECT sum(n_tokens) FROM file_tokens").fetchone()[0]
         assert n == done[log].summary.n_tokens
+
+
+def test_a_finding_zoo_s_columns_evidence_decides_survives_a_resumed_replay(tmp_path):
+    """logp_low_precision reads the `columns` table of the evidence alone (issue 35's per-column counts). A
+    replay killed after committing the first of three files, resumed with the other two: the run's
+    finding counts the first file's log-probs too (its `columns` evidence, stored with it), and the store
+    is a clean replay's."""
+    from tests.test_findings import found
+    from tests.zoo.bases import base
+    from tests.zoo.kinds_logp import _behave_bf16
+
+    logs = tmp_path / "logs"
+    planted = _behave_bf16(base("smollm2"))
+    # without proximal_t: its resumed tokens keep the float32 behave_logp, an error of another rule
+    planted = planted.drop_columns(["proximal_t_logp", "proximal_t_version"])
+    found(planted, logs, files=3)  # part0..part2.parquet, split by step
+    files = sorted(logs.glob("part*.parquet"))
+    clean = tmp_path / "clean"
+    replay(files, clean, progress=False, workers=1)
+    db = tmp_path / "m"
+    crashed = cli_replay(files, db, crash=f"after-commit:{files[0].name}")
+    assert crashed.wait(timeout=300) == 70, crashed.stderr.read()
+    resumed = replay(files[1:], db, progress=False, workers=1)
+    assert_same_store(db, clean)
+    with connect_store(db) as con:
+        names = {n for (n,) in con.execute("SELECT DISTINCT name FROM file_evidence").fetchall()}
+        assert {"columns", "tokens"} <= names  # zoo's tables, stored with each file
+        (rows,) = con.execute("SELECT n_rows FROM run_finding WHERE rule = 'logp_low_precision'").fetchone()
+    own = [f.rows for f in resumed.findings if f.rule == "logp_low_precision"]  # the resumed call's files
+    assert own == [] or own[0] < rows

@@ -9,15 +9,24 @@ from pathlib import Path
 
 import click
 
-from evaluator.cli.common import EXIT_FINDINGS, library_errors, say
-from evaluator.options import DataclassCommand
+from evaluator.cli.common import EXIT_FINDINGS, library_errors, say, terminal_width
+from evaluator.cli.options import DataclassCommand
+
+PORT = click.IntRange(1, 65535)
 
 
 @click.command()
-@click.option("--tokens", default=20_000_000, show_default=True, help="Tokens in the synthetic log.")
 @click.option(
-    "--tokens-per-step", default=1 << 20, show_default=True, help="Tokens per trainer step of the log."
+    "--tokens",
+    type=click.IntRange(min=1),
+    default=20_000_000,
+    show_default=True,
+    help="Tokens in the synthetic log.",
 )
+@click.option(
+    "--tokens-per-step", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+    help="Tokens per trainer step of the log.",
+)  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Keep the log and DB here.")
 @library_errors
 def bench(tokens, tokens_per_step, out) -> None:
@@ -56,7 +65,7 @@ def train_demo(bench_hook: bool, **options) -> None:
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on (local only by default)."
 )
-@click.option("--port", default=8501, show_default=True, type=int, help="TCP port.")
+@click.option("--port", default=8501, show_default=True, type=PORT, help="TCP port.")
 @click.option(
     "--thresholds",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -89,9 +98,16 @@ def dashboard(db, host, port, thresholds) -> None:
 )
 @click.option("--serve/--no-serve", default=True, help="End by serving the dashboard (Ctrl-C stops it).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Dashboard address.")
-@click.option("--port", default=8501, show_default=True, type=int, help="Dashboard TCP port.")
+@click.option("--port", default=8501, show_default=True, type=PORT, help="Dashboard TCP port.")
+@click.option(
+    "--max-staleness",
+    type=click.IntRange(min=0),
+    default=None,
+    help="S, the trainer's maximum staleness: the approximation is judged at each staleness 1 to S "
+    "(default: the log's largest staleness with enough tokens with prox_logp).",
+)
 @library_errors
-def demo(out, train, serve, host, port) -> None:
+def demo(out, train, serve, host, port, max_staleness) -> None:
     """Run the main job end to end: token logs -> validate -> replay into DuckDB -> summary -> gate ->
     dashboard. The gate's verdict is shown, not turned into the exit code: exit 0 when the pipeline ran
     (every file clean and ingested), 1 otherwise.
@@ -101,12 +117,12 @@ def demo(out, train, serve, host, port) -> None:
 
     if serve:
         require_free_port(host, port)  # before the pipeline: not a minute of work, then a busy port
-    result = run_demo(out, train=train, echo=say)
+    result = run_demo(out, train=train, echo=say, max_staleness=max_staleness, width=terminal_width())
     if not result.ran_clean:
         click.echo("demo: some files broke validation rules (see above)", err=True)
         sys.exit(EXIT_FINDINGS)
     if serve:
         from evaluator.cli.serve import serve as serve_dashboard
-        from evaluator.gate.judge import DEFAULT_THRESHOLDS
+        from evaluator.gate import DEFAULT_THRESHOLDS
 
         sys.exit(serve_dashboard(result.db, host, port, DEFAULT_THRESHOLDS))

@@ -11,9 +11,11 @@ is one of these (`evaluator.lossconfig` reads them from the trainer's own config
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
+
+from evaluator.errors import ParameterError
+from evaluator.inputs import FINITE, Range, shown
 
 PolicyLoss = Literal["ppo", "sapo", "cispo"]
 Level = Literal["token", "sequence"]
@@ -33,9 +35,30 @@ STATISTICS: dict[str, str] = {
 """Each statistic of `d = x - b` (x the log pi_prox used, b `behave_logp`) a rule bounds."""
 
 
+EPS_LOW: dict[str, Range] = {
+    "ppo": Range(0, 1),
+    "sapo": Range(0, 1),
+    "cispo": Range(0, 1, high_open=False),
+}
+"""The ratio is clipped below at 1 - eps_low: PPO's clip needs 0 < eps_low < 1 (at 1 nothing is clipped
+below); CISPO's weight may be clamped at 0 (AReaL's CISPO: eps_clip 1.0)."""
+EPS_HIGH = Range(0)
+"""... and above at 1 + eps_high."""
+DUAL_CLIP = Range(1)
+"""The dual clip caps a negative advantage's loss at c |A|: c > 1 (at 1 it is the clip itself)."""
+SAPO_TAU = Range(0)
+"""SAPO's gate temperatures."""
+NONNEGATIVE = ("ratio", "kl_k2", "kl_k3", "kl_k3_reverse", "binary_kl")
+"""The statistics that are never below 0; only `kl_k1` (d itself) takes any sign."""
+UPPER = Range(0)
+"""A rule's upper bound on a statistic of `NONNEGATIVE` (`--bound` too): > 0, as at 0 it rejects all."""
+LOWER = Range(0, low_open=False)
+"""... and its lower bound: >= 0 (a ratio's 0 is no bound at all)."""
+
+
 def _one_of(key: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+    if not isinstance(value, str) or value not in allowed:
+        raise ParameterError(key, f"{shown(value)} must be one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -59,22 +82,19 @@ class Rule:
         _one_of("statistic", self.statistic, tuple(STATISTICS))
         _one_of("agg", self.agg, ("sum", "mean", "max", "min"))
         _one_of("action", self.action, ("mask", "clamp"))
-        for name in ("lower", "upper"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise ValueError(f"rule {name} must be a number or absent, got {value!r}")
-            if value is not None and math.isnan(value):
-                raise ValueError(f"rule {name} is NaN")
-        if self.statistic == "ratio" and self.lower is not None and self.lower <= 0:
+        nonnegative = self.statistic in NONNEGATIVE
+        for name, allowed in (("lower", LOWER), ("upper", UPPER)):
+            if getattr(self, name) is not None:
+                (allowed if nonnegative else FINITE).check(name, getattr(self, name))
+        if self.statistic == "ratio" and self.lower == 0:
             object.__setattr__(self, "lower", None)  # a ratio is never below 0: no lower bound
         if self.lower is None and self.upper is None:
-            raise ValueError("a rule needs a lower or an upper bound (or both)")
-        if self.lower is not None and self.upper is not None and self.lower > self.upper:
-            raise ValueError(f"rule lower {self.lower} > upper {self.upper}")
+            raise ParameterError("upper", "a rule needs a lower or an upper bound (or both)")
+        if self.lower is not None and self.upper is not None and not self.lower < self.upper:
+            raise ParameterError("lower", f"{self.lower:g} must be below upper {self.upper:g}")
         if self.action == "clamp" and self.statistic != "ratio":
-            raise ValueError(
-                f"clamp truncates the behaviour weight: it needs statistic ratio, not {self.statistic!r}"
-            )
+            why = f"clamp truncates the behaviour weight: it needs statistic ratio, not {self.statistic}"
+            raise ParameterError("action", why)
 
     def describe(self) -> str:
         bounds = " and ".join(
@@ -114,24 +134,25 @@ class Loss:
         _one_of("policy", self.policy, ("ppo", "sapo", "cispo"))
         _one_of("ratio_level", self.ratio_level, ("token", "sequence"))
         _one_of("behave_weight", self.behave_weight, ("none", "token", "sequence_product", "sequence_mean"))
-        for key in ("eps_low", "eps_high", "sapo_tau_pos", "sapo_tau_neg"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-                raise ValueError(f"{key} must be a number, got {value!r}")
-        if not (0 <= self.eps_low <= 1 and self.eps_high >= 0):
-            raise ValueError(f"need 0 <= eps_low <= 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
-        if self.dual_clip is not None and not self.dual_clip > 1:
-            raise ValueError(f"dual_clip must be > 1 (or absent), got {self.dual_clip}")
-        if self.dual_clip is not None and self.policy != "ppo":
-            raise ValueError(f"the dual clip is PPO's: {self.policy} has none")
+        for key, allowed in (
+            ("eps_low", EPS_LOW[self.policy]),
+            ("eps_high", EPS_HIGH),
+            ("sapo_tau_pos", SAPO_TAU),
+            ("sapo_tau_neg", SAPO_TAU),
+        ):
+            allowed.check(key, getattr(self, key))
+        if self.dual_clip is not None:
+            DUAL_CLIP.check("dual_clip", self.dual_clip)
+            if self.policy != "ppo":
+                raise ParameterError("dual_clip", f"the dual clip is PPO's: {self.policy} has none")
         if self.policy == "cispo" and self.ratio_level != "token":
-            raise ValueError("CISPO is token-level")
+            raise ParameterError("ratio_level", "CISPO is token-level")
         if self.behave_weight == "none" and any(r.action == "clamp" for r in self.rules):
-            raise ValueError("a clamp rule truncates the behaviour weight: behave_weight must not be none")
-        if not (self.sapo_tau_pos > 0 and self.sapo_tau_neg > 0):
-            raise ValueError("sapo_tau_pos and sapo_tau_neg must be > 0")
+            raise ParameterError(
+                "behave_weight", "a clamp rule truncates the behaviour weight: behave_weight must not be none"
+            )
         if not isinstance(self.rules, tuple) or not all(isinstance(r, Rule) for r in self.rules):
-            raise ValueError("rules must be a tuple of Rule")
+            raise ParameterError("rules", "must be a tuple of Rule")
 
     @property
     def has_clip(self) -> bool:

@@ -3,25 +3,30 @@ config, then the shorthands (`--eps-low`, `--eps-high`, `--bound`, `--bound-acti
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from evaluator.errors import UsageError
+from evaluator.errors import ParameterError, UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.lossconfig.areal import areal_loss
 from evaluator.lossconfig.presets import PRESETS
+from evaluator.lossconfig.staleness import max_staleness
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
+from evaluator.lossconfig.yaml_file import load_yaml
 
 
 @dataclass(frozen=True)
 class LossChoice:
-    """The loss, and what was read to get it: config keys used and ignored, and notes for the user."""
+    """The loss, and what was read to get it: config keys used and ignored, and notes for the user; the
+    trainer's maximum staleness where its config has it (`staleness.max_staleness`)."""
 
     loss: Loss
     used: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    max_staleness: tuple[int, str, str] | None = None
 
     def lines(self) -> list[str]:
         """What to tell the user: the loss in one line, then the keys read and ignored, then the notes."""
@@ -29,20 +34,17 @@ class LossChoice:
         if self.used:
             out.append("  read: " + ", ".join(self.used))
         if self.ignored:
-            out.append("  ignored (no decision proxaudit models): " + ", ".join(self.ignored))
+            out.append("  ignored (they shape no decision proxaudit models): " + ", ".join(self.ignored))
         out += [f"  note: {n}" for n in self.notes]
+        if self.max_staleness is not None:
+            out.append(f"  max staleness: {self.max_staleness[1]}: the gate judges staleness 1 to it")
         return out
 
 
 def trainer_config(path: str | Path) -> LossChoice:
     """The loss of a trainer's experiment config (YAML or JSON): AReaL's (an `actor:` section), verl's
     (`algorithm` / `actor_rollout_ref`) or NeMo-RL's (`loss_fn`)."""
-    import yaml
-
-    try:
-        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise UsageError(f"--loss-from {path}: cannot read it as YAML: {error}") from None
+    config = load_yaml(path, "--loss-from config")
     if not isinstance(config, dict):
         raise UsageError(f"--loss-from {path}: not a mapping of config keys")
     if isinstance(config.get("actor"), dict):
@@ -57,7 +59,11 @@ def trainer_config(path: str | Path) -> LossChoice:
             "NeMo-RL's (loss_fn:) config; describe the loss in a TOML file for --loss instead"
         )
     loss, used, ignored, notes = reader(config, str(path))
-    return LossChoice(loss, used, ignored, notes)
+    return LossChoice(loss, used, ignored, notes, max_staleness(config, str(path)))
+
+
+FLAGS = {"eps_low": "--eps-low", "eps_high": "--eps-high", "upper": "--bound", "rules": "--bound"}
+"""The flag behind each field of the loss the shorthands set."""
 
 
 def resolve(
@@ -77,7 +83,7 @@ def resolve(
         choice = trainer_config(loss_from)
     elif loss is None or loss in PRESETS:
         choice = LossChoice(PRESETS[loss or "default"])
-    elif Path(loss).is_file():
+    elif os.path.lexists(loss):
         choice = LossChoice(toml_loss(loss))
     else:
         raise UsageError(f"--loss {loss!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
@@ -91,5 +97,6 @@ def resolve(
         return choice
     try:
         return replace(choice, loss=replace(choice.loss, **keys))
-    except ValueError as error:
-        raise UsageError(f"--eps-low/--eps-high/--bound: {error}") from None
+    except ParameterError as error:
+        flag = FLAGS.get(error.key, "--eps-low/--eps-high/--bound")
+        raise UsageError(f"{flag}: {error.why} for the policy loss {choice.loss.policy}") from None

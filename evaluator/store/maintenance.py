@@ -16,7 +16,7 @@ from evaluator.errors import StoreError
 from evaluator.formulas.loss import Loss
 from evaluator.store.commits import committed
 from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate, stored_data_path
-from evaluator.store.reader import LOSS_KEY
+from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY
 from evaluator.store.writer import StoreWriter
 
 ORPHAN_AGE_H = 1.0
@@ -125,7 +125,8 @@ _JOIN = "JOIN old.ingested_file f USING (file_id)"
 def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | None = None) -> int:
     """Copy a single-file store of store schema version 5 into a new store at `new` (made; it must not
     hold a store yet), in one commit; the number of files it holds. Its findings are kept as they were
-    (it kept no per-file evidence to judge them again); its intervals are recomputed."""
+    (it kept no per-file evidence to judge them again), and so is the trainer's maximum staleness it
+    recorded; its intervals are recomputed."""
     old_path = Path(old)
     if not old_path.is_file() or old_path.read_bytes()[8:12] != DUCKDB_MAGIC:
         raise StoreError(f"{old}: not a single-file proxaudit store (a DuckDB database file)")
@@ -148,6 +149,9 @@ def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | Non
                 digest = "o.digest" if table == "ingested_file" else "f.digest"
                 fid = f"('0x' || left({digest}, 15))::UBIGINT::BIGINT"  # evaluator.store.writer.file_id_of
                 con.execute(f"INSERT INTO {table} " + sql.format(fid=fid, join=_JOIN))
+            if MAX_STALENESS_KEY in meta:  # the trainer's maximum staleness, for the gate
+                limit = meta[MAX_STALENESS_KEY]
+                con.execute("INSERT INTO store_meta VALUES (?, ?)", [MAX_STALENESS_KEY, limit])
             con.execute("UPDATE ingest_ticket SET n = n + 1")
             return con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
 

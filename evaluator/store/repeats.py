@@ -6,15 +6,12 @@ naming the stored file that holds them first, unless it is one stored file saved
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import duckdb
 
 from evaluator.problems import Problem
+from evaluator.store.staging import FileSummary
 from evaluator.validate.facts import duplicate_message, overlaps_sql
-
-if TYPE_CHECKING:  # the writer imports this module
-    from evaluator.store.staging import FileSummary
 
 SUM_TOLERANCE = 1e-9
 """Sums of a re-saved copy's metrics may differ in their last bits (other row groups add in another

@@ -35,7 +35,7 @@ from evaluator.store.checks import check_store
 from evaluator.store.commits import Rollback, committed
 from evaluator.store.evidence import evidence_rows
 from evaluator.store.lake import STORE, Location, attach, locate, made_whole, quote, stored_data_path
-from evaluator.store.reader import LOSS_KEY, SAMPLE_KEY, stored_loss, stored_sample
+from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY, SAMPLE_KEY, stored_loss, stored_sample
 from evaluator.store.repeats import CopyOf, repeats
 from evaluator.store.staging import FileSummary, Stager
 from evaluator.validate.evidence import Evidence
@@ -241,6 +241,22 @@ class StoreWriter:
                 self._merged_rows, self._unmerged_rows = committed(con, merge, "merge"), 0
                 self._unmerged_runs.clear()
         return result
+
+    def record_max_staleness(self, value: int, source: str, key: str) -> None:
+        """Record the trainer's maximum staleness, where it was read and the config key that sets it
+        (`reader.stored_max_staleness`), in a commit of its own; the latest replay that knows it replaces
+        it (no commit when the store already holds the same)."""
+        entry = json.dumps({"value": int(value), "source": source, "key": key})
+
+        def work() -> None:
+            con, key = self.con, MAX_STALENESS_KEY
+            if con.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchall() == [(entry,)]:
+                raise Rollback(None)
+            con.execute("DELETE FROM store_meta WHERE key = ?", [key])
+            con.execute("INSERT INTO store_meta VALUES (?, ?)", [key, entry])
+            self._changed(True)
+
+        committed(self.con, work, "max_staleness")
 
     def _insert(
         self,
