@@ -1,9 +1,10 @@
 """AReaL's experiment YAML (its `actor:` section) as a `Loss`, at AReaL cbff54d: `areal/api/cli_args.py`
 PPOActorConfig (eps_clip, eps_clip_higher, c_clip, importance_sampling_level, use_sapo_loss,
-sapo_tau_pos/neg, use_cispo_loss, rejection_sampling) and RejectionSamplingConfig (level, action, metric,
-agg, upper, lower; `clamp` with no lower sets lower 0), read the way `areal/utils/functional/functional.py`
-ppo_actor_loss_fn uses them: with `rejection_sampling` unset there is no behaviour weight at all; a
-sequence-level `ratio` rule replaces the weight by the sequence's geometric mean. The legacy
+sapo_tau_pos/neg, use_cispo_loss, rejection_sampling, m2_threshold) and RejectionSamplingConfig (level,
+action, metric, agg, upper, lower; `clamp` with no lower sets lower 0), read the way
+`areal/utils/functional/functional.py` ppo_actor_loss_fn uses them: with `rejection_sampling` unset
+there is no behaviour weight at all; a sequence-level `ratio` rule replaces the weight by the sequence's
+geometric mean. The legacy
 `behave_imp_weight_cap` / `behave_imp_weight_mode` (AReaL 2026-03 to 2026-04) are read too.
 """
 
@@ -15,7 +16,7 @@ from evaluator.lossconfig.keys import Reader
 USED = {
     "eps_clip", "eps_clip_higher", "c_clip", "importance_sampling_level", "use_sapo_loss", "sapo_tau_pos",
     "sapo_tau_neg", "use_cispo_loss", "rejection_sampling", "behave_imp_weight_cap", "behave_imp_weight_mode",
-    "use_decoupled_loss", "prox_logp_method", "recompute_logprob", "ppo_n_minibatches",
+    "use_decoupled_loss", "prox_logp_method", "recompute_logprob", "ppo_n_minibatches", "m2_threshold",
 }  # fmt: skip
 LEGACY_MODES = ("disabled", "token_mask", "token_truncate", "sequence_mask", "sequence_truncate")
 
@@ -62,6 +63,7 @@ def areal_loss(config: dict, where: str) -> tuple[Loss, list[str], list[str], li
     keys["policy"] = "sapo" if sapo else "cispo" if cispo else "ppo"
     keys["sapo_tau_pos"] = actor.number("sapo_tau_pos", 1.0)
     keys["sapo_tau_neg"] = actor.number("sapo_tau_neg", 1.05)
+    keys["m2_threshold"] = actor.number("m2_threshold")  # M2PO, applied before the rejection (actor.py)
     rs = actor.table("rejection_sampling")
     if rs is not None:
         keys["behave_weight"], rule = _rejection(rs)

@@ -3,12 +3,14 @@ config, then the shorthands (`--eps-low`, `--eps-high`, `--bound`, `--bound-acti
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evaluator.errors import UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.lossconfig.areal import areal_loss
+from evaluator.lossconfig.others import TRL_KEYS, prime_rl_loss, trl_loss
 from evaluator.lossconfig.presets import PRESETS
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
@@ -34,11 +36,26 @@ class LossChoice:
         return out
 
 
+def _prime_rl_toml(path: str | Path) -> LossChoice:
+    """prime-rl's TOML config (a `[loss]` or `[trainer.loss]` table)."""
+    try:
+        config = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise UsageError(f"--loss-from {path}: cannot read it as TOML: {error}") from None
+    trainer = config.get("trainer")
+    if not isinstance(config.get("loss"), dict) and not isinstance((trainer or {}).get("loss"), dict):
+        raise UsageError(f"--loss-from {path}: a TOML config needs prime-rl's [loss] or [trainer.loss] table")
+    return LossChoice(*prime_rl_loss(config, str(path)))
+
+
 def trainer_config(path: str | Path) -> LossChoice:
     """The loss of a trainer's experiment config (YAML or JSON): AReaL's (an `actor:` section), verl's
-    (`algorithm` / `actor_rollout_ref`) or NeMo-RL's (`loss_fn`)."""
+    (`algorithm` / `actor_rollout_ref`), NeMo-RL's (`loss_fn`) or TRL's (GRPOConfig keys at the top);
+    prime-rl's TOML."""
     import yaml
 
+    if Path(path).suffix == ".toml":
+        return _prime_rl_toml(path)
     try:
         config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
@@ -51,10 +68,13 @@ def trainer_config(path: str | Path) -> LossChoice:
         reader = verl_loss
     elif isinstance(config.get("loss_fn"), dict):
         reader = nemo_rl_loss
+    elif any(key in config for key in TRL_KEYS):
+        reader = trl_loss
     else:
         raise UsageError(
-            f"--loss-from {path}: neither AReaL's (actor:), verl's (algorithm:, actor_rollout_ref:) nor "
-            "NeMo-RL's (loss_fn:) config; describe the loss in a TOML file for --loss instead"
+            f"--loss-from {path}: neither AReaL's (actor:), verl's (algorithm:, actor_rollout_ref:), "
+            "NeMo-RL's (loss_fn:), TRL's (loss_type:, epsilon:, vllm_importance_sampling_*:) nor prime-rl's "
+            "(a TOML [loss] table) config; describe the loss in a TOML file for --loss instead"
         )
     loss, used, ignored, notes = reader(config, str(path))
     return LossChoice(loss, used, ignored, notes)

@@ -20,6 +20,12 @@ from evaluator.formulas.loss import Loss, Rule
 from evaluator.lossconfig.keys import Reader
 from evaluator.lossconfig.presets import VERL_DUAL_CLIP, verl_k1
 
+VERL_MODES = {
+    "vanilla": "ppo", "gspo": "ppo", "sapo": "sapo", "cispo": "cispo", "dppo_tv": "dppo_tv",
+    "dppo_kl": "dppo_kl", "geo_mean": "gmpo", "dro": "pg",
+}  # fmt: skip
+"""verl's policy_loss.loss_mode values proxaudit models (verl 1dda039 core_algos.py) and their policy."""
+
 VERL_RS = {
     "token_k1": ("token", "kl_k1", "mean"),
     "token_k2": ("token", "kl_k2", "mean"),
@@ -72,12 +78,17 @@ def verl_loss(config: dict, where: str) -> tuple[Loss, list[str], list[str], lis
         "eps_low": actor.number("clip_ratio_low", clip),
         "eps_high": actor.number("clip_ratio_high", clip),
     }
-    mode = (actor.table("policy_loss") or Reader({}, where)).text(
-        "loss_mode", ("vanilla", "gspo", "sapo", "cispo"), "vanilla"
-    )
-    keys["policy"] = {"vanilla": "ppo", "gspo": "ppo"}.get(mode, mode)
-    keys["ratio_level"] = "sequence" if mode == "gspo" else "token"
-    keys["dual_clip"] = actor.number("clip_ratio_c", VERL_DUAL_CLIP) if mode == "vanilla" else None
+    policy_loss = actor.table("policy_loss") or Reader({}, where)
+    mode = policy_loss.text("loss_mode", tuple(VERL_MODES), "vanilla")
+    keys["policy"] = VERL_MODES[mode]
+    keys["ratio_level"] = "sequence" if mode in ("gspo", "geo_mean") else "token"
+    truncates = mode in ("vanilla", "dppo_tv", "dppo_kl")  # dual clip; DPPO's truncation of its ratio
+    keys["dual_clip"] = actor.number("clip_ratio_c", VERL_DUAL_CLIP) if truncates else None
+    if mode == "dro":
+        beta = policy_loss.number("dro_beta")
+        if beta is None or not beta > 0:
+            raise policy_loss.fail("dro_beta", "verl's dro needs a positive dro_beta")
+        keys["kl_penalty"] = beta / 2
     keys["sapo_tau_pos"], keys["sapo_tau_neg"] = actor.number("tau_pos", 1.0), actor.number("tau_neg", 1.05)
     level = rc.text("rollout_is", ("token", "sequence"))
     rules = []
@@ -113,7 +124,7 @@ def verl_loss(config: dict, where: str) -> tuple[Loss, list[str], list[str], lis
         }
     )
     notes = ["verl removes rejected tokens from the loss's normaliser; W is per token, before normalisation"]
-    return loss, rc.used + actor.used, ignored, notes
+    return loss, rc.used + actor.used + policy_loss.used, ignored, notes
 
 
 def nemo_rl_loss(config: dict, where: str) -> tuple[Loss, list[str], list[str], list[str]]:
@@ -146,13 +157,15 @@ def nemo_rl_loss(config: dict, where: str) -> tuple[Loss, list[str], list[str], 
         rules = (Rule(level, "ratio", agg, lower=lower, upper=upper),)
     elif kind == "seq-mask-tis":
         rules = (Rule("sequence", "ratio", "mean", lower=lower, upper=upper),)
+    corrected_rules = rules if corrected else ()
+    threshold = _seq_logprob_error_threshold(config, where)
+    if threshold is not None:  # a sample mask applied before the loss, whatever the correction
+        corrected_rules = (*corrected_rules, Rule("sequence", "mult_prob_error", "mean", upper=threshold))
     weight = "token" if corrected else "none"
     if weight == "token" and keys["ratio_level"] == "sequence":
         weight = "sequence_product"  # NeMo-RL's GSPO weight: exp(sum of the sequence's d)
     try:
-        loss = Loss(
-            **keys, behave_weight=weight, rules=rules if corrected else (), name=f"NeMo-RL config {where}"
-        )
+        loss = Loss(**keys, behave_weight=weight, rules=corrected_rules, name=f"NeMo-RL config {where}")
     except ValueError as error:
         raise fn.fail("loss_fn", str(error)) from None
     notes = (
@@ -173,3 +186,15 @@ def nemo_rl_loss(config: dict, where: str) -> tuple[Loss, list[str], list[str], 
         "force_on_policy_ratio",
     }
     return loss, fn.used, fn.ignored(taken), notes
+
+
+def _seq_logprob_error_threshold(config: dict, where: str) -> float | None:
+    """NeMo-RL 14f9f38's `grpo.seq_logprob_error_threshold` (or `ppo.`): a sequence whose mean
+    exp(|generation_logprobs - prev_logprobs|) passes it is masked from the loss (grpo.py
+    compute_and_apply_seq_logprob_error_masking)."""
+    for section in ("grpo", "ppo"):
+        if isinstance(config.get(section), dict):
+            value = Reader(config[section], f"{where} {section}").number("seq_logprob_error_threshold")
+            if value is not None:
+                return value
+    return None
