@@ -242,6 +242,13 @@ def engine_floor(db: Path, run_id: str) -> pd.DataFrame:
     return _frame(db, "SELECT * FROM engine_floor WHERE run_id = ?", [run_id])
 
 
+def trainer_mismatch(db: Path, run_id: str) -> pd.DataFrame:
+    """`trainer_mismatch` of one run: each trainer's own mismatch figure at staleness 0 and its line,
+    proxaudit's engine floor first."""
+    order = "ORDER BY trainer <> 'proxaudit', trainer, metric"
+    return _frame(db, f"SELECT * FROM trainer_mismatch WHERE run_id = ? {order}", [run_id])
+
+
 def steps_with_prox(db: Path, run_id: str) -> list[int]:
     """The steps of `run_id` that have tokens with `prox_logp` (the ground truth), in order."""
     sql = "SELECT step FROM file_tokens WHERE run_id = ? GROUP BY step HAVING sum(n_prox) > 0 ORDER BY step"

@@ -14,6 +14,7 @@ import pyarrow as pa
 from evaluator.errors import NoGroundTruthError, UsageError
 from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
+from evaluator.store.trainers import trainer_report
 from evaluator.text_table import aligned_lines
 from evaluator.validate.no_truth import no_truth_message
 from evaluator.verdict import loss_line, verdict_lines
@@ -31,6 +32,7 @@ VIEW_BY = {
     "rollout-corr": "rollout_corr_summary",
     "rollout-corr-staleness": "rollout_corr_staleness_summary",
     "mismatch": "mismatch_summary",
+    "trainers": "trainer_mismatch",
 }
 # Views keyed by method but not metric, and those keyed by neither: their order and what filters apply.
 ORDER_BY = {
@@ -42,6 +44,7 @@ ORDER_BY = {
     "rollout-corr": ["run_id", "method"],
     "rollout-corr-staleness": ["run_id", "staleness", "method"],
     "mismatch": ["run_id", "staleness"],
+    "trainers": ["run_id", "trainer <> 'proxaudit'", "trainer", "metric"],
 }
 FORMATS = ("table", "json", "csv")
 PAIRING_NOTE = (
@@ -83,6 +86,7 @@ COMPACT = {
         "run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "excess_gradient_mass_error",
         "safe_staleness", "safe_staleness_beyond_floor",
     ),
+    "trainers": ("run_id", "trainer", "metric", "value", "line", "within_line", "n"),
 }  # fmt: skip
 """The columns a terminal table shows (figures with their intervals); JSON and CSV carry every column."""
 
@@ -131,6 +135,12 @@ def verdict_text(
     with open_store(db_path) as con:
         methods = (method,) if method else ()
         return "\n".join([loss_line(con), *verdict_lines(con, tolerance, methods, run)])
+
+
+def trainers_text(db_path: str | os.PathLike, run: str | None) -> str:
+    """One sentence per run and trainer: what each trainer would log on the run (`trainer_mismatch`)."""
+    with open_store(db_path) as con:
+        return "\n".join(trainer_report(con, run)[1])
 
 
 def gate_verdict_text(result) -> str:

@@ -114,7 +114,8 @@ def reference_values(
         d = np.clip(a - b, -20, 20)  # verl's diagnostics: its safety bound, T = 2
         metrics |= {
             "is_weight": (np.exp(d), covered),
-            "is_weight_clamped": (np.clip(np.exp(d), 0.5, 2.0), covered),
+            "is_weight_truncated": (np.minimum(np.exp(d), 2.0), covered),
+            "prob_diff": (np.abs(np.exp(a) - np.exp(b)), covered),
             "is_weight_high": ((np.exp(d) > 2).astype(float), covered),
             "is_weight_low": ((np.exp(d) < 0.5).astype(float), covered),
             "approx_prob": (np.exp(a), covered),

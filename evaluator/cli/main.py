@@ -28,6 +28,7 @@ SUMMARY_VIEWS = {
     "rollout-corr": "verl's rollout_corr diagnostics of each method's weights, by verl's names",
     "rollout-corr-staleness": "... per staleness",
     "mismatch": "the engine mismatch floor and its share of each staleness's drift",
+    "trainers": "each trainer's own mismatch figure at staleness 0, against its published line",
 }
 
 
@@ -244,6 +245,7 @@ def summary(
         render,
         require_rows,
         summary_table,
+        trainers_text,
         truth_notes,
         verdict_text,
     )
@@ -256,6 +258,8 @@ def summary(
     say(render(compact(table, by) if fmt == "table" else table, fmt), fmt)
     if fmt == "table" and by == "decision":
         say("\n" + verdict_text(db, tolerance, run_id, method))
+    if fmt == "table" and by == "trainers":
+        say("\n" + trainers_text(db, run_id))
     if by in NOTES and fmt == "table":
         click.echo(f"\n{NOTES[by]}")
     if notes:

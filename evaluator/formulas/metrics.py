@@ -16,19 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
 from evaluator.formulas import F64, Flags, check_shapes
+from evaluator.formulas.diagnostics import DIAGNOSTICS
 from evaluator.formulas.gradients import Decisions, Sequences, decide, weight
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from schemas.store import METRIC_TABLE, VERL_SEQUENCE_K, VERL_T, Metric, metrics_for
+from schemas.store import METRIC_TABLE, Metric, metrics_for
 
 EPS = 1e-8
-VERL_LOG_BOUND = 20.0
-"""verl bounds its log ratios to [-20, 20] before exp (`rollout_corr_helper.py`)."""
 T = TypeVar("T")
 
 
@@ -157,66 +155,7 @@ VALUES: dict[str, Value] = {
 }
 
 
-def _memo(e: ProxTerms, key: str, compute: Callable[[], F64]) -> F64:
-    """The term `key` of `e`, computed once."""
-    if key not in e.memo:
-        e.memo[key] = compute()
-    return e.memo[key]
-
-
-def _d(e: ProxTerms) -> F64:
-    """verl's safety-bounded log ratio d = clamp(a - b, -20, 20)."""
-    return _memo(e, "d", lambda: np.clip(e.x - e.tokens.b, -VERL_LOG_BOUND, VERL_LOG_BOUND))
-
-
-def _exp_d(e: ProxTerms) -> F64:
-    """verl's token importance weight exp(d)."""
-    return _memo(e, "exp d", lambda: np.exp(_d(e)))
-
-
-def _k(name: str, e: ProxTerms) -> F64:
-    """verl's per-token k1 (b - a), k2 (d^2 / 2) and k3 (exp(d) - 1 - d)."""
-    d = _d(e)
-    terms = {"k1": lambda: -d, "k2": lambda: d * d / 2, "k3": lambda: _exp_d(e) - 1 - d}
-    return _memo(e, name, terms[name])
-
-
-SEQUENCE_TERMS: dict[str, Callable[[ProxTerms], F64]] = {
-    "log_ratio": lambda e: e.x - e.tokens.b,
-    "log_ppl_diff": lambda e: e.tokens.b - e.x,
-    "token_outside": lambda e: _flag(np.abs(_d(e)) > np.log(VERL_T)),
-    **{k: partial(_k, k) for k in ("k1", "k2", "k3")},
-}
-"""The token series that per-sequence metrics sum, average or take the maximum of."""
-
-
-def _per_sequence(e: ProxTerms, term: str, agg: str = "sum") -> F64:
-    """`[n_sequences]` sums, means or maxima of the token series `SEQUENCE_TERMS[term]` over each sequence's
-    tokens (a sequence with none: mean 0); a term's sums are computed once for its sum and mean."""
-    seq = e.tokens.sequences
-    if agg == "max":
-        return seq.max(SEQUENCE_TERMS[term](e))
-    total = _memo(e, f"sum {term}", lambda: seq.sum(SEQUENCE_TERMS[term](e)))
-    return total if agg == "sum" else total / np.maximum(seq.counts, 1.0)
-
-
-VALUES |= {
-    "is_weight": lambda e, g: _exp_d(e),
-    "is_weight_clamped": lambda e, g: np.clip(_exp_d(e), 1 / VERL_T, VERL_T),
-    "is_weight_high": lambda e, g: _flag(_exp_d(e) > VERL_T),
-    "is_weight_low": lambda e, g: _flag(_exp_d(e) < 1 / VERL_T),
-    "approx_prob": lambda e, g: np.exp(e.x),
-    "behave_prob": lambda e, g: np.exp(e.tokens.b),
-    "prob_product": lambda e, g: np.exp(e.x) * np.exp(e.tokens.b),
-    "seq_is_weight": lambda e, g: np.exp(np.clip(_per_sequence(e, "log_ratio"), -20, 20)),
-    "seq_geo_weight": lambda e, g: weight(_per_sequence(e, "log_ratio", "mean")),
-    "seq_is_weight_low": lambda e, g: _flag(_per_sequence(e, "log_ratio") < -np.log(VERL_T)),
-    "seq_token_outside": lambda e, g: _flag(_per_sequence(e, "token_outside") > 0),
-    "seq_log_ppl_diff": lambda e, g: _per_sequence(e, "log_ppl_diff", "mean"),
-    "seq_log_ppl_abs_diff": lambda e, g: np.abs(_per_sequence(e, "log_ppl_diff", "mean")),
-    "seq_ppl_ratio": lambda e, g: weight(_per_sequence(e, "log_ppl_diff", "mean")),
-    **{f"seq_{k}_{agg}": lambda e, g, k=k, agg=agg: _per_sequence(e, k, agg) for k, agg in VERL_SEQUENCE_K},
-}
+VALUES |= DIAGNOSTICS
 assert set(VALUES) == {m.name for m in METRIC_TABLE}, "every metric of the table has one formula here"
 
 
@@ -283,8 +222,8 @@ def method_metrics(
         judged_of_estimated = on.judged if on.estimated is None else on.judged[on.estimated]
     est_judged, truth_judged = est.take(judged_of_estimated), truth.take(on.judged)
     for metric in metrics_for(method, loss):
-        if metric.per == "sequence" and tokens.sequences is None:
-            continue  # no sequences given: per-token metrics only
+        if (metric.per == "sequence" or metric.by_sequence) and tokens.sequences is None:
+            continue  # no sequences given: the metrics of single tokens only
         if metric.needs_truth:
             values = VALUES[metric.name](est_judged, truth_judged)
         else:
