@@ -18,6 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import queries
+from dashboard.defaults import default_methods
 from dashboard.views import PAGES, common
 
 REPLAY_HINT = """No runs in this database yet. Fill it from token logs (Parquet, schema v1) with
@@ -26,6 +27,13 @@ REPLAY_HINT = """No runs in this database yet. Fill it from token logs (Parquet,
 
 and this page shows them as soon as the first file is committed (replay may run while the dashboard
 is open)."""
+
+
+METHODS_HELP = (
+    "Drawn on every chart. Default: the method the gate's thresholds judge and AReaL's own options "
+    "(loglinear_shipped and linear_shipped: loglinear and linear as AReaL computes them; rollout); add any "
+    "other here."
+)
 
 
 def _arguments() -> tuple[Path | None, Path | None]:
@@ -61,10 +69,11 @@ def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
     run_id = st.sidebar.selectbox("run_id", run_ids, key="run")
     present = common.load(db, "methods_present", (run_id,))
     estimators = [m for m in present if m != "ground_truth"]
-    common.seed("methods", estimators, common.subset(estimators))
-    methods = st.sidebar.multiselect("method (estimators)", estimators, key="methods") or estimators
-    if not st.session_state["methods"]:
+    common.seed("methods", default_methods(estimators, thresholds), common.subset(estimators))
+    methods = st.sidebar.multiselect("method (estimators)", estimators, key="methods", help=METHODS_HELP)
+    if not methods:
         st.sidebar.caption("No method chosen: showing every estimator.")
+    methods = methods or estimators
     row = runs.set_index("run_id").loc[run_id]
     staleness = _range_filter("staleness", "staleness", int(row["min_staleness"]), int(row["max_staleness"]))
     steps = _range_filter("step", "steps", int(row["first_step"]), int(row["last_step"]))

@@ -58,6 +58,9 @@ METHOD_COLORS: dict[str, str] = {
     "proximal_t": "#8c564b",
 }
 SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e")
+LEGEND_BELOW = dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top")
+"""A legend of many entries (a method each, with the glyph key) in rows under the plot: beside it, a
+column of entries taller than the chart is cut off."""
 FACET_COLUMNS = 3
 MARKER_POINTS = 100  # longer series are drawn as lines only (markers hide the shape)
 
@@ -156,7 +159,9 @@ def add_series(
     )
 
 
-def _grid(titles: list[str], height_per_row: int = 300) -> tuple[go.Figure, int]:
+def _grid(titles: list[str], x: str, y: str, height_per_row: int = 300) -> tuple[go.Figure, int]:
+    """Panels of `titles`, FACET_COLUMNS a row, sharing one title per axis (a title per panel runs into the
+    next panel's when the page is narrow)."""
     cols = min(len(titles), FACET_COLUMNS)
     rows = math.ceil(len(titles) / cols)
     fig = make_subplots(
@@ -166,9 +171,16 @@ def _grid(titles: list[str], height_per_row: int = 300) -> tuple[go.Figure, int]
         shared_yaxes="all",
         horizontal_spacing=0.04,
         vertical_spacing=0.12,
+        **shared_titles(x, y),
     )
-    fig.update_layout(height=80 + rows * height_per_row, margin=dict(t=60, b=40, l=60, r=20))
+    fig.update_layout(height=80 + rows * height_per_row, margin=dict(t=60, b=60, l=80, r=20))
     return fig, cols
+
+
+def shared_titles(x: str, y: str | None = None) -> dict[str, str]:
+    """`make_subplots` arguments: one title under all panels (and one beside them), in docs/metrics.md's
+    words."""
+    return dict(x_title=label(x), **({"y_title": label(y)} if y else {}))
 
 
 def facets_by_method(
@@ -185,7 +197,7 @@ def facets_by_method(
     methods = ordered(frame["method"])
     if not methods:
         return empty_figure(f"no {metric} rows for this selection")
-    fig, cols = _grid(methods)
+    fig, cols = _grid(methods, x, metric)
     for i, method in enumerate(methods):
         pos = dict(row=i // cols + 1, col=i % cols + 1)
         add_series(fig, frame[frame["method"] == method], x, method, color(method), **pos)
@@ -204,8 +216,6 @@ def facets_by_method(
                 ),
                 **pos,
             )
-    fig.update_xaxes(title_text=label(x))
-    fig.update_yaxes(title_text=label(metric), col=1)
     return y_scale(fig, log_y)
 
 
@@ -220,13 +230,16 @@ def method_pairs(
     conventions, or each token's own version and AReaL's shipped pairing (`kinds` names the two)."""
     titles = [f"{a} ({kinds[0]}) vs {b} ({kinds[1]})" for a, b in pairs]
     fig = make_subplots(
-        rows=1, cols=len(pairs), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.05
+        rows=1,
+        cols=len(pairs),
+        subplot_titles=titles,
+        shared_yaxes=True,
+        horizontal_spacing=0.05,
+        **shared_titles("staleness", metric),
     )
     for i, pair in enumerate(pairs):
         for method in pair:
             add_series(
                 fig, frame[frame["method"] == method], "staleness", method, color(method), row=1, col=i + 1
             )
-    fig.update_xaxes(title_text=label("staleness"))
-    fig.update_yaxes(title_text=label(metric), col=1)
-    return y_scale(fig.update_layout(height=380, margin=dict(t=60, b=40)), log_y)
+    return y_scale(fig.update_layout(height=380, margin=dict(t=60, b=60, l=80)), log_y)

@@ -3,9 +3,12 @@
 Errors, flip rates and their intervals span decades, and some are exactly 0 (an estimator that is exact at
 a staleness, an interval that reaches 0), which a log axis cannot draw: plotly drops such a point, or runs
 its line and band off the bottom of the chart. Here the axis gets a bottom row labelled `0` under its
-lowest tick: a band edge or an interval's end at 0 is drawn down to it, and a point at 0 becomes a
-triangle on it (its line breaks there), with the true value 0 on hover. Ticks are labelled in plain
-numbers: 1, 2 and 5 of each decade over a few decades, every decade over more.
+lowest tick: an interval's end or a whisker at 0 is drawn down to it, and a point at 0 becomes a
+triangle on it (its line breaks there), with the true value 0 on hover. A quantile band with an edge at 0
+(a p50 of exactly 0, as the `*_exact` methods have where half the tokens are at minibatch 0) is closed
+there: drawn down to the 0 row it would paint every decade under the data; the centre line's triangle
+says 0. Ticks are labelled in plain numbers: 1, 2 and 5 of each decade over a few decades, every decade
+over more.
 """
 
 from __future__ import annotations
@@ -93,6 +96,17 @@ def _zero_markers(fig: go.Figure, trace: go.Scatter, zero: np.ndarray, floor: fl
     )
 
 
+def _close_bands(fig: go.Figure, floor: float) -> None:
+    """Close a filled band (an edge, then the trace filled to it: `fill="tonexty"`) where its lower edge is
+    0: both edges meet at the upper one (on the 0 row when that is 0 too). A gap would not do: plotly fills
+    across it, from the last point before to the first after."""
+    for lower, upper in zip(fig.data, fig.data[1:], strict=False):
+        if isinstance(upper, go.Scatter) and upper.fill == "tonexty":
+            lo, hi = _values(lower), _values(upper)
+            top = np.where(hi == 0, floor, hi)
+            lower.y, upper.y = np.where(lo == 0, top, lo), top
+
+
 def _move_zeros(fig: go.Figure, floor: float) -> bool:
     """Put every 0 of the figure's traces on the 0 row; True when there was one."""
     found = False
@@ -110,7 +124,7 @@ def _move_zeros(fig: go.Figure, floor: float) -> bool:
         if isinstance(trace, go.Scatter) and not band:
             _zero_markers(fig, trace, zero, floor, ends)
             trace.y = np.where(zero, np.nan, y)  # the line breaks where its value is 0
-        else:  # a band's edge or a bar: down to the 0 row
+        else:  # a whisker or a bar: down to the 0 row
             trace.y = np.where(zero, floor, y)
     return found
 
@@ -127,6 +141,7 @@ def log_y(fig: go.Figure) -> go.Figure:
     ticks = tick_values(float(positive.min()), float(positive.max()))
     floor = ticks[0] / ZERO_ROW
     labels = [tick_text(t) for t in ticks]
+    _close_bands(fig, floor)
     if _move_zeros(fig, floor):
         ticks, labels = [floor, *ticks], ["0", *labels]
         marker = dict(symbol="triangle-down", size=9, color="#777")  # a legend entry that draws nothing

@@ -8,7 +8,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.charts import color, empty_figure, has_quantiles, label, ordered, rgba, y_scale
+from dashboard.charts import (
+    LEGEND_BELOW,
+    color,
+    empty_figure,
+    has_quantiles,
+    label,
+    ordered,
+    rgba,
+    shared_titles,
+    y_scale,
+)
 from evaluator.formulas.loss import Loss
 
 
@@ -117,7 +127,7 @@ def weight_ranges(frame: pd.DataFrame, metric: str, loss: Loss) -> go.Figure:
             for edge in (e for e in (rule.lower, rule.upper) if e is not None):
                 fig.add_hline(y=edge, line=dict(color="red", dash="dash", width=1))
         _corner_note(fig, "; ".join(r.describe() for r in token_ratio_rules), "red")
-    fig.update_layout(height=460, margin=dict(t=40, b=40), legend_title_text="method")
+    fig.update_layout(height=520, margin=dict(t=40, b=40), legend=LEGEND_BELOW)
     fig.update_xaxes(title_text=label("staleness"), dtick=1, showgrid=False)
     fig.update_yaxes(title_text=label(metric))
     return y_scale(fig, True)
@@ -132,7 +142,9 @@ def weight_diagnostics(frame: pd.DataFrame) -> go.Figure:
     methods = ordered(frame["method"])
     if not methods:
         return empty_figure("no behaviour weights for this selection")
-    fig = make_subplots(rows=1, cols=3, subplot_titles=DIAGNOSTICS, horizontal_spacing=0.07)
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=DIAGNOSTICS, horizontal_spacing=0.07, **shared_titles("staleness")
+    )
     for col, name in enumerate(DIAGNOSTICS, start=1):
         for method in methods:
             part = frame[frame["method"] == method].sort_values("staleness")
@@ -150,6 +162,14 @@ def weight_diagnostics(frame: pd.DataFrame) -> go.Figure:
                 col=col,
             )
         fig.update_yaxes(title_text=label(name), row=1, col=col)
-    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
-    fig.update_xaxes(title_text=label("staleness"), dtick=1)
-    return fig.update_layout(height=380, margin=dict(t=50, b=40), legend_title_text="method")
+    fig.update_yaxes(range=ess_range(frame["ess_fraction"]), row=1, col=1)
+    fig.update_xaxes(dtick=1)
+    return fig.update_layout(height=440, margin=dict(t=50, b=60), legend=LEGEND_BELOW)
+
+
+def ess_range(ess: pd.Series) -> list[float]:
+    """A y range that shows how far the ESS fractions fall below 1 (they sit near it when the weights are
+    close to each other): from a little under the lowest to a little over 1, never below 0."""
+    lowest = float(ess.min()) if ess.notna().any() else 0.0
+    span = max(1.0 - lowest, 0.01)
+    return [max(0.0, lowest - 0.15 * span), 1.0 + 0.05 * span]

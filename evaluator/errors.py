@@ -31,3 +31,21 @@ class ThresholdsError(ProxauditError):
 class FileFailed(ProxauditError):
     """One file could not be replayed for a reason of its own (a worker died, an unexpected error): it is
     reported, the other files go on (exit code 1)."""
+
+
+class ParameterError(UsageError, ValueError):
+    """A parameter outside what it allows (a NaN bound, an eps past 1, upper below lower): names the
+    parameter (`key`) and the rule (exit code 2). A ValueError too, as the loss's constructors raise it.
+    Each entry path re-raises it under the name the user wrote (`renamed`): the flag, the config key."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"{key}: {why}")
+        self.key, self.why = key, why
+
+    def renamed(self, name: str) -> ParameterError:
+        return ParameterError(name, self.why)
+
+
+class InputFileError(UsageError):
+    """A file given as input that is not a regular file (a FIFO, a device, a folder), is past its size
+    bound, or holds a line past the bound on one line: names the file and the bound (exit code 2)."""

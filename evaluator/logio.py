@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from schemas.token_log import COLUMNS_BY_NAME, arrow_schema
@@ -56,3 +57,29 @@ def write_log_atomic(table: pa.Table, path: str | os.PathLike, *, row_group_size
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def file_runs(path: str | os.PathLike, limit: int) -> tuple[str, ...]:
+    """Up to `limit` distinct `run_id`s of the token log at `path`: from its footer's statistics when every
+    row group holds one run (the hook writes one run per file), else read from the column a record batch
+    at a time. Empty for a file without a readable `run_id` (validation says why)."""
+    try:
+        parquet = pq.ParquetFile(path)
+        meta = parquet.metadata
+        index = [meta.schema.column(j).path for j in range(meta.num_columns)].index("run_id")
+        runs: set[str] = set()
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(index).statistics
+            if stats is None or not stats.has_min_max or stats.min != stats.max:
+                break
+            runs.add(str(stats.min))
+        else:
+            return tuple(sorted(runs))[:limit]
+        runs = set()
+        for batch in parquet.iter_batches(columns=["run_id"]):
+            runs.update(map(str, pc.unique(batch.column(0)).drop_null().to_pylist()))
+            if len(runs) >= limit:
+                break
+    except Exception:  # pyarrow raises several types for a file that is not a token log
+        return ()
+    return tuple(sorted(runs))[:limit]

@@ -1,4 +1,5 @@
-"""Click options built from a CleanRL-style `Args` dataclass (a docstring under every field is its help).
+"""Click options built from a CleanRL-style `Args` dataclass (a docstring under every field is its help),
+and `Number`, the option type of a finite number within its parameter's range.
 
 `DataclassCommand` builds them on first use, so listing commands never imports the dataclass's module
 (the reference trainer imports torch, which takes seconds).
@@ -12,8 +13,12 @@ import importlib
 import inspect
 import textwrap
 import typing
+from collections.abc import Callable
 
 import click
+
+from evaluator.errors import ParameterError
+from evaluator.inputs import FINITE, Range
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -37,6 +42,8 @@ def click_options(cls: type) -> list[click.Option]:
             kind = dict(type=click.Choice(typing.get_args(hint)))
         elif hint is bool:
             flag, kind = f"{flag}/--no-{flag[2:]}", {}
+        elif hint is float:
+            kind = dict(type=Number())
         else:
             kind = dict(type=hint)
         options.append(
@@ -74,3 +81,25 @@ class DataclassCommand(click.Command):
             self.params = click_options(self.dataclass()) + self.params
             self._loaded = True
         return super().get_params(ctx)
+
+
+class Number(click.ParamType):
+    """A finite float within `allowed` (the parameter's range, or a function that returns it, called
+    when a value is parsed): NaN, an infinity or a value outside the range is a usage error naming the
+    option, when the command line is parsed."""
+
+    name = "float"
+
+    def __init__(self, allowed: Range | Callable[[], Range] = FINITE) -> None:
+        self.allowed = allowed
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        allowed = self.allowed if isinstance(self.allowed, Range) else self.allowed()
+        try:
+            return allowed.check(param.name if param else "value", number)
+        except ParameterError as error:
+            self.fail(error.why, param, ctx)

@@ -5,7 +5,8 @@ statistic of one metric of one method, or one derived figure of a method (gradie
 rates, weight diagnostics, the safe staleness; the vocabulary of `schemas.store`), optionally restricted
 to an inclusive staleness range and to one run, and the conditions it must meet: an absolute `max`
 and/or `min`, and/or at most `max_regression` worse than the same statistic of `baseline_run`. Parsing never
-looks at a database; `evaluator.gate.judge` applies the checks. Imports nothing of ours but `schemas`.
+looks at a database or a file: `evaluator.gate.judge` reads the file (a regular file of at most 1 MiB)
+and applies the checks. Imports nothing of ours but `schemas`.
 """
 
 from __future__ import annotations
@@ -110,18 +111,6 @@ class Check:
 class Thresholds:
     source: str
     checks: tuple[Check, ...]
-
-
-def load_thresholds(path: str | Path) -> Thresholds:
-    """Read and validate a thresholds file (ThresholdsFormatError on any problem)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ThresholdsFormatError(f"{path}: thresholds file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ThresholdsFormatError(f"{path}: cannot read thresholds file: {error}") from None
-    return parse_thresholds(text, source=str(path))
 
 
 def parse_thresholds(text: str, source: str = "<thresholds>") -> Thresholds:

@@ -87,8 +87,8 @@ def fixture_logs(run: str) -> list[Path]:
 
 def test_overview_numbers(fixture_store, monkeypatch):
     """The Overview's figures against DOMAIN.md computed in numpy over the run's token logs, not against
-    the query functions the page calls."""
-    at = run_app(fixture_store, monkeypatch, page="overview", run="loglinear")
+    the query functions the page calls; every method chosen."""
+    at = run_app(fixture_store, monkeypatch, page="overview", run="loglinear", methods=",".join(METHODS[1:]))
     tokens = loss_tokens(fixture_logs("loglinear"))
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["runs in the store"] == "2"
@@ -139,6 +139,27 @@ def test_filters_narrow_the_data_and_go_into_the_url(fixture_store, monkeypatch)
     assert "Step range selected" in texts(at)
     assert at.dataframe[0].value.columns.get_level_values(1).tolist().count("p50") == 0  # moments only
     assert at.query_params["steps"] == "10-20"
+
+
+def test_the_charts_open_on_the_gated_method_and_arealss_options(fixture_store, monkeypatch, tmp_path):
+    """By default the pages draw the method the thresholds gate (the default ones: loglinear_shipped) and
+    what AReaL offers (areal/utils/constants.py's ProxApproxMethod: loglinear and linear as its code
+    computes them, and rollout); a thresholds file gating another method adds it; the rest is one click
+    away in the sidebar."""
+    import tomllib
+
+    areal = {"loglinear_shipped", "linear_shipped", "rollout"}
+    gated = {c["method"] for c in tomllib.loads(DEFAULT_THRESHOLDS.read_text())["check"] if "method" in c}
+    at = run_app(fixture_store, monkeypatch, page="drift", run="recompute")
+    no_exception(at)
+    picker = at.sidebar.multiselect(key="methods")
+    assert set(picker.value) == areal | gated == areal
+    assert set(picker.options) == set(METHODS) - {"ground_truth"}
+    assert set(at.dataframe[0].value.columns.get_level_values(0)) == areal
+    own = tmp_path / "gate.toml"
+    own.write_text('[[check]]\nmethod = "loglinear_exact"\nmetric = "abs_error"\nstat = "mean"\nmax = 1\n')
+    at = run_app(fixture_store, monkeypatch, page="drift", run="recompute", thresholds=own)
+    assert set(at.sidebar.multiselect(key="methods").value) == areal | {"loglinear_exact"}
 
 
 def test_no_method_chosen_means_every_estimator(fixture_store, monkeypatch):

@@ -699,6 +699,48 @@ class TestCli:
         )
         assert result.exit_code == 2 and "not found" in result.output
 
+    @pytest.mark.parametrize("option", ["--markdown", "--junit", "--json"])
+    @pytest.mark.parametrize(
+        "where, says",
+        [
+            ("", "an empty path"),  # `--markdown "$GITHUB_STEP_SUMMARY"` outside GitHub Actions
+            (".", "a folder, not a file"),
+            ("reports/", "a folder, not a file"),
+            ("a-file/gate.out", "is a file, not a folder"),
+        ],
+        ids=["empty", "dot", "slash", "under-a-file"],
+    )
+    def test_a_report_path_that_cannot_take_a_file_is_a_usage_error_before_any_work(
+        self, store, tmp_path, monkeypatch, option, where, says
+    ):
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "a-file").write_text("kept")
+        result = CliRunner().invoke(cli, ["gate", "--db", str(store), option, where])
+        assert result.exit_code == 2, result.output
+        assert f"Invalid value for '{option}'" in result.output and says in result.output
+        assert "gate passed" not in result.output and "gate FAILED" not in result.output  # judged nothing
+        assert (tmp_path / "a-file").read_text() == "kept" and not (tmp_path / "reports").exists()
+
+    def test_the_readme_gate_line_leaves_markdown_out_outside_github(self, repo_root):
+        """The README's gate line, run by bash with `proxaudit` printing its arguments: without
+        GITHUB_STEP_SUMMARY no --markdown (an empty one is refused), with it the file it names."""
+        import os
+        import re
+        import subprocess
+
+        readme = (repo_root / "README.md").read_text()
+        (line,) = [x.strip() for x in readme.splitlines() if x.strip().startswith("proxaudit gate --db")]
+        assert "GITHUB_STEP_SUMMARY" in line
+        script = "proxaudit() { printf '%s\\n' \"$@\"; }\n" + line
+        env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+        outside = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
+        assert "--markdown" not in outside.stdout.split() and "" not in outside.stdout.splitlines()
+        env["GITHUB_STEP_SUMMARY"] = "/tmp/summary.md"
+        inside = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
+        args = inside.stdout.splitlines()
+        assert args[args.index("--markdown") + 1] == "/tmp/summary.md"
+        assert re.search(r"--junit \S+", line)
+
     def test_help(self):
         result = CliRunner().invoke(cli, ["gate", "--help"])
         assert result.exit_code == 0

@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.gate.judge import run_gate, selection_stats
+from evaluator.gate.judge import load_thresholds, run_gate, selection_stats
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
 from schemas.store import STATS
-from schemas.thresholds import DEFAULT_THRESHOLDS, load_thresholds
+from schemas.thresholds import DEFAULT_THRESHOLDS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 METHOD, METRIC = "loglinear", "abs_error"

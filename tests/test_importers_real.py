@@ -90,3 +90,97 @@ def test_nemo_rl_force_on_policy_zeros_import_as_they_are_and_validate_warns(rep
     validation = validate_paths([out])
     assert all(r.ok for r in validation.reports)
     assert "prox_logp_zero" in {f.rule for f in validation.warnings}
+
+
+class TestRuns:
+    """Which runs a call finds and how they are named: each folder the trainer wrote a dump into is a run,
+    named after it (never after the name every dump has: token_exports, dumped_data), said first;
+    --run-id names one run; two runs that would share a name are refused before anything is written.
+    (Run from a folder outside the repository: folders are shown as given when under the working one.)"""
+
+    @pytest.fixture(autouse=True)
+    def elsewhere(self, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)
+
+    @pytest.mark.parametrize(
+        "fmt, folder, extra, run_id",
+        [("prime-rl", "prime-rl", [], "prime-rl"), ("skyrl", "skyrl", ["--trust-pickle"], "skyrl")],
+    )
+    def test_a_run_is_named_after_the_folder_the_trainer_wrote_into(
+        self, repo_root, tmp_path, fmt, folder, extra, run_id
+    ):
+        source = repo_root / "fixtures" / "importers" / folder
+        result = CliRunner().invoke(cli, ["import", fmt, str(source), "--out", str(tmp_path), *extra])
+        assert result.exit_code == 0, result.output
+        assert [x for x in result.output.splitlines() if x.startswith("found run ")] == [
+            f"found run {run_id}: {source}/ (2 files)"
+            if fmt == "skyrl"
+            else f"found run {run_id}: {source}/ (4 files)"
+        ]
+        assert set(pq.read_table(tmp_path)["run_id"].to_pylist()) == {run_id}
+        assert all(p.name.startswith(f"{run_id}-") for p in tmp_path.glob("*.parquet"))
+
+    def test_each_run_folder_below_a_path_is_its_own_run(self, repo_root, tmp_path):
+        source = repo_root / "fixtures" / "importers" / "nemo-rl"
+        result = CliRunner().invoke(cli, ["import", "nemo-rl", str(source), "--out", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        found = [line for line in result.output.splitlines() if line.startswith("found run ")]
+        assert found == [
+            f"found run nemo-rl: {source}/ (2 files)",
+            f"found run force_on_policy: {source / 'force_on_policy'}/ (1 file)",
+        ]
+        runs = pq.read_table(tmp_path).group_by("run_id").aggregate([("step", "count")]).to_pylist()
+        assert {r["run_id"]: r["step_count"] for r in runs} == {"nemo-rl": 36, "force_on_policy": 320}
+
+    def test_one_run_id_for_several_runs_is_refused_naming_the_folders(self, repo_root, tmp_path):
+        source = repo_root / "fixtures" / "importers" / "nemo-rl"
+        args = ["import", "nemo-rl", str(source), "--out", str(tmp_path / "out"), "--run-id", "grpo"]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2 and "--run-id grpo names one run" in result.output
+        assert (
+            f"{source}/ (2 files)" in result.output
+            and f"{source / 'force_on_policy'}/ (1 file)" in result.output
+        )
+        assert not (tmp_path / "out").exists()
+
+    def test_two_runs_of_one_name_are_refused_before_anything_is_written(self, repo_root, tmp_path):
+        import shutil
+
+        for owner in ("a", "b"):  # two prime-rl runs, each in an output_dir named `outputs`
+            shutil.copytree(
+                repo_root / "fixtures/importers/prime-rl/token_exports",
+                tmp_path / owner / "outputs" / "token_exports",
+            )
+        args = [
+            "import",
+            "prime-rl",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2 and "would all be run outputs" in result.output, result.output
+        assert (
+            "dumps in a/outputs/ (4 files) and b/outputs/ (4 files)" in result.output
+        )  # under the working folder
+        assert not (tmp_path / "out").exists()
+
+    def test_a_folder_holding_slime_dumps_below_names_them(self, repo_root, tmp_path):
+        source = repo_root / "fixtures" / "importers" / "slime"
+        result = CliRunner().invoke(cli, ["import", "slime", str(source), "--out", str(tmp_path)])
+        assert result.exit_code == 2 and "no slime dump files" in result.output
+        assert f"{source / 'async'}/, {source / 'sync'}/" in result.output
+
+
+@pytest.mark.parametrize("fmt", ["nemo-rl", "prime-rl", "slime", "skyrl"])
+def test_each_format_has_its_own_help(fmt):
+    """What it reads (the file names), which writer of the trainer wrote it, and what the dump lacks."""
+    names = {"nemo-rl": ("train_data_step{N}.jsonl", "Logger.log_batched_dict_as_jsonl"),
+             "prime-rl": ("token_exports/step_{N}/rank_{R}.jsonl", "TokenExporter.export"),
+             "slime": ("train_data/{rollout_id}.pt", "save_debug_train_data"),
+             "skyrl": ("global_step_{N}_training_input.pkl", "RayPPOTrainer.dump_data")}  # fmt: skip
+    text = " ".join(CliRunner().invoke(cli, ["import", fmt, "--help"]).output.split())
+    assert all(name in text for name in names[fmt]) and "lacks" in text
+    others = [n for other, pair in names.items() if other != fmt for n in pair]
+    assert not any(name in text for name in others)

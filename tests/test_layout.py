@@ -25,6 +25,7 @@ STAGES = {
             "evaluator.logio",
             "evaluator.sources",
             "evaluator.options",
+            "evaluator.inputs",
         ),
     ),  # fmt: skip
     "formulas": (2, ("evaluator.formulas",)),

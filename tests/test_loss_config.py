@@ -80,13 +80,13 @@ def test_toml_file_and_flags(logs, tmp_path):
     "text, message",
     [
         ("eps = 0.2\n", "eps: unknown key"),
-        ("eps_low = 1.5\n", "eps_low <= 1"),
+        ("eps_low = 1.5\n", "eps_low: 1.5 must be in (0, 1)"),
         ('bound_action = "drop"\n', "bound_action: 'drop' must be one of mask, clamp"),
         ("bound = [\n", "TOML"),
         ('eps_high = "0.3"\n', "eps_high: '0.3' must be a number"),
         ("bound_action = 5\n", "bound_action: 5 must be one of"),
-        ('[[rule]]\nstatistic = "kl_k2"\naction = "clamp"\nupper = 1\n', "rule 1: clamp truncates"),
-        ('[[rule]]\nlevel = "row"\nupper = 1\n', "rule 1: level: 'row' must be one of"),
+        ('[[rule]]\nstatistic = "kl_k2"\naction = "clamp"\nupper = 1\n', "rule 1.action: clamp truncates"),
+        ('[[rule]]\nlevel = "row"\nupper = 1\n', "rule 1.level: 'row' must be one of"),
         ('preset = "areal-nope"\n', "preset: 'areal-nope' must be one of"),
     ],
 )

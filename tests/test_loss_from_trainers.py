@@ -65,6 +65,10 @@ CASES = {
         "loss_type: dapo\nnum_generations: 8\n",
         Loss(behave_weight="sequence_product", rules=(Rule("sequence", "ratio", "sum", upper=3.0),)),
     ),
+    "TRL cispo: the ratio clamped at epsilon_high": (
+        "loss_type: cispo\nepsilon_high: 5.0\nvllm_importance_sampling_correction: false\n",
+        Loss(policy="cispo", eps_low=1.0, eps_high=4.0, behave_weight="none", rules=()),
+    ),
     "TRL token truncation, delta, GSPO": (
         "epsilon: 0.2\nepsilon_high: 0.28\ndelta: 1.5\nimportance_sampling_level: sequence\n"
         "vllm_importance_sampling_mode: token_truncate\nvllm_importance_sampling_clip_max: 2.0\n",
@@ -100,6 +104,13 @@ def test_prime_rl_toml(tmp_path):
         ('[loss]\ntype = "custom"\n', "c.toml", "type"),
         ("[optimizer]\nlr = 1\n", "c.toml", "[loss]"),
         ("loss_type: vespo\n", "c.yaml", "loss_type"),
+        ("[loss]\nkl_tau = -1\n", "c.toml", "loss.kl_tau: -1 must be >= 0"),
+        ("[loss]\nadv_tau = 0\n", "c.toml", "loss.adv_tau: 0 must be > 0"),
+        (
+            "grpo:\n  seq_logprob_error_threshold: 2\nppo:\n  seq_logprob_error_threshold: 2\nloss_fn: {}\n",
+            "c.yaml",
+            "ppo.seq_logprob_error_threshold: set in grpo and in ppo",
+        ),
     ],
 )
 def test_bad_configs_name_the_key(tmp_path, text, name, message):

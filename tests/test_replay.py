@@ -189,8 +189,9 @@ def test_non_parquet_input_leaves_no_store_behind(tmp_path):
     result = CliRunner().invoke(cli, ["replay", *paths, "--db", str(db)])
     assert result.exit_code == 2, result.output
     assert not (tmp_path / "out").exists()
-    assert f"{tmp_path / 'tokens.csv'}: unreadable: cannot open as Parquet" in result.output
-    assert f"{tmp_path / 'cut.parquet'}: unreadable: cannot open as Parquet" in result.output
+    assert f"{tmp_path / 'tokens.csv'}: unreadable: not a Parquet file (a CSV file)" in result.output
+    assert "docs/token-log.md" in result.output  # where the format is, and how to write it
+    assert f"{tmp_path / 'cut.parquet'}: unreadable: cannot open as Parquet (truncated" in result.output
     assert "unreadable: unreadable" not in result.output
 
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from evaluator.errors import InputFileError
+from evaluator.gate.judge import load_thresholds
 from schemas.store import FIGURES, METHODS, METRICS, RUN_FIGURES, STATS, TRUTH_ONLY_METRICS
-from schemas.thresholds import (
-    CHECK_KEYS,
-    Check,
-    ThresholdsFormatError,
-    load_thresholds,
-    parse_thresholds,
-)
+from schemas.thresholds import CHECK_KEYS, Check, ThresholdsFormatError, parse_thresholds
 
 MINIMAL = """
 [[check]]
@@ -238,7 +234,7 @@ def test_error_names_the_check_by_index_and_name():
 
 
 def test_missing_file_is_an_error(tmp_path):
-    with pytest.raises(ThresholdsFormatError, match="not found"):
+    with pytest.raises(InputFileError, match="thresholds file not found"):
         load_thresholds(tmp_path / "absent.toml")
 
 

@@ -142,6 +142,111 @@ class TestPaths:
         )
 
 
+class TestFound:
+    """What validate and replay say first: the folders of the files found, with their runs; and why a
+    path gave nothing, or a file is no token log, with where the format is described."""
+
+    def test_each_folder_is_named_with_its_runs_before_any_file(self, tmp_path, table):
+        write_log_atomic(table, tmp_path / "a.parquet")
+        other = set_column(table, "run_id", pa.array(["toy-b"] * table.num_rows))
+        write_log_atomic(other, tmp_path / "toy" / "b.parquet")
+        for command in (["validate"], ["replay", "--db", str(tmp_path / "out" / "m.duckdb")]):
+            result = CliRunner().invoke(cli, [*command, str(tmp_path)])
+            lines = result.output.splitlines()
+            head = next(i for i, line in enumerate(lines) if line.startswith("found 2 files in 2 folders"))
+            first_file = next(i for i, line in enumerate(lines) if "a.parquet" in line)
+            assert head < first_file, result.output
+            assert f"  {tmp_path}/: 1 file, run {SPEC.run_id}" in lines, result.output
+            assert f"  {tmp_path / 'toy'}/: 1 file, run toy-b" in lines, result.output
+            assert f"{tmp_path}/*.parquet" in lines[head]  # how to leave the subfolder out
+
+    def test_runs_come_from_the_footer_or_the_column(self, tmp_path, table):
+        """One run per row group: the footer's statistics say it; two runs in a row group: the column is
+        read. Either way the runs are the column's distinct values."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from evaluator.logio import file_runs
+
+        half = table.num_rows // 2
+        mixed = set_column(table, "run_id", pa.array(["r1"] * half + ["r0"] * (table.num_rows - half)))
+        one = write_log_atomic(table, tmp_path / "one.parquet", row_group_size=half // 3)
+        two = write_log_atomic(mixed, tmp_path / "two.parquet")
+        assert pq.ParquetFile(one).metadata.num_row_groups > 3
+        for path in (one, two):
+            expected = sorted(pc.unique(pq.read_table(path)["run_id"]).to_pylist())
+            assert list(file_runs(path, 10)) == expected
+        assert file_runs(two, 1) in (("r0",), ("r1",))
+        assert file_runs(build("not_parquet", tmp_path, table).path, 10) == ()
+
+    def test_a_folder_without_parquet_names_what_it_holds_and_the_format(self, tmp_path):
+        (tmp_path / "tokens.csv").write_text("run_id,step\nx,1\n")
+        (tmp_path / "_curve.csv").write_text("step\n1\n")  # a leading underscore: kept out, as for readers
+        result = CliRunner().invoke(cli, ["validate", str(tmp_path)])
+        assert result.exit_code == EXIT_USAGE
+        assert "no *.parquet files" in result.output and "1 other file: tokens.csv)" in result.output
+        assert "docs/token-log.md" in result.output
+
+    def test_a_csv_file_points_to_the_schema_and_a_cut_parquet_says_truncated(self, tmp_path, table):
+        csv = tmp_path / "tokens.csv"
+        csv.write_text("run_id,step\nx,1\n")
+        (message,) = [p.message for p in validate_file(csv).problems]
+        assert message.startswith("not a Parquet file (a CSV file)") and "docs/token-log.md" in message
+        (message,) = [p.message for p in validate_file(build("truncated", tmp_path, table).path).problems]
+        assert message.startswith("cannot open as Parquet (truncated or corrupt?)")
+
+    def test_the_schema_version_error_carries_the_line_that_adds_it(self, tmp_path, table):
+        """The line of pyarrow in the message, run as it is on the table, gives a file that validates."""
+        import pyarrow.parquet as pq
+
+        bare = write_log_atomic(table.replace_schema_metadata({}), tmp_path / "bare.parquet")
+        (problem,) = validate_file(bare).problems
+        assert problem.rule == "schema_version"
+        fixed = _run_quoted_line(problem.message, pq.read_table(bare), tmp_path / "fixed.parquet")
+        assert validate_file(fixed).problems == []
+
+    @pytest.mark.parametrize("column, wide", [("behave_logp", pa.float64()), ("pos", pa.int64())])
+    def test_a_wide_column_is_refused_with_the_line_that_casts_it(self, tmp_path, table, column, wide):
+        wider = table.set_column(table.schema.get_field_index(column), column, table[column].cast(wide))
+        path = write_log_atomic(wider.replace_schema_metadata(table.schema.metadata), tmp_path / "w.parquet")
+        (problem,) = validate_file(path).problems
+        assert (problem.rule, problem.column) == ("wrong_type", column)
+        import pyarrow.parquet as pq
+
+        fixed = _run_quoted_line(problem.message, pq.read_table(path), tmp_path / "fixed.parquet")
+        assert validate_file(fixed).problems == []
+
+
+def test_the_token_log_page_shows_how_to_write_one(tmp_path, table, monkeypatch, repo_root):
+    """The code of docs/token-log.md's "Writing one yourself", run as it is on a CSV export of a log
+    (64-bit numbers, as read back), writes a file that validates clean with the log's values."""
+    import re
+
+    import pyarrow.csv
+    import pyarrow.parquet as pq
+
+    page = (repo_root / "docs" / "token-log.md").read_text()
+    code = re.search(r"## Writing one yourself.*?```python\n(.*?)```", page, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    pyarrow.csv.write_csv(table, tmp_path / "tokens.csv")
+    exec(code, {})  # noqa: S102 (the documented code)
+    written = tmp_path / "my-run-0000.parquet"
+    assert validate_file(written).problems == []
+    assert pq.read_table(written).equals(table)
+
+
+def _run_quoted_line(message: str, table: pa.Table, out: Path) -> Path:
+    """Run the first `code` of `message` with `table` bound (and pyarrow as pa), then write the table."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    scope = {"table": table, "pa": pa, "pq": pq}
+    exec(re.search(r"`(table = .+?)`", message).group(1), scope)  # noqa: S102 (our own message)
+    pq.write_table(scope["table"], out)
+    return out
+
+
 class TestReports:
     def test_json_has_every_file_problem_and_counts(self, tmp_path, table, clean_file):
         broken = build("positive_logp", tmp_path, table)

@@ -16,16 +16,16 @@ from dashboard import drift_charts
 from dashboard.queries import Tolerance
 from dashboard.views.common import Context, load, plain, seed, show
 
-COLUMNS = {
-    "safe_staleness_beyond_floor": "largest staleness up to which the method's excess over the engine floor "
-    "meets the tolerance at every staleness (with enough tokens): what the approximation itself allows",
-    "safe_staleness": "largest staleness at which every staleness (with enough tokens) meets the tolerance; "
-    "-1: not even staleness 0",
+COLUMNS = {  # the decisive figures first: a wide table scrolls, and what is off screen goes unread
     "gradient_mass_error": "share of the policy-gradient mass the estimate moves: "
     "sum |W(a) - W(g)| / sum W(g)",
     "excess_gradient_mass_error": "gradient_mass_error minus the engine floor's (rollout at staleness 0)",
     "clip_flip_rate": "share of tokens whose PPO clip decision the estimate flips",
     "bound_flip_rate": "share of tokens whose behaviour-weight bound decision (U) the estimate flips",
+    "safe_staleness_beyond_floor": "largest staleness up to which the method's excess over the engine floor "
+    "meets the tolerance at every staleness (with enough tokens): what the approximation itself allows",
+    "safe_staleness": "largest staleness at which every staleness (with enough tokens) meets the tolerance; "
+    "-1: not even staleness 0",
     "clip_active_rate": "share of tokens the estimate clips",
     "true_clip_active_rate": "share of tokens the ground truth clips",
     "n": "tokens with the ground truth (prox_logp)",

@@ -1,7 +1,8 @@
 """The `proxaudit` command line, one stage on top of everything (it may import any stage below it; nothing
 imports it): `main` (the group and the pipeline commands: validate, replay, summary, query, gate),
-`tools` (bench, train-demo, dashboard, demo), `exchange` (import, export), `serve` (the Streamlit child
-process) and `common` (exit codes, how the library's named errors become them, printing)."""
+`tools` (bench, train-demo, dashboard, demo), `importing` and `exchange` (import, export), `outputs`
+(the report files a command writes), `serve` (the Streamlit child process) and `common` (exit codes, how
+the library's named errors become them, printing)."""
 
 from evaluator.cli.main import cli, main
 

@@ -8,6 +8,15 @@ from collections.abc import Callable
 import click
 
 from evaluator.cli.common import library_errors, say
+from evaluator.options import Number
+
+
+def loss_ranges():
+    """`evaluator.formulas.loss`, whose ranges the flags take, imported when a value is parsed (listing
+    the commands imports no numpy)."""
+    from evaluator.formulas import loss
+
+    return loss
 
 
 def loss_options(command: Callable) -> Callable:
@@ -21,15 +30,26 @@ def loss_options(command: Callable) -> Callable:
         click.option(
             "--loss-from",
             type=click.Path(dir_okay=False),
-            help="The trainer's own config (AReaL's YAML actor: section, verl's, NeMo-RL's loss_fn): its "
-            "loss keys are read, the others listed as ignored.",
+            help="The trainer's own config (AReaL's YAML actor: section, verl's, NeMo-RL's loss_fn, a TRL "
+            "GRPOConfig YAML, prime-rl's TOML [loss]): its loss keys are read, the others listed as ignored.",
         ),
         click.option("--params", "params_file", type=click.Path(dir_okay=False), hidden=True),
         click.option(
-            "--eps-low", type=float, help="The ratio is clipped below 1 - eps_low (wins over --loss)."
+            "--eps-low",
+            type=Number(lambda: loss_ranges().AT_LEAST_ZERO),  # then the range of the loss's policy
+            help="The ratio is clipped below 1 - eps_low, 0 < eps_low < 1 under PPO (each policy loss has "
+            "its range; wins over --loss).",
         ),
-        click.option("--eps-high", type=float, help="... and above 1 + eps_high."),
-        click.option("--bound", type=float, help="U: one token-level rule on the behaviour weight, bound U."),
+        click.option(
+            "--eps-high",
+            type=Number(lambda: loss_ranges().AT_LEAST_ZERO),
+            help="... and above 1 + eps_high, eps_high > 0.",
+        ),
+        click.option(
+            "--bound",
+            type=Number(lambda: loss_ranges().UPPER),
+            help="U > 0: one token-level rule on the behaviour weight, bound U.",
+        ),
         click.option(
             "--bound-action",
             type=click.Choice(["mask", "clamp"]),

@@ -12,9 +12,13 @@ import click
 
 from evaluator import __version__
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
-from evaluator.cli.exchange import export_cmd, import_cmd
+from evaluator.cli.exchange import export_cmd
+from evaluator.cli.importing import import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
+from evaluator.cli.outputs import ReportFile
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
+from evaluator.inputs import Range
+from evaluator.options import Number
 
 SUMMARY_VIEWS = {
     "run": "every metric per run",
@@ -31,6 +35,9 @@ SUMMARY_VIEWS = {
     "trainers": "each trainer's own mismatch figure at staleness 0, against its published line",
 }
 
+
+TOLERANCE = Range(0, low_open=False)
+"""A tolerance on a rate or a share: a finite number >= 0."""
 
 _table_format = click.option(
     "--format",
@@ -86,10 +93,13 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
     does not exist or no file could be read.
     """
     from evaluator.validate import require_readable, validate_paths
+    from evaluator.validate.found import found_lines
     from evaluator.validate.report import render_json, render_table
 
     checked = validate_paths(paths, max_staleness)
     reports, findings, checks = checked.reports, checked.findings, checked.checks
+    if fmt == "table":
+        say("\n".join(found_lines(checked.folders)))
     text = (
         render_json(reports, findings, checks)
         if fmt == "json"
@@ -111,22 +121,18 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
 @click.option(
     "--run", "run_id", default=None, help="Judge only this run (default: every run in the database)."
 )
+@click.option("--junit", type=ReportFile(), help="Write JUnit XML here (one test case per check).")
 @click.option(
-    "--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here (one test case per check)."
+    "--markdown", type=ReportFile(), help="Write Markdown here (e.g. $GITHUB_STEP_SUMMARY on GitHub Actions)."
 )
-@click.option(
-    "--markdown", type=click.Path(dir_okay=False), help="Write Markdown here (e.g. $GITHUB_STEP_SUMMARY)."
-)
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), help="Write every verdict as JSON here."
-)
+@click.option("--json", "json_path", type=ReportFile(), help="Write every verdict as JSON here.")
 @library_errors
 def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
     """Judge the metrics in DB against the checks of a thresholds file.
 
     Exit code 0 when every check passes (warnings allowed), 1 when any check fails (including a metric
-    the database lacks or too few tokens), 2 for a bad thresholds file, a missing database or a --run it
-    does not hold.
+    the database lacks or too few tokens), 2 for a bad thresholds file, a missing database, a --run it
+    does not hold, or a report path that cannot take a file (empty, a folder: checked first).
     """
     from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
     from evaluator.gate.report import render_table, write_reports
@@ -175,6 +181,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
     could be read.
     """
     from evaluator.replay.pipeline import replay as replay_paths
+    from evaluator.validate.found import found_lines
     from evaluator.validate.report import findings_lines
 
     choice = loss_choice(**loss_keys)
@@ -184,6 +191,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
         paths,
         db,
         on_file=echo,
+        on_found=lambda folders: say("\n".join(found_lines(folders))),
         progress=progress,
         loss=choice.loss,
         max_staleness=max_staleness,
@@ -211,18 +219,21 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
 @_table_format
 @click.option(
     "--max-gradient-mass-error",
+    type=Number(TOLERANCE),
     default=0.01,
     show_default=True,
     help="--by decision: the safe staleness's tolerance on the gradient mass error.",
 )
 @click.option(
     "--max-clip-flip-rate",
+    type=Number(TOLERANCE),
     default=0.01,
     show_default=True,
     help="--by decision: the safe staleness's tolerance on the clip flip rate.",
 )
 @click.option(
     "--min-tokens",
+    type=click.IntRange(min=0),
     default=1000,
     show_default=True,
     help="--by decision: a staleness with fewer tokens is not judged for the safe staleness.",

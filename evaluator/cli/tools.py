@@ -12,12 +12,21 @@ import click
 from evaluator.cli.common import EXIT_FINDINGS, library_errors, say
 from evaluator.options import DataclassCommand
 
+PORT = click.IntRange(1, 65535)
+
 
 @click.command()
-@click.option("--tokens", default=20_000_000, show_default=True, help="Tokens in the synthetic log.")
 @click.option(
-    "--tokens-per-step", default=1 << 20, show_default=True, help="Tokens per trainer step of the log."
+    "--tokens",
+    type=click.IntRange(min=1),
+    default=20_000_000,
+    show_default=True,
+    help="Tokens in the synthetic log.",
 )
+@click.option(
+    "--tokens-per-step", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+    help="Tokens per trainer step of the log.",
+)  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Keep the log and DB here.")
 @library_errors
 def bench(tokens, tokens_per_step, out) -> None:
@@ -58,7 +67,7 @@ def train_demo(bench_hook: bool, **options) -> None:
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on (local only by default)."
 )
-@click.option("--port", default=8501, show_default=True, type=int, help="TCP port.")
+@click.option("--port", default=8501, show_default=True, type=PORT, help="TCP port.")
 @click.option(
     "--thresholds",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -91,7 +100,7 @@ def dashboard(db, host, port, thresholds) -> None:
 )
 @click.option("--serve/--no-serve", default=True, help="End by serving the dashboard (Ctrl-C stops it).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Dashboard address.")
-@click.option("--port", default=8501, show_default=True, type=int, help="Dashboard TCP port.")
+@click.option("--port", default=8501, show_default=True, type=PORT, help="Dashboard TCP port.")
 @library_errors
 def demo(out, train, serve, host, port) -> None:
     """Run the main job end to end: token logs -> validate -> replay into DuckDB -> summary -> gate ->

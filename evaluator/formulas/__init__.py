@@ -4,7 +4,8 @@ trainers' own mismatch series), `loss`, `gradients` and `policies` (sections 3b 
 and gradient weights; `sequences` the weight w(d) and the tokens' sequences they share), `sketch` (the
 quantile sketch's bucket code). Here: the array type and the one shape check they share.
 
-May import: numpy, `schemas` and each other; nothing that reads or writes a file."""
+May import: numpy, `schemas`, the base's named errors and `evaluator.inputs.Range` (the range a
+parameter allows), and each other; nothing that reads or writes a file."""
 
 from __future__ import annotations
 

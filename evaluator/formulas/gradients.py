@@ -23,7 +23,7 @@ flips no decision of a token-level loss with a token weight has exactly the true
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -171,6 +171,16 @@ def decide(
     if loss.m2_threshold is not None:
         return _after_m2po(x, t=t, b=b, advantage=advantage, abs_advantage=abs_advantage,
                            off_policy_weight=off_policy_weight, seq=seq, loss=loss)  # fmt: skip
+    return _decide(x, t=t, b=b, advantage=advantage, abs_advantage=abs_advantage,
+                   off_policy_weight=off_policy_weight, seq=seq, loss=loss, behave_weight=behave_weight,
+                   ratio=ratio)  # fmt: skip
+
+
+def _decide(
+    x: F64, *, t: F64, b: F64, advantage: F64 | None, abs_advantage: F64 | float, off_policy_weight: F64,
+    seq: Sequences | None, loss: Loss, behave_weight: F64 | None = None, ratio: F64 | None = None,
+) -> Decisions:  # fmt: skip
+    """`decide` past M2PO's mask: the tokens are the ones it keeps (all of them without M2PO)."""
     fix = correct(x, b, seq, loss, behave_weight)
     kept, omega = fix.kept, fix.omega
     if loss.policy in ("ppo", "sapo", "cispo"):
@@ -242,9 +252,9 @@ def _after_m2po(
     narrowed mask); a dropped token has W 0, no clip, and counts as bound."""
     keep = policies.m2po_kept(x, b, seq.minibatch(), loss.m2_threshold)
     part = lambda v: v if v is None or np.ndim(v) == 0 else v[keep]  # noqa: E731
-    inner = decide(
+    inner = _decide(
         x[keep], t=t[keep], b=b[keep], advantage=part(advantage), abs_advantage=part(abs_advantage),
-        off_policy_weight=off_policy_weight[keep], seq=seq.take(keep), loss=replace(loss, m2_threshold=None),
+        off_policy_weight=off_policy_weight[keep], seq=seq.take(keep), loss=loss,
     )  # fmt: skip
 
     def whole(flags: F64 | Flags | None, fill: float | bool) -> F64 | Flags | None:

@@ -10,13 +10,18 @@ taken per token or per sequence (GSPO: the geometric mean of a sequence's token 
 reject (mask) or truncate (clamp) by a statistic of `d` per token or per sequence; two **screens** remove
 tokens by the estimate too (AReaL's M2PO per minibatch, slime's OPSM per sequence). Every trainer's option
 is one of these (`evaluator.lossconfig` reads them from the trainer's own config).
+
+Every parameter's range is here (`EPS_LOW`, `EPS_HIGH`, ...): the constructors raise a `ParameterError`
+naming the field, which each entry path renames to the user's flag or config key.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
+
+from evaluator.errors import ParameterError
+from evaluator.inputs import FINITE, Range, shown
 
 PolicyLoss = Literal["ppo", "sapo", "cispo", "dppo_tv", "dppo_kl", "ipo", "gmpo", "pg"]
 POLICIES: dict[str, str] = {
@@ -31,7 +36,7 @@ POLICIES: dict[str, str] = {
 }
 Level = Literal["token", "sequence"]
 BehaveWeight = Literal["none", "token", "sequence_product", "sequence_mean"]
-Statistic = Literal["ratio", "kl_k1", "kl_k2", "kl_k3", "kl_k3_reverse", "binary_kl"]
+Statistic = Literal["ratio", "kl_k1", "kl_k2", "kl_k3", "kl_k3_reverse", "binary_kl", "mult_prob_error"]
 Agg = Literal["sum", "mean", "max", "min"]
 Action = Literal["mask", "clamp"]
 
@@ -47,9 +52,74 @@ STATISTICS: dict[str, str] = {
 """Each statistic of `d = x - b` (x the log pi_prox used, b `behave_logp`) a rule bounds."""
 
 
+AT_LEAST_ZERO = Range(0, low_open=False)
+EPS_LOW: dict[str, Range] = {
+    "ppo": Range(0, 1),
+    "sapo": Range(0, 1),
+    "cispo": Range(0, 1, high_open=False),
+    "dppo_tv": AT_LEAST_ZERO,
+    "dppo_kl": AT_LEAST_ZERO,
+    "ipo": AT_LEAST_ZERO,
+    "gmpo": Range(0),
+    "pg": FINITE,
+}
+"""The ratio is clipped below at 1 - eps_low: PPO's clip needs 0 < eps_low < 1 (at 1 nothing is clipped
+below); CISPO's weight may be clamped at 0 (AReaL's CISPO: eps_clip 1.0). DPPO's and IPO's bound a
+probability change or a binary KL: >= 0 (prime-rl's DefaultLossConfig, IPOLossConfig: ge=0). GMPO's clips
+a log-ratio: > 0. REINFORCE has no clip: any finite number, unused. `--eps-low` takes AT_LEAST_ZERO before
+the policy is known."""
+EPS_HIGH: dict[str, Range] = {
+    **dict.fromkeys(("ppo", "sapo", "cispo", "gmpo"), Range(0)),
+    **dict.fromkeys(("dppo_tv", "dppo_kl", "ipo"), AT_LEAST_ZERO),
+    "pg": FINITE,
+}
+"""... and above at 1 + eps_high: > 0 (DPPO's and IPO's bounds >= 0, REINFORCE's unused)."""
+M2PO_EPS = (Range(0, 1, low_open=False), AT_LEAST_ZERO)
+"""PPO's (eps_low, eps_high) under M2PO, 0 allowed. AReaL's own M2PO example (cbff54d
+`examples/math/gsm8k_m2po.yaml`) sets `eps_clip: 0.0`, which AReaL takes as it is (cli_args.py checks no
+range): ppo_actor_loss_fn clamps the ratio to [1, 1], so a token keeps its gradient only while its ratio is
+on the side against its advantage. With that example's one minibatch per step and prox recomputed, theta
+is prox and nothing is clipped: M2PO's mask is the trust region; with an estimate of prox, the clip bites."""
+DUAL_CLIP = Range(1)
+"""The dual clip caps a negative advantage's loss at c |A|: c > 1 (at 1 it is the clip itself); DPPO's
+truncation of its ratio at c likewise."""
+DUAL_CLIPPED = ("ppo", "dppo_tv", "dppo_kl", "ipo")
+"""The policies with a dual clip (PPO's) or a truncation of their ratio (DPPO's, IPO's)."""
+SAPO_TAU = Range(0)
+"""SAPO's gate temperatures."""
+KL_PENALTY = Range(0, low_open=False)
+PENALISED = ("dppo_tv", "dppo_kl", "ipo", "pg")
+"""k of the `k (theta - prox)^2` term: >= 0, and nonzero only for the losses that have one (prime-rl's
+kl_tau, verl DRO's dro_beta / 2)."""
+TOKEN_LEVEL = ("cispo", "dppo_tv", "dppo_kl", "ipo", "pg")
+"""The policies whose ratio is per token only (GMPO's is per sequence only)."""
+SCREEN = Range(0)
+"""M2PO's threshold on the mean (b - x)^2 and OPSM's delta on a sequence's mean x - theta: > 0 or absent."""
+NONNEGATIVE = ("ratio", "kl_k2", "kl_k3", "kl_k3_reverse", "binary_kl")
+"""The statistics that are never below 0; only `kl_k1` (d itself) takes any sign."""
+UPPER = Range(0)
+"""A rule's upper bound on a statistic of `NONNEGATIVE` (`--bound` too): > 0, as at 0 it rejects all."""
+LOWER = Range(0, low_open=False)
+"""... and its lower bound: >= 0 (a ratio's 0 is no bound at all)."""
+AT_LEAST_ONE = (Range(1, low_open=False), Range(1))
+"""The bounds on `mult_prob_error`, exp(|d|) >= 1: lower >= 1, upper > 1 (at 1 it rejects any error)."""
+
+
+def eps_ranges(policy: str, m2po: bool = False) -> tuple[Range, Range]:
+    """The ranges of (eps_low, eps_high) under `policy` (`m2po`: with M2PO's mask, `M2PO_EPS`)."""
+    return M2PO_EPS if m2po and policy == "ppo" else (EPS_LOW[policy], EPS_HIGH[policy])
+
+
+def _bounds(statistic: str) -> tuple[Range, Range]:
+    """The ranges of a rule's (lower, upper) on `statistic`."""
+    if statistic == "mult_prob_error":
+        return AT_LEAST_ONE
+    return (LOWER, UPPER) if statistic in NONNEGATIVE else (FINITE, FINITE)
+
+
 def _one_of(key: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+    if not isinstance(value, str) or value not in allowed:
+        raise ParameterError(key, f"{shown(value)} must be one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -73,22 +143,18 @@ class Rule:
         _one_of("statistic", self.statistic, tuple(STATISTICS))
         _one_of("agg", self.agg, ("sum", "mean", "max", "min"))
         _one_of("action", self.action, ("mask", "clamp"))
-        for name in ("lower", "upper"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise ValueError(f"rule {name} must be a number or absent, got {value!r}")
-            if value is not None and math.isnan(value):
-                raise ValueError(f"rule {name} is NaN")
-        if self.statistic == "ratio" and self.lower is not None and self.lower <= 0:
+        for name, allowed in zip(("lower", "upper"), _bounds(self.statistic), strict=True):
+            if getattr(self, name) is not None:
+                allowed.check(name, getattr(self, name))
+        if self.statistic == "ratio" and self.lower == 0:
             object.__setattr__(self, "lower", None)  # a ratio is never below 0: no lower bound
         if self.lower is None and self.upper is None:
-            raise ValueError("a rule needs a lower or an upper bound (or both)")
-        if self.lower is not None and self.upper is not None and self.lower > self.upper:
-            raise ValueError(f"rule lower {self.lower} > upper {self.upper}")
+            raise ParameterError("upper", "a rule needs a lower or an upper bound (or both)")
+        if self.lower is not None and self.upper is not None and not self.lower < self.upper:
+            raise ParameterError("lower", f"{self.lower:g} must be below upper {self.upper:g}")
         if self.action == "clamp" and self.statistic != "ratio":
-            raise ValueError(
-                f"clamp truncates the behaviour weight: it needs statistic ratio, not {self.statistic!r}"
-            )
+            why = f"clamp truncates the behaviour weight: it needs statistic ratio, not {self.statistic}"
+            raise ParameterError("action", why)
 
     def describe(self) -> str:
         bounds = " and ".join(
@@ -136,36 +202,36 @@ class Loss:
         _one_of("policy", self.policy, tuple(POLICIES))
         _one_of("ratio_level", self.ratio_level, ("token", "sequence"))
         _one_of("behave_weight", self.behave_weight, ("none", "token", "sequence_product", "sequence_mean"))
-        for key in ("eps_low", "eps_high", "sapo_tau_pos", "sapo_tau_neg", "kl_penalty"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-                raise ValueError(f"{key} must be a number, got {value!r}")
         for key in ("m2_threshold", "opsm_delta"):
-            value = getattr(self, key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-            ):
-                raise ValueError(f"{key} must be a number > 0 (or absent), got {value!r}")
-        if not (0 <= self.eps_low <= 1 and self.eps_high >= 0):
-            raise ValueError(f"need 0 <= eps_low <= 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
-        if self.dual_clip is not None and not self.dual_clip > 1:
-            raise ValueError(f"dual_clip must be > 1 (or absent), got {self.dual_clip}")
-        if self.dual_clip is not None and self.policy not in ("ppo", "dppo_tv", "dppo_kl", "ipo"):
-            raise ValueError(f"the dual clip is PPO's (DPPO's truncation): {self.policy} has none")
-        if self.policy in ("cispo", "dppo_tv", "dppo_kl", "ipo", "pg") and self.ratio_level != "token":
-            raise ValueError(f"{self.policy} is token-level")
-        if self.policy == "gmpo" and self.ratio_level != "sequence":
-            raise ValueError("gmpo is sequence-level (ratio_level sequence)")
-        if self.kl_penalty < 0 or (
-            self.kl_penalty and self.policy not in ("dppo_tv", "dppo_kl", "ipo", "pg")
+            if getattr(self, key) is not None:
+                SCREEN.check(key, getattr(self, key))
+        eps_low, eps_high = eps_ranges(self.policy, m2po=self.m2_threshold is not None)
+        for key, allowed in (
+            ("eps_low", eps_low),
+            ("eps_high", eps_high),
+            ("sapo_tau_pos", SAPO_TAU),
+            ("sapo_tau_neg", SAPO_TAU),
+            ("kl_penalty", KL_PENALTY),
         ):
-            raise ValueError("kl_penalty must be >= 0, and 0 unless the policy is dppo_*, ipo or pg")
+            allowed.check(key, getattr(self, key))
+        if self.kl_penalty and self.policy not in PENALISED:
+            why = f"{self.policy} has no (theta - prox)^2 term: 0 unless the policy is {', '.join(PENALISED)}"
+            raise ParameterError("kl_penalty", why)
+        if self.dual_clip is not None:
+            DUAL_CLIP.check("dual_clip", self.dual_clip)
+            if self.policy not in DUAL_CLIPPED:
+                why = f"the dual clip is PPO's (DPPO's truncation of its ratio): {self.policy} has none"
+                raise ParameterError("dual_clip", why)
+        if self.policy in TOKEN_LEVEL and self.ratio_level != "token":
+            raise ParameterError("ratio_level", f"{self.policy} is token-level")
+        if self.policy == "gmpo" and self.ratio_level != "sequence":
+            raise ParameterError("ratio_level", "gmpo is sequence-level (ratio_level sequence)")
         if self.behave_weight == "none" and any(r.action == "clamp" for r in self.rules):
-            raise ValueError("a clamp rule truncates the behaviour weight: behave_weight must not be none")
-        if not (self.sapo_tau_pos > 0 and self.sapo_tau_neg > 0):
-            raise ValueError("sapo_tau_pos and sapo_tau_neg must be > 0")
+            raise ParameterError(
+                "behave_weight", "a clamp rule truncates the behaviour weight: behave_weight must not be none"
+            )
         if not isinstance(self.rules, tuple) or not all(isinstance(r, Rule) for r in self.rules):
-            raise ValueError("rules must be a tuple of Rule")
+            raise ParameterError("rules", "must be a tuple of Rule")
 
     @property
     def has_clip(self) -> bool:

@@ -16,16 +16,11 @@ from evaluator.errors import ThresholdsError
 from evaluator.formulas.bootstrap import steps_to_decide
 from evaluator.gate.figures import FIGURE_METRIC, figure_stats, runs_with_metric, selection_stats
 from evaluator.gate.ground_truth import explained
+from evaluator.inputs import read_text
 from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
 from schemas.store import RUN_FIGURES
-from schemas.thresholds import (
-    DEFAULT_THRESHOLDS,
-    Check,
-    Thresholds,
-    ThresholdsFormatError,
-    load_thresholds,
-)
+from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, parse_thresholds
 
 __all__ = ["DEFAULT_THRESHOLDS", "GateResult", "Verdict", "judge", "run_gate", "selection_stats"]
 
@@ -267,15 +262,21 @@ def evaluate(
     return verdicts
 
 
+def load_thresholds(path: str | Path) -> Thresholds:
+    """The checks of a thresholds file: a regular file of at most 1 MiB (`InputFileError`), validated
+    (`ThresholdsError`)."""
+    try:
+        return parse_thresholds(read_text(path, "thresholds file"), source=str(path))
+    except ThresholdsFormatError as error:
+        raise ThresholdsError(str(error)) from None
+
+
 def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> GateResult:
     """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check
     (of `run` alone if given: UsageError when the store does not hold it).
 
     The thresholds are validated before the database is opened, so a bad file is reported first."""
-    try:
-        parsed = load_thresholds(thresholds)
-    except ThresholdsFormatError as error:
-        raise ThresholdsError(str(error)) from None
+    parsed = load_thresholds(thresholds)
     with open_store(db) as con:  # read-only; StoreError if missing, locked or not a proxaudit store
         require_run(con, run, db)  # an unknown --run is a usage error, not a failed verdict per check
         verdicts = explained(evaluate(con, parsed, only_run=run), runs_without_truth(con))

@@ -4,8 +4,8 @@ Each format module reads its trainer's files as that trainer writes them (docs/i
 repository, file and commit followed), one record at a time, and hands whole responses to
 `evaluator.importers.rows`, which aligns them and writes the Parquet.
 
-May import: the base modules (`logio`, `errors`) and `schemas`; never the validator, replay or the store:
-an imported log is validated and replayed like any other.
+May import: the base modules (`logio`, `errors`, `inputs`) and `schemas`; never the validator, replay or
+the store: an imported log is validated and replayed like any other.
 """
 
 from __future__ import annotations

@@ -17,13 +17,17 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from evaluator.errors import InputFileError
+from evaluator.inputs import bounded_lines, open_regular
 from evaluator.logio import readable_mode
 from schemas.token_log import ASSUMED_ON_POLICY, SOURCE_KEY, VERSIONS_KEY, arrow_schema
 
@@ -71,37 +75,51 @@ def dump_files(
 def jsonl(
     path: Path, keys: tuple[str, ...], trainer: str, unwrap: Callable[[dict, str], dict] | None = None
 ) -> Iterator[tuple[int, dict]]:
-    """(line number, record) of each non-blank line, read one at a time; a line that is not a JSON object,
-    lacks one of `keys` or has per-token arrays that are not flat lists of one length is an
-    `ImportFormatError`. `unwrap(record, where)` first undoes a trainer's wrapping of the values."""
-    with path.open(encoding="utf-8") as lines:
-        for line_no, line in enumerate(_lines(path, lines), 1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {line_no}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ImportFormatError(f"{where}: not JSON ({error})") from None
-            if not isinstance(record, dict):
-                raise ImportFormatError(f"{where}: a JSON {type(record).__name__}, not an object")
-            missing = [k for k in keys if k not in record]
-            if missing:
-                raise ImportFormatError(f"{where}: missing {', '.join(missing)} ({trainer} writes them)")
-            if unwrap is not None:
-                record = unwrap(record, where)
-            lengths = {k: len(record[k]) if isinstance(record[k], list) else None for k in keys}
-            if None in lengths.values() or len(set(lengths.values())) != 1:
-                raise ImportFormatError(f"{where}: per-token arrays are not lists of one length: {lengths}")
-            yield line_no, record
+    """(line number, record) of each non-blank line, read one at a time from a regular file, each line
+    at most `LINE_BYTES` (`evaluator.inputs.bounded_lines`: a longer one is never held whole); a line that
+    is not UTF-8, not a JSON object, lacks one of `keys` or has per-token arrays that are not flat lists of
+    one length is an `ImportFormatError`. `unwrap(record, where)` first undoes a trainer's wrapping."""
+    with dump_file(path, trainer) as source:
+        try:
+            for line_no, data in bounded_lines(source, path):
+                if data.strip():
+                    yield line_no, _record(data, f"{path}: line {line_no}", keys, trainer, unwrap)
+        except InputFileError as error:  # a line past the bound
+            raise ImportFormatError(str(error)) from None
 
 
-def _lines(path: Path, lines: Iterable[str]) -> Iterator[str]:
-    """The file's lines; bytes that are not UTF-8 (a binary file) are an `ImportFormatError`."""
+@contextmanager
+def dump_file(path: Path, trainer: str) -> Iterator[BinaryIO]:
+    """`path` opened for reading when it is a regular file (`evaluator.inputs.open_regular`); a FIFO, a
+    device or a folder is an `ImportFormatError`, at once."""
     try:
-        yield from lines
+        source = open_regular(path, f"{trainer} dump")
+    except InputFileError as error:
+        raise ImportFormatError(str(error)) from None
+    with source:
+        yield source
+
+
+def _record(
+    data: bytes, where: str, keys: tuple[str, ...], trainer: str, unwrap: Callable[[dict, str], dict] | None
+) -> dict:
+    try:
+        record = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as error:
-        raise ImportFormatError(f"{path}: not a text file of JSON lines ({error})") from None
+        raise ImportFormatError(f"{where}: not a text file of JSON lines ({error})") from None
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise ImportFormatError(f"{where}: not JSON ({error})") from None
+    if not isinstance(record, dict):
+        raise ImportFormatError(f"{where}: a JSON {type(record).__name__}, not an object")
+    missing = [k for k in keys if k not in record]
+    if missing:
+        raise ImportFormatError(f"{where}: missing {', '.join(missing)} ({trainer} writes them)")
+    if unwrap is not None:
+        record = unwrap(record, where)
+    lengths = {k: len(record[k]) if isinstance(record[k], list) else None for k in keys}
+    if None in lengths.values() or len(set(lengths.values())) != 1:
+        raise ImportFormatError(f"{where}: per-token arrays are not lists of one length: {lengths}")
+    return record
 
 
 def numbers(record: dict, keys: Sequence[str], where: str) -> dict[str, np.ndarray]:

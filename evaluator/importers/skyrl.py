@@ -26,10 +26,18 @@ import pickle
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, dump_files, response_rows
+from evaluator.importers.rows import (
+    ImportFormatError,
+    ImportResult,
+    LogWriter,
+    dump_file,
+    dump_files,
+    response_rows,
+)
 
 NAME = re.compile(r"^global_step_(\d+)_training_input\.pkl$")
 KEYS = ("sequences", "response_mask", "loss_mask", "rollout_logprobs", "action_log_probs", "advantages")
@@ -95,14 +103,18 @@ UNREADABLE = (pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError,
 """What a truncated or foreign pickle raises on load (torch's bytes inside it too)."""
 
 
-def _load(path: Path) -> _Batch:
+def _unpickled(path: Path, source: BinaryIO) -> object:
     try:
-        with path.open("rb") as f:
-            batch = _Unpickler(f).load()
+        return _Unpickler(source).load()
     except UNREADABLE as error:
         raise ImportFormatError(
             f"{path}: not SkyRL's TrainingInputBatch as its current `save` writes it ({error})"
         ) from None
+
+
+def _load(path: Path) -> _Batch:
+    with dump_file(path, "SkyRL") as f:
+        batch = _unpickled(path, f)
     if not isinstance(batch, _Batch):
         raise ImportFormatError(f"{path}: holds a {type(batch).__name__}, not a TrainingInputBatch")
     missing = [k for k in KEYS if batch.get(k) is None]

@@ -33,10 +33,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from evaluator.importers.rows import ImportFormatError, ImportResult, LogWriter, dump_files, response_rows
+from evaluator.importers.rows import (
+    ImportFormatError,
+    ImportResult,
+    LogWriter,
+    dump_file,
+    dump_files,
+    response_rows,
+)
 from evaluator.importers.slime_versions import RolloutDump, Versions, rollout_dump
 from schemas.token_log import ASSUMED_ON_POLICY, RECORDED
 
@@ -61,10 +69,18 @@ def _rollout_rank(path: Path) -> tuple[int, int]:
 
 
 def _load(path: Path) -> dict:
+    with dump_file(path, "slime") as source:
+        data = _torch_load(path, source)
+    if not isinstance(data, dict):
+        raise ImportFormatError(f"{path}: holds a {type(data).__name__}, not slime's dict")
+    return data
+
+
+def _torch_load(path: Path, source: BinaryIO) -> object:
     import torch
 
     try:
-        data = torch.load(path, weights_only=True, map_location="cpu")
+        return torch.load(source, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as error:
         raise ImportFormatError(
             f"{path}: refused: it needs more than tensors and plain types to load "
@@ -75,9 +91,6 @@ def _load(path: Path) -> dict:
         raise ImportFormatError(
             f"{path}: cannot be read as a torch.save file: truncated or corrupt ({error})"
         ) from None
-    if not isinstance(data, dict):
-        raise ImportFormatError(f"{path}: holds a {type(data).__name__}, not slime's dict")
-    return data
 
 
 def _train_samples(path: Path, data: dict) -> list[dict]:

@@ -3,7 +3,10 @@
 with NeMo-RL's, `others`: prime-rl's and TRL's), each saying which keys it used and which it ignored.
 `resolve` picks one and applies the command line's shorthands (`--eps-low`, `--bound`, ...).
 
-May import: the base (errors) and `evaluator.formulas` (the `Loss` it builds)."""
+Every key of the sections read must be one of the trainer's own at a pinned commit (`known`); every
+number is within the range its loss parameter allows; every file is bounded (`evaluator.inputs`).
+
+May import: the base (errors, inputs) and `evaluator.formulas` (the `Loss` it builds)."""
 
 from evaluator.lossconfig.resolve import LossChoice, resolve
 

@@ -11,65 +11,104 @@ epsilon, epsilon_high, delta, importance_sampling_level, sapo_temperature_pos/ne
 vllm_importance_sampling_* keys), read as `grpo_trainer.py` _compute_loss uses them: the vLLM importance
 sampling weight exp(old - sampling) per token or per sequence product, truncated or masked to
 [clip_min, clip_max] (on by default; it applies when TRL generates with vLLM).
+
+Every key of the tables read must be the trainer's own (`known`: prime-rl's loss configs; every field of
+the dataclasses `trl grpo` parses, TrainingArguments' included); a number must be in the range its loss
+parameter allows (`evaluator.formulas.loss`), renamed to the trainer's key.
 """
 
 from __future__ import annotations
 
-from evaluator.formulas.loss import Loss, Rule
+from evaluator.errors import ParameterError
+from evaluator.formulas.loss import DUAL_CLIP, KL_PENALTY, SAPO_TAU, UPPER, Loss, Rule, eps_ranges
+from evaluator.inputs import Range
 from evaluator.lossconfig.keys import Reader
+from evaluator.lossconfig.known import check_known, trainer_keys
 
+ADV_TAU = Range(0)
+"""prime-rl's adv_tau: > 0, as the penalty proxaudit models is kl_tau / adv_tau (prime-rl allows 0: the KL
+term alone, with no policy gradient)."""
+PRIME_RL_FIELDS = {"kl_penalty": "kl_tau", "eps_low": "dppo_mask_low", "eps_high": "dppo_mask_high"}
+"""The key of the loss table behind each field of the loss, for a rule between keys the loss refuses."""
 TRL_KEYS = (
     "loss_type", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "sapo_temperature_pos",
     "sapo_temperature_neg", "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
     "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap",
 )  # fmt: skip
 TRL_PPO = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-TRL_NOT_PROX = ("beta", "off_policy_mask_threshold", "use_bias_correction_kl")
-"""TRL keys whose terms compare theta with the sampling or reference log-probs: no estimate reaches them."""
+TRL_NOT_PROX = {
+    key: "compares theta with the sampling or reference log-probs, no estimate reaches it"
+    for key in ("beta", "off_policy_mask_threshold", "use_bias_correction_kl")
+}
+"""TRL keys whose terms no estimate of prox reaches: listed as ignored with the reason."""
+TRL_EXTRA = ("max_staleness",)
+"""Known beside GRPOConfig's: the maximum off-policyness of TRL's AsyncGRPOConfig
+(`trl/experimental/async_grpo/async_grpo_config.py` at f2cd577)."""
+TRL_FIELDS = {
+    "eps_low": "epsilon",
+    "eps_high": "epsilon_high",
+    "dual_clip": "delta",
+    "ratio_level": "importance_sampling_level",
+    "sapo_tau_pos": "sapo_temperature_pos",
+    "sapo_tau_neg": "sapo_temperature_neg",
+    "lower": "vllm_importance_sampling_clip_min",
+    "upper": "vllm_importance_sampling_clip_max",
+}
+"""The GRPOConfig key behind each field of the loss and of its rule."""
+CISPO_CLAMP = Range(1)
+"""TRL's cispo clamps the ratio at epsilon_high itself, 1 + eps_high: > 1 (CISPO's eps_high > 0)."""
 Read = tuple[Loss, list[str], list[str], list[str]]
 
 
-def prime_rl_loss(config: dict, where: str) -> Read:
+def prime_rl_loss(config: dict, file: str) -> Read:
     """(the loss, the keys used, the keys ignored, notes) of a prime-rl trainer or rl config."""
-    table = config.get("loss") if isinstance(config.get("loss"), dict) else config["trainer"]["loss"]
-    loss = Reader(table, f"{where} loss")
+    check_known(config, trainer_keys("prime_rl"), file)
+    at_top = isinstance(config.get("loss"), dict)
+    loss = Reader(
+        config["loss"] if at_top else config["trainer"]["loss"], file, "loss" if at_top else "trainer.loss"
+    )
     kind = loss.text("type", ("default", "ipo", "custom"), "default")
     if kind == "custom":
         raise loss.fail("type", "'custom' imports a loss proxaudit cannot read: describe it in a TOML file")
-    adv_tau, kl_tau = loss.number("adv_tau", 1.0), loss.number("kl_tau", 1e-3)
-    if not adv_tau > 0:
-        raise loss.fail("adv_tau", "must be > 0 (proxaudit scales W by it)")
+    adv_tau, kl_tau = loss.number("adv_tau", 1.0, ADV_TAU), loss.number("kl_tau", 1e-3, KL_PENALTY)
     if kind == "ipo":
-        threshold = loss.number("ipo_threshold", 0.1)
+        threshold = loss.number("ipo_threshold", 0.1, eps_ranges("ipo")[1])
         keys = {"policy": "ipo", "eps_low": threshold, "eps_high": threshold}
     else:
-        keys = {"policy": "dppo_tv", "eps_low": loss.number("dppo_mask_low", 0.2)}
-        keys["eps_high"] = loss.number("dppo_mask_high", 0.2)
+        low, high = eps_ranges("dppo_tv")
+        keys = {"policy": "dppo_tv", "eps_low": loss.number("dppo_mask_low", 0.2, low)}
+        keys["eps_high"] = loss.number("dppo_mask_high", 0.2, high)
     try:  # W = adv_tau |A r valid - 2 (kl_tau / adv_tau) (t - x)|: a constant factor leaves every ratio as is
         out = Loss(
-            **keys, kl_penalty=kl_tau / adv_tau, behave_weight="none", rules=(), name=f"prime-rl {where}"
+            **keys, kl_penalty=kl_tau / adv_tau, behave_weight="none", rules=(), name=f"prime-rl {file}"
         )
-    except ValueError as error:
-        raise loss.fail("loss", str(error)) from None
+    except ParameterError as error:
+        raise loss.fail(PRIME_RL_FIELDS.get(error.key, error.key), error.why) from None
     notes = ["prime-rl's ratio and mask are on the inference log-probs: its estimate of prox is `rollout`"]
-    taken = {"type", "adv_tau", "kl_tau", "ipo_threshold", "dppo_mask_low", "dppo_mask_high"}
-    return out, loss.used, loss.ignored(taken), notes
+    return out, loss.used, loss.ignored(), notes
 
 
-def trl_loss(config: dict, where: str) -> Read:
+def trl_loss(config: dict, file: str) -> Read:
     """(the loss, the keys used, the keys ignored, notes) of a TRL GRPOConfig YAML."""
-    r = Reader(config, where)
+    check_known(config, trainer_keys("trl"), file, extra={"": TRL_EXTRA})
+    r = Reader(config, file)
     kind = r.text("loss_type", (*TRL_PPO, "cispo", "sapo"), "dapo")
-    eps = r.number("epsilon", 0.2)
-    keys: dict = {"eps_low": eps, "eps_high": r.number("epsilon_high", eps)}
-    keys["ratio_level"] = r.text("importance_sampling_level", ("token", "sequence"), "token")
-    if kind == "cispo":  # TRL clamps the ratio above at epsilon_high itself, never below
-        keys |= {"policy": "cispo", "eps_low": 1.0, "eps_high": keys["eps_high"] - 1}
-    elif kind == "sapo":
-        keys |= {"policy": "sapo", "sapo_tau_pos": r.number("sapo_temperature_pos", 1.0)}
-        keys["sapo_tau_neg"] = r.number("sapo_temperature_neg", 1.05)
+    if kind == "cispo":  # TRL clamps the ratio above at epsilon_high (else epsilon) itself, never below
+        clamp = r.number("epsilon_high" if r.has("epsilon_high") else "epsilon", None, CISPO_CLAMP)
+        if clamp is None:
+            raise r.fail("epsilon_high", "TRL's cispo clamps the ratio at it (else at epsilon, 0.2): give it")
+        keys: dict = {"policy": "cispo", "eps_low": 1.0, "eps_high": clamp - 1}
     else:
-        keys["dual_clip"] = r.number("delta")  # A < 0 tokens whose ratio passes delta get no gradient
+        low, high = eps_ranges(kind if kind == "sapo" else "ppo")
+        eps = r.number("epsilon", 0.2, low)
+        keys = {"policy": kind if kind == "sapo" else "ppo", "eps_low": eps}
+        keys["eps_high"] = r.number("epsilon_high", eps, high)
+    keys["ratio_level"] = r.text("importance_sampling_level", ("token", "sequence"), "token")
+    if kind == "sapo":
+        keys["sapo_tau_pos"] = r.number("sapo_temperature_pos", 1.0, SAPO_TAU)
+        keys["sapo_tau_neg"] = r.number("sapo_temperature_neg", 1.05, SAPO_TAU)
+    elif kind != "cispo":  # A < 0 tokens whose ratio passes delta get no gradient
+        keys["dual_clip"] = r.number("delta", None, DUAL_CLIP)
     keys["behave_weight"], keys["rules"] = "none", ()
     if r.flag("vllm_importance_sampling_correction", True):
         mode = r.text(
@@ -77,20 +116,20 @@ def trl_loss(config: dict, where: str) -> Read:
             ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
             "sequence_mask",
         )
-        upper = r.number("vllm_importance_sampling_clip_max", r.number("vllm_importance_sampling_cap", 3.0))
+        cap = r.number("vllm_importance_sampling_cap", 3.0, UPPER)
+        upper = r.number("vllm_importance_sampling_clip_max", cap, UPPER)
         lower = r.number("vllm_importance_sampling_clip_min")
         level, action = mode.split("_")
         keys["behave_weight"] = "token" if level == "token" else "sequence_product"
         agg, clamp = ("sum" if level == "sequence" else "mean"), action == "truncate"
-        rule = Rule(level, "ratio", agg, lower=lower, upper=upper, action="clamp" if clamp else "mask")
+        try:
+            rule = Rule(level, "ratio", agg, lower=lower, upper=upper, action="clamp" if clamp else "mask")
+        except ParameterError as error:
+            raise r.fail(TRL_FIELDS.get(error.key, error.key), error.why) from None
         keys["rules"] = (rule,)
     try:
-        loss = Loss(**keys, name=f"TRL GRPOConfig {where}")
-    except ValueError as error:
-        raise r.fail("loss_type", str(error)) from None
-    notes = [
-        "TRL applies the vLLM importance sampling weight only when it generates with vLLM (use_vllm)",
-        *(f"{k}: compares theta with the sampling or reference log-probs, no estimate reaches it"
-          for k in TRL_NOT_PROX if r.has(k)),
-    ]  # fmt: skip
-    return loss, r.used, r.ignored({*TRL_KEYS, *TRL_NOT_PROX}), notes
+        loss = Loss(**keys, name=f"TRL GRPOConfig {file}")
+    except ParameterError as error:
+        raise r.fail(TRL_FIELDS.get(error.key, error.key), error.why) from None
+    notes = ["TRL applies the vLLM importance sampling weight only when it generates with vLLM (use_vllm)"]
+    return loss, r.used, r.ignored(TRL_NOT_PROX), notes

@@ -3,17 +3,20 @@ config, then the shorthands (`--eps-low`, `--eps-high`, `--bound`, `--bound-acti
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from evaluator.errors import UsageError
+from evaluator.errors import ParameterError, UsageError
 from evaluator.formulas.loss import Loss
+from evaluator.inputs import read_text
 from evaluator.lossconfig.areal import areal_loss
 from evaluator.lossconfig.others import TRL_KEYS, prime_rl_loss, trl_loss
 from evaluator.lossconfig.presets import PRESETS
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
+from evaluator.lossconfig.yaml_file import load_yaml
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class LossChoice:
         if self.used:
             out.append("  read: " + ", ".join(self.used))
         if self.ignored:
-            out.append("  ignored (no decision proxaudit models): " + ", ".join(self.ignored))
+            out.append("  ignored (they shape no decision proxaudit models): " + ", ".join(self.ignored))
         out += [f"  note: {n}" for n in self.notes]
         return out
 
@@ -39,11 +42,13 @@ class LossChoice:
 def _prime_rl_toml(path: str | Path) -> LossChoice:
     """prime-rl's TOML config (a `[loss]` or `[trainer.loss]` table)."""
     try:
-        config = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        config = tomllib.loads(read_text(path, "--loss-from config"))
+    except tomllib.TOMLDecodeError as error:
         raise UsageError(f"--loss-from {path}: cannot read it as TOML: {error}") from None
     trainer = config.get("trainer")
-    if not isinstance(config.get("loss"), dict) and not isinstance((trainer or {}).get("loss"), dict):
+    if not isinstance(config.get("loss"), dict) and not (
+        isinstance(trainer, dict) and isinstance(trainer.get("loss"), dict)
+    ):
         raise UsageError(f"--loss-from {path}: a TOML config needs prime-rl's [loss] or [trainer.loss] table")
     return LossChoice(*prime_rl_loss(config, str(path)))
 
@@ -52,14 +57,9 @@ def trainer_config(path: str | Path) -> LossChoice:
     """The loss of a trainer's experiment config (YAML or JSON): AReaL's (an `actor:` section), verl's
     (`algorithm` / `actor_rollout_ref`), NeMo-RL's (`loss_fn`) or TRL's (GRPOConfig keys at the top);
     prime-rl's TOML."""
-    import yaml
-
     if Path(path).suffix == ".toml":
         return _prime_rl_toml(path)
-    try:
-        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise UsageError(f"--loss-from {path}: cannot read it as YAML: {error}") from None
+    config = load_yaml(path, "--loss-from config")
     if not isinstance(config, dict):
         raise UsageError(f"--loss-from {path}: not a mapping of config keys")
     if isinstance(config.get("actor"), dict):
@@ -80,6 +80,10 @@ def trainer_config(path: str | Path) -> LossChoice:
     return LossChoice(loss, used, ignored, notes)
 
 
+FLAGS = {"eps_low": "--eps-low", "eps_high": "--eps-high", "upper": "--bound", "rules": "--bound"}
+"""The flag behind each field of the loss the shorthands set."""
+
+
 def resolve(
     loss: str | None = None,
     loss_from: str | None = None,
@@ -97,7 +101,7 @@ def resolve(
         choice = trainer_config(loss_from)
     elif loss is None or loss in PRESETS:
         choice = LossChoice(PRESETS[loss or "default"])
-    elif Path(loss).is_file():
+    elif os.path.lexists(loss):
         choice = LossChoice(toml_loss(loss))
     else:
         raise UsageError(f"--loss {loss!r}: neither a preset ({', '.join(PRESETS)}) nor a file")
@@ -111,5 +115,6 @@ def resolve(
         return choice
     try:
         return replace(choice, loss=replace(choice.loss, **keys))
-    except ValueError as error:
-        raise UsageError(f"--eps-low/--eps-high/--bound: {error}") from None
+    except ParameterError as error:
+        flag = FLAGS.get(error.key, "--eps-low/--eps-high/--bound")
+        raise UsageError(f"{flag}: {error.why} for the policy loss {choice.loss.policy}") from None

@@ -26,11 +26,14 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 
-from evaluator.errors import UsageError
+from evaluator.errors import ParameterError, UsageError
 from evaluator.formulas.loss import POLICIES, STATISTICS, Loss, Rule
+from evaluator.inputs import read_text
 from evaluator.lossconfig.keys import Reader
+from evaluator.lossconfig.known import nearest
 from evaluator.lossconfig.presets import PRESETS
 
+RULE_KEYS = ("level", "statistic", "agg", "lower", "upper", "action")
 NUMBERS = ("eps_low", "eps_high", "dual_clip", "sapo_tau_pos", "sapo_tau_neg", "kl_penalty", "m2_threshold",
            "opsm_delta")  # fmt: skip
 CHOICES = {
@@ -45,51 +48,57 @@ def bound_rule(bound: float, action: str) -> Rule:
     return Rule(upper=bound, action=action)
 
 
-def _rule(table: object, where: str) -> Rule:
+def _rule(table: object, r: Reader, index: int) -> Rule:
+    where = f"rule {index}"
     if not isinstance(table, dict):
-        raise UsageError(f"{where}: must be a table of keys")
-    r = Reader(table, where)
-    unknown = sorted(set(table) - {"level", "statistic", "agg", "lower", "upper", "action"})
+        raise r.fail(where, "must be a table of keys")
+    rule = Reader(table, r.file, where)
+    unknown = sorted(map(str, set(table) - set(RULE_KEYS)))
     if unknown:
-        raise r.fail(unknown[0], "unknown key; a rule has level, statistic, agg, lower, upper, action")
+        raise rule.fail(
+            unknown[0], f"unknown key; a rule has {', '.join(RULE_KEYS)}{nearest(unknown[0], RULE_KEYS)}"
+        )
     try:
         return Rule(
-            r.text("level", ("token", "sequence"), "token"),
-            r.text("statistic", tuple(STATISTICS), "ratio"),
-            r.text("agg", ("sum", "mean", "max", "min"), "mean"),
-            lower=r.number("lower"),
-            upper=r.number("upper"),
-            action=r.text("action", ("mask", "clamp"), "mask"),
+            rule.text("level", ("token", "sequence"), "token"),
+            rule.text("statistic", tuple(STATISTICS), "ratio"),
+            rule.text("agg", ("sum", "mean", "max", "min"), "mean"),
+            lower=rule.number("lower"),
+            upper=rule.number("upper"),
+            action=rule.text("action", ("mask", "clamp"), "mask"),
         )
-    except ValueError as error:
-        raise UsageError(f"{where}: {error}") from None
+    except ParameterError as error:
+        raise rule.fail(error.key, error.why) from None
 
 
 def toml_loss(path: str | Path) -> Loss:
     """The loss a TOML file describes (module docstring); errors name the file and the key."""
     try:
-        values = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        values = tomllib.loads(read_text(path, "loss file"))
+    except (tomllib.TOMLDecodeError, ValueError) as error:
         raise UsageError(f"{path}: cannot read it as TOML: {error}") from None
     known = {"preset", "rule", "bound", "bound_action", *NUMBERS, *CHOICES}
-    unknown = sorted(set(values) - known)
+    unknown = sorted(map(str, set(values) - known))
     if unknown:
-        raise UsageError(f"{path}: {unknown[0]}: unknown key; allowed: {', '.join(sorted(known))}")
+        allowed = f"allowed: {', '.join(sorted(known))}{nearest(unknown[0], known)}"
+        raise UsageError(f"{path}: {unknown[0]}: unknown key; {allowed}")
     r = Reader(values, str(path))
     preset = r.text("preset", tuple(PRESETS), "default")
     keys: dict = {k: r.number(k) for k in NUMBERS if r.has(k)}
     keys |= {k: r.text(k, allowed) for k, allowed in CHOICES.items() if r.has(k)}
     if r.has("rule"):
         tables = values["rule"] if isinstance(values["rule"], list) else [values["rule"]]
-        keys["rules"] = tuple(_rule(t, f"{path}: rule {i + 1}") for i, t in enumerate(tables))
+        keys["rules"] = tuple(_rule(t, r, i + 1) for i, t in enumerate(tables))
     if r.has("bound") or r.has("bound_action"):
         if r.has("rule"):
             raise r.fail("bound", "give either [[rule]] tables or bound and bound_action, not both")
-        keys["rules"] = (
-            bound_rule(r.number("bound", 5.0), r.text("bound_action", ("mask", "clamp"), "mask")),
-        )
+        action = r.text("bound_action", ("mask", "clamp"), "mask")
+        try:
+            keys["rules"] = (bound_rule(r.number("bound", 5.0), action),)
+        except ParameterError as error:
+            raise r.fail("bound", error.why) from None
         keys.setdefault("behave_weight", "token")
     try:
         return replace(PRESETS[preset], **keys, name=str(path))
-    except ValueError as error:
-        raise UsageError(f"{path}: {error}") from None
+    except ParameterError as error:  # the keys are the loss's own fields
+        raise r.fail(error.key, error.why) from None

@@ -44,6 +44,7 @@ from evaluator.sources import Staging
 from evaluator.store import StoreWriter
 from evaluator.store.repeats import CopyOf
 from evaluator.validate import CheckedFile, check_file, find_parquet_files, judge_call
+from evaluator.validate.found import Folder, found_folders, nothing_found
 
 
 def _progress(files: list[Path], enabled: bool | None) -> tqdm:
@@ -179,6 +180,7 @@ def replay(
     db_path: str | os.PathLike,
     *,
     on_file: Callable[[FileOutcome], None] | None = None,
+    on_found: Callable[[list[Folder]], None] | None = None,
     progress: bool | None = None,
     workers: int | None = None,
     loss: Loss = DEFAULT_LOSS,
@@ -186,9 +188,10 @@ def replay(
     ray: str | None = None,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
-    order (see the module docstring), on `workers` processes (default `file_workers`; 1: all in this
-    process), with the loss's thresholds `loss` for the decision metrics (recorded in the store; a store
-    made with other parameters is refused) and the trainer's `max_staleness` for the findings. `ray`:
+    order (see the module docstring; `on_found` hears first the folders they are in, with their runs), on
+    `workers` processes (default `file_workers`; 1: all in this process), with the loss's thresholds
+    `loss` for the decision metrics (recorded in the store; a store made with other parameters is
+    refused) and the trainer's `max_staleness` for the findings. `ray`:
     check and summarise on Ray instead (`"local"` starts one, else a cluster address;
     `evaluator.replay.ray_runner`), ingesting here in the same order.
 
@@ -197,13 +200,15 @@ def replay(
     with Staging() as staging:
         files = find_parquet_files(paths, staging)
         if not files:
-            raise NothingReadableError(f"no Parquet files under {', '.join(map(str, paths))}")
+            raise NothingReadableError(nothing_found(paths))
         if staging.uris and ray not in (None, "local"):
             raise UsageError(
                 "object-storage URIs are copied to this machine, where a cluster's workers cannot read them: "
                 "replay them without --ray ADDRESS (or with a local --ray)"
             )
         require_one_parquet(files, staging)  # before the store: no input, no store
+        if on_found is not None:
+            on_found(found_folders(files, staging))
         announcer = Announcer(staging, on_file)
         findings: list[Finding] = []
         ingest_s = 0.0

@@ -5,7 +5,7 @@ audit pooled over a run's files, and the data-driven findings per run."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -18,6 +18,7 @@ from evaluator.validate.evidence import pooled
 from evaluator.validate.facts import cross_file_duplicates
 from evaluator.validate.files import CheckedFile, check_file
 from evaluator.validate.findings import run_findings
+from evaluator.validate.found import Folder, found_folders, nothing_found
 
 
 def find_parquet_files(paths: Sequence[str | Path], staging: Staging | None = None) -> list[Path]:
@@ -58,6 +59,8 @@ class Validation:
     findings: list[Finding]
     checked: list[CheckedFile]
     checks: list[CheckOutcome]
+    folders: list[Folder] = field(default_factory=list)
+    """Where the files were found, with their runs (`evaluator.validate.found`)."""
 
     @property
     def warnings(self) -> list[Finding]:
@@ -71,12 +74,13 @@ def validate_paths(paths: Sequence[str | Path], max_staleness: int | None = None
     with Staging() as staging:
         files = find_parquet_files(paths, staging)
         if not files:
-            raise NothingReadableError(f"no *.parquet files found in {', '.join(map(str, paths))}")
+            raise NothingReadableError(nothing_found(paths))
+        folders = found_folders(files, staging)
         checked = [check_file(path) for path in files]
     for c in checked:  # the call-level checks read no file, and their messages name what the user named
         c.report.path = staging.location(c.report.path)
     judgement = judge_call(checked, max_staleness)
-    return Validation([c.report for c in checked], judgement.findings, checked, judgement.checks)
+    return Validation([c.report for c in checked], judgement.findings, checked, judgement.checks, folders)
 
 
 def judge_call(

@@ -27,6 +27,7 @@ from evaluator.problems import FileReport, Problem, format_key
 from evaluator.validate import audit
 from evaluator.validate.evidence import Evidence, gather
 from evaluator.validate.facts import FileFacts
+from evaluator.validate.hints import ADD_SCHEMA_VERSION, cast_hint, unreadable
 from evaluator.validate.sequences import sequence_facts, sequence_problems
 from schemas.token_log import (
     ASSUMED_ON_POLICY,
@@ -74,17 +75,7 @@ def check_file(path: Path) -> CheckedFile:
         schema, n_rows = parquet.schema_arrow, parquet.metadata.num_rows
         metadata = parquet.metadata.metadata or {}
     except Exception as error:  # pyarrow raises several types for truncated or foreign files
-        return CheckedFile(
-            FileReport(
-                path,
-                None,
-                [
-                    Problem(
-                        "unreadable", None, 0, f"cannot open as Parquet (truncated, or not Parquet): {error}"
-                    )
-                ],
-            )
-        )
+        return CheckedFile(FileReport(path, None, [Problem("unreadable", None, 0, unreadable(path, error))]))
     problems = _schema_problems(schema, metadata)
     usable = _usable_columns(schema)
     checked = CheckedFile(FileReport(path, n_rows, problems))
@@ -172,11 +163,13 @@ def _schema_problems(schema: pa.Schema, metadata: dict[bytes, bytes]) -> list[Pr
         expected = COLUMNS_BY_NAME[name].type if name in COLUMNS_BY_NAME else None
         if expected is not None and _kind(found) != expected:
             message = f"`{name}` is {type_name(found)}, expected {type_name(expected)}"
+            message += cast_hint(name, _kind(found), expected)
             problems.append(Problem("wrong_type", name, 0, message))
     version = metadata.get(SCHEMA_VERSION_KEY.encode())
     supported = ", ".join(sorted(SUPPORTED_SCHEMA_VERSIONS))
     if version is None:
         message = f"no `{SCHEMA_VERSION_KEY}` in the file's key-value metadata (expected one of: {supported})"
+        message += f"; {ADD_SCHEMA_VERSION}"
         problems.append(Problem("schema_version", None, 0, message))
     elif version.decode(errors="replace") not in SUPPORTED_SCHEMA_VERSIONS:
         message = (
