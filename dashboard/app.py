@@ -20,6 +20,9 @@ import streamlit as st
 from dashboard import queries
 from dashboard.defaults import default_methods
 from dashboard.views import PAGES, common
+from evaluator.errors import ProxauditError
+from evaluator.gate import DEFAULT_THRESHOLDS
+from schemas.store import DEFAULT_TOLERANCE
 
 REPLAY_HINT = """No runs in this database yet. Fill it from token logs (Parquet, schema v1) with
 
@@ -60,12 +63,24 @@ def _range_filter(label: str, key: str, lo: int, hi: int) -> tuple[int, int] | N
     return None if tuple(chosen) == (lo, hi) else (int(chosen[0]), int(chosen[1]))
 
 
+def _worst_run(db: Path, thresholds: Path | None, run_ids: list[str]) -> str:
+    """The run the Overview opens on: the worst decision (do not ship, cannot tell, ship up to, ship; then
+    the largest figure) under the thresholds; the first run when they cannot judge."""
+    path = thresholds or DEFAULT_THRESHOLDS
+    try:
+        judgement = common.load(db, "judgement", str(path), None, DEFAULT_TOLERANCE, watch=path)
+    except ProxauditError:  # a bad thresholds file: the banner says so
+        return run_ids[0]
+    ranked = sorted(judgement.decisions, key=lambda d: d.rank)
+    return ranked[0].run_id if ranked else run_ids[0]
+
+
 def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
     """The filters: page, run, methods, staleness range, step range, thresholds file."""
     common.seed("page", "overview", common.choice(list(PAGES)))
     st.sidebar.radio("Page", list(PAGES), format_func=lambda slug: PAGES[slug][0], key="page")
     run_ids = list(runs["run_id"])
-    common.seed("run", run_ids[0], common.choice(run_ids))
+    common.seed("run", _worst_run(db, thresholds, run_ids), common.choice(run_ids))
     run_id = st.sidebar.selectbox("run_id", run_ids, key="run")
     present = common.load(db, "methods_present", (run_id,))
     estimators = [m for m in present if m != "ground_truth"]

@@ -20,6 +20,7 @@ from dashboard.charts import (
     rgba,
     y_scale,
 )
+from schemas.figures import bounds
 
 
 def headline_bars(frame: pd.DataFrame, metric: str) -> go.Figure:
@@ -135,7 +136,7 @@ def compare(
 
 def _interval(part: pd.DataFrame, figure: str) -> dict:
     """Error bars and hover of the 95% interval (`{figure}_lower`, `_upper`) where the frame has one."""
-    lower, upper = f"{figure}_lower", f"{figure}_upper"
+    lower, upper = bounds(figure)
     if lower not in part or part[lower].isna().all():
         return dict(
             customdata=part[["n"]],

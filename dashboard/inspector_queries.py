@@ -1,6 +1,6 @@
 """The token inspector's reads: which ingested files hold a run's step, and, from the reachable ones only
-(`dashboard.raw_logs`), its sequences and their tokens. Re-exported by `dashboard.queries` (the pages load
-every query by its name there)."""
+(`dashboard.raw_logs`), its sequences and their tokens (the pages load them by name, as `dashboard.queries`'
+reads)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ from pathlib import Path
 import pandas as pd
 
 from dashboard import raw_logs
+from dashboard.queries import _frame
 
 
 def log_files(db: Path, run_id: str, step: int) -> pd.DataFrame:
     """The ingested Parquet files holding tokens of `run_id` at `step`, and whether each is reachable: a
     file is opened only where replay read it and only while it holds the same bytes, so a store cannot
     make the inspector read any other file."""
-    from dashboard.queries import _frame  # queries re-exports this module's reads: imported here, no cycle
-
     frame = _frame(
         db,
         """SELECT DISTINCT f.file_id, f.path, f.digest, f.n_rows, f.ingested_at

@@ -26,7 +26,12 @@ import pandas as pd
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
+from evaluator.store.figures import engine_floors, minibatches
+from evaluator.verdict import Judgement, judge_db
+from evaluator.verdict.floor import FloorVerdict
+from evaluator.verdict.judging import floor_bounds
 from schemas.store import DEFAULT_TOLERANCE, METHODS, Tolerance
+from schemas.thresholds import Thresholds
 
 RETRY_SECONDS = 3.0
 QUANTILE_STATS = ("p50", "p90", "p99")
@@ -279,24 +284,23 @@ def pairing(db: Path, run_id: str) -> pd.DataFrame:
     return _frame(db, "SELECT * FROM pairing_summary WHERE run_id = ? ORDER BY interpolation", [run_id])
 
 
-GATE_COLUMNS = ("check", "run_id", "method", "figure", "metric", "stat", "warn_only", "verdict", "outcome",
-                "observed", "lower", "upper", "threshold", "tokens", "reason")  # fmt: skip
+def judgement(
+    db: Path, thresholds: str, run_id: str | None = None, tolerance: Tolerance = DEFAULT_TOLERANCE
+) -> Judgement:
+    """The gate's verdicts and each run's decision under the thresholds file (`evaluator.verdict.judge_db`;
+    of `run_id` alone if given; the engine floor judged at `tolerance` where the thresholds have no floor
+    check), runs sorted. ThresholdsError on a bad file."""
+    return judge_db(db, thresholds, run=run_id, tolerance=tolerance)
 
 
-def gate_verdicts(db: Path, thresholds: str, run_id: str | None = None) -> pd.DataFrame:
-    """The gate's verdict on each check for `run_id` (`evaluator.gate.judge.run_gate`), one row per check,
-    with the observed figure's 95% interval where it has one. ThresholdsError on a bad file."""
-    from evaluator.gate.judge import run_gate
-    from evaluator.gate.report import threshold_text
-
-    rows = [
-        (v.check.name, v.run_id, v.check.method, v.check.figure, v.check.metric, v.check.stat,
-         v.check.warn_only, v.verdict, v.outcome, v.observed, v.lower, v.upper, threshold_text(v), v.tokens,
-         v.reason)
-        for v in run_gate(db, thresholds, run=run_id).verdicts
-    ]  # fmt: skip
-    return pd.DataFrame(rows, columns=list(GATE_COLUMNS))
+def floor_verdict(db: Path, run_id: str, tolerance: Tolerance = DEFAULT_TOLERANCE) -> FloorVerdict:
+    """The engine floor of one run judged at `tolerance` (no figure: not measured)."""
+    with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
+        figures = engine_floors(con).get(run_id, {})
+    return FloorVerdict(figures, floor_bounds(Thresholds("", ()), tolerance))
 
 
-# The token inspector's reads, by name here too (the pages' `load` looks names up in this module).
-from dashboard.inspector_queries import log_files, sequence_tokens, sequences  # noqa: E402, F401
+def run_minibatches(db: Path) -> dict[str, int]:
+    """Each run's PPO minibatches per step (`evaluator.store.figures.minibatches`)."""
+    with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
+        return minibatches(con)

@@ -17,13 +17,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evaluator.errors import UsageError
-from evaluator.gate.judge import DEFAULT_THRESHOLDS, GateResult, run_gate
-from evaluator.gate.report import render_table as render_gate
+from evaluator.gate import DEFAULT_THRESHOLDS, GateResult
 from evaluator.replay.pipeline import ReplayReport, replay
-from evaluator.summary import NOTES, render, summary_table, verdict_text
 from evaluator.validate import validate_paths
 from evaluator.validate.report import render_table as render_validation
-from schemas.store import DEFAULT_TOLERANCE, METHODS
+from evaluator.verdict import Judgement, judge_db
+from evaluator.verdict.report import render_decisions
+from evaluator.verdict.report import render_table as render_gate
+from evaluator.verdict.summary import NOTES, compact, render, summary_table
+from schemas.store import METHODS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DB_NAME = "proxaudit.duckdb"
@@ -36,7 +38,11 @@ class DemoResult:
     sources: list[Path]
     files_clean: bool
     replay: ReplayReport
-    gate: GateResult
+    judgement: Judgement
+
+    @property
+    def gate(self) -> GateResult:
+        return self.judgement.result
 
     @property
     def ran_clean(self) -> bool:
@@ -71,8 +77,17 @@ def _train_logs(out: Path, echo: Callable[[str], None]) -> Path:
     return logs
 
 
-def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = print) -> DemoResult:
-    """Run the pipeline into `out/proxaudit.duckdb` (made afresh) and print each stage's result."""
+def run_demo(
+    out: Path,
+    *,
+    train: bool = False,
+    echo: Callable[[str], None] = print,
+    max_staleness: int | None = None,
+    width: int | None = None,
+) -> DemoResult:
+    """Run the pipeline into `out/proxaudit.duckdb` (made afresh) and print each stage's result, tables
+    within `width` characters; the approximation is judged at each staleness 1 to `max_staleness`, recorded
+    with the store (None: the log's largest with enough tokens)."""
     out.mkdir(parents=True, exist_ok=True)
     db = out / DB_NAME
     for stale in (db, db.with_name(DB_NAME + ".wal")):
@@ -89,20 +104,26 @@ def run_demo(out: Path, *, train: bool = False, echo: Callable[[str], None] = pr
     reports = validation.reports
     echo(render_validation(reports, validation.findings, validation.checks))
     _banner(echo, f"replay into {db}")
-    replayed = replay(sources, db, on_file=lambda outcome: echo(outcome.line()), progress=None)
+    given = f"--max-staleness {max_staleness} given to demo"
+    limit = None if max_staleness is None else (max_staleness, given, "max_head_offpolicyness")
+    replayed = replay(
+        sources, db, on_file=lambda outcome: echo(outcome.line()), progress=None, staleness_limit=limit
+    )
+    judgement = judge_db(db, DEFAULT_THRESHOLDS)  # S recorded with the store: the dashboard's too
+    _banner(echo, "the decision: may the approximation be shipped, and up to which staleness?")
+    echo("\n".join([judgement.loss_line(), *(f"- {line}" for line in render_decisions(judgement))]))
     _banner(echo, "summary: does the error change the update? (decision figures per method)")
     decisions = summary_table(db, by="decision")
-    columns = ["run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "bound_flip_rate"]
-    echo(render(decisions.select([*columns, "safe_staleness"]), "table") + f"\n{NOTES['decision']}")
-    echo("\n" + verdict_text(db, DEFAULT_TOLERANCE, run=None, method=None))
+    columns = ["run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "excess_gradient_mass_error"]
+    echo(render(compact(decisions, "decision").select(columns), "table", width) + f"\n{NOTES['decision']}")
     _banner(echo, "summary: the engine mismatch floor (staleness 0) and its share of the drift")
-    echo(render(summary_table(db, by="mismatch"), "table") + f"\n{NOTES['mismatch']}")
+    echo(render(summary_table(db, by="mismatch"), "table", width) + f"\n{NOTES['mismatch']}")
     _banner(echo, "summary: abs_error of each estimator against the recomputed prox_logp, per run")
     errors = summary_table(db, by="run", metric="abs_error")
-    echo(render(errors.filter(pc.is_in(errors["method"], value_set=pa.array(HEADLINE_METHODS))), "table"))
+    errors = errors.filter(pc.is_in(errors["method"], value_set=pa.array(HEADLINE_METHODS)))
+    echo(render(compact(errors, "run"), "table", width))
     _banner(echo, "summary: AReaL's shipped version pairing against each token's own version")
-    echo(render(summary_table(db, by="pairing"), "table") + f"\n{NOTES['pairing']}")
-    _banner(echo, f"gate: {DEFAULT_THRESHOLDS.name} (decisions block, AReaL's nats warn)")
-    verdict = run_gate(db, DEFAULT_THRESHOLDS)
-    echo(render_gate(verdict))
-    return DemoResult(db, sources, all(r.ok for r in reports), replayed, verdict)
+    echo(render(summary_table(db, by="pairing"), "table", width) + f"\n{NOTES['pairing']}")
+    _banner(echo, f"gate: {DEFAULT_THRESHOLDS.name} (each staleness 1 to S blocks, AReaL's nats warn)")
+    echo(render_gate(judgement, width))
+    return DemoResult(db, sources, all(r.ok for r in reports), replayed, judgement)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 import unicodedata
 from collections.abc import Container, Sequence
 
@@ -59,3 +60,42 @@ def aligned_lines(rows: Sequence[Sequence[str]], right: Container[int] = ()) -> 
         ).rstrip()
         for row in rows
     ]
+
+
+def fitted_lines(
+    rows: Sequence[Sequence[str]], width: int | None, right: Container[int] = (), keep: int = 2
+) -> tuple[list[str], list[str]]:
+    """(`aligned_lines` of the rows, the names of the columns left out) within `width` characters (None:
+    any): the columns past `keep` that do not fit are left out, from the right; a last column of text that
+    does not fit is wrapped onto lines of its own instead when at least 30 characters remain for it."""
+    rows = [[printable(cell) for cell in row] for row in rows]
+    widths = column_widths(rows)
+    if width is None or sum(widths) + 2 * (len(widths) - 1) <= width:
+        return aligned_lines(rows, right), []
+    start = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    if width - start >= 30 and len(widths) - 1 not in right:  # wrap the last column
+        head = aligned_lines([row[:-1] + [""] for row in rows], right)
+        lines = []
+        for line, row in zip(head, rows, strict=True):
+            pieces = textwrap.wrap(row[-1], width - start) or [""]
+            lines.append(line.ljust(start) + pieces[0])
+            lines += [" " * start + piece for piece in pieces[1:]]
+        return [line.rstrip() for line in lines], []
+    kept = keep
+    while kept < len(widths) and sum(widths[: kept + 1]) + 2 * kept <= width:
+        kept += 1
+    return aligned_lines([row[:kept] for row in rows], right), [str(name) for name in rows[0][kept:]]
+
+
+def wrapped(text: str, width: int | None, indent: int = 2) -> str:
+    """`text` with each line longer than `width` wrapped (its next lines indented); as it is for None."""
+    if width is None:
+        return text
+    lines = text.splitlines() or [""]
+    return "\n".join(
+        piece
+        for line in lines
+        for piece in (
+            textwrap.wrap(line, width, subsequent_indent=" " * indent) if len(line) > width else [line]
+        )
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 
+from schemas.figures import EXCESS, EXCESS_FIGURES, INTERVAL_FIGURES, bounds, with_bounds
+
 STORE_SCHEMA_VERSION = "6"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
@@ -162,52 +164,6 @@ def metrics_for(method: str, loss: object | None = None) -> tuple[Metric, ...]:
     )
 
 
-# Figures derived from the exact sums of several metrics (DOMAIN.md 3b), per run and staleness range:
-# what `decision_*` and `weight_*` views report, and what the gate can judge besides a metric's stat.
-FIGURES: dict[str, str] = {
-    "gradient_mass_error": "sum grad_weight_abs_error / sum true_grad_weight (on the same tokens)",
-    "clip_flip_rate": "mean clip_flip",
-    "bound_flip_rate": "mean bound_flip",
-    "dual_clip_flip_rate": "mean dual_clip_flip",
-    "bound_lower_flip_rate": "mean bound_lower_flip",
-    "sequence_clip_flip_rate": "mean sequence_clip_flip (over sequences)",
-    "sequence_bound_flip_rate": "mean sequence_bound_flip (over sequences)",
-    "excess_gradient_mass_error": "gradient_mass_error minus the engine floor's (rollout at staleness 0)",
-    "excess_clip_flip_rate": "clip_flip_rate minus the engine floor's",
-    "excess_bound_flip_rate": "bound_flip_rate minus the engine floor's",
-    "ess_fraction": "(sum w)^2 / (n sum w^2) of w = behave_imp_weight",
-    "chi2": "n sum w^2 / (sum w)^2 - 1 of w = behave_imp_weight",
-    "kl_k1": "mean -r of r = behave_approx_kl",
-    "kl_k2": "mean r^2 / 2",
-    "kl_k3": "mean exp(r) - 1 - r",
-    "safe_staleness": "the largest staleness s such that every staleness <= s with enough tokens meets the "
-    "tolerance",
-    "safe_staleness_beyond_floor": "the same, judging each staleness's excess over the engine floor",
-    "floor_gradient_mass_error": "the engine floor: rollout's gradient_mass_error at staleness 0; no method",
-    "floor_clip_flip_rate": "the engine floor: rollout's clip_flip_rate at staleness 0; no method",
-    "warnings": "the number of data-driven warnings stored with the run (`run_findings`); no method",
-}
-INTERVAL_FIGURES = (
-    "gradient_mass_error",
-    "clip_flip_rate",
-    "bound_flip_rate",
-    "dual_clip_flip_rate",
-    "bound_lower_flip_rate",
-    "sequence_clip_flip_rate",
-    "sequence_bound_flip_rate",
-)
-"""The decision figures that carry a 95% interval (a bootstrap over steps)."""
-EXCESS_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate")
-"""... and an excess over the engine floor (the figure minus `rollout`'s at staleness 0)."""
-ESTIMATOR_FIGURES = (
-    *INTERVAL_FIGURES,
-    *(f"excess_{figure}" for figure in EXCESS_FIGURES),
-    "safe_staleness",
-    "safe_staleness_beyond_floor",
-)
-RUN_FIGURES = ("warnings", "floor_gradient_mass_error", "floor_clip_flip_rate")
-"""Figures of a whole run, judged without a method."""
-
 # Summary statistics every view carries for each (method, metric).
 STATS: tuple[str, ...] = ("n", "mean", "min", "max", "p50", "p90", "p99")
 
@@ -229,9 +185,12 @@ DECISION_COLUMNS = (
     "grad_weight_abs_error",
     "true_grad_weight",
     "n_steps",
-    *(f"{f}_{end}" for f in INTERVAL_FIGURES for end in ("lower", "upper")),
-    *(f"excess_{f}{end}" for f in EXCESS_FIGURES for end in ("", "_lower", "_upper")),
+    *(column for f in INTERVAL_FIGURES for column in bounds(f)),
+    *(column for f in EXCESS_FIGURES for column in with_bounds(EXCESS + f)),
 )
+FLOOR_COLUMNS = (*EXCESS_FIGURES, "prob_drift", "exp_abs_drift")
+"""The figures of the view `engine_floor` (each with its interval): the engine floor's decision figures
+and the drift at staleness 0."""
 WEIGHT_COLUMNS = ("method", "n", "ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3")
 ROLLOUT_CORR_COLUMNS = (
     "method", "rollout_is", "n", "n_sequences",
@@ -251,8 +210,8 @@ ROLLOUT_CORR_COLUMNS = (
 """verl's names (its `rollout_corr/` keys without the prefix), with verl's definitions."""
 # The public views of views.sql, a stable interface, with their columns (a test checks them).
 PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
-    "run_summary": ("run_id", "method", "metric", *STATS, "mean_lower", "mean_upper"),
-    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS, "mean_lower", "mean_upper"),
+    "run_summary": ("run_id", "method", "metric", *STATS, *bounds("mean")),
+    "staleness_summary": ("run_id", "staleness", "method", "metric", *STATS, *bounds("mean")),
     "step_summary": ("run_id", "step", "method", "metric", *STATS),
     "step_staleness_summary": ("run_id", "step", "staleness", "method", "metric", "n", "mean", "min", "max"),
     "pairing_summary": (
@@ -274,17 +233,7 @@ PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
         "run_id",
         "n",
         "n_steps",
-        *(
-            f"{f}{end}"
-            for f in (
-                "gradient_mass_error",
-                "clip_flip_rate",
-                "bound_flip_rate",
-                "prob_drift",
-                "exp_abs_drift",
-            )
-            for end in ("", "_lower", "_upper")
-        ),
+        *(column for f in FLOOR_COLUMNS for column in with_bounds(f)),
     ),
     "run_findings": ("run_id", "rule", "column_name", "n_rows", "message", "found_at"),
     "trainer_mismatch": (

@@ -1,12 +1,13 @@
 """The gate's thresholds file (TOML) as code: the allowed keys, their types and the rules between them.
 
 A file holds an optional `[defaults]` table and a list of `[[check]]` tables. Each check names one
-statistic of one metric of one method, or one derived figure of a method (gradient mass error, flip
-rates, weight diagnostics, the safe staleness; the vocabulary of `schemas.store`), optionally restricted
-to an inclusive staleness range and to one run, and the conditions it must meet: an absolute `max`
-and/or `min`, and/or at most `max_regression` worse than the same statistic of `baseline_run`. Parsing never
-looks at a database or a file: `evaluator.gate.judge` reads the file (a regular file of at most 1 MiB)
-and applies the checks. Imports nothing of ours but `schemas`.
+statistic of one metric of one method, or one derived figure (gradient mass error, flip rates, their excess
+over the engine floor, weight diagnostics, the safe staleness; the catalogue of `schemas.figures`),
+optionally restricted to an inclusive staleness range, judged at each staleness of it on its own
+(`each_staleness`), and to one run, and the conditions it must meet: an absolute `max` and/or `min`,
+and/or at most `max_regression` worse than the same statistic of `baseline_run`. Parsing never looks at a
+database or a file: `evaluator.gate.judge` reads the file (a regular file of at most 1 MiB) and applies the
+checks. Imports nothing of ours but `schemas`.
 """
 
 from __future__ import annotations
@@ -18,17 +19,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from schemas.store import (
-    ESTIMATOR_FIGURES,
-    ESTIMATOR_ONLY_METRICS,
-    FIGURES,
-    METHODS,
-    METRICS,
-    RUN_FIGURES,
-    STATS,
-    TRUTH_ONLY_METRICS,
-    Tolerance,
-)
+from schemas.figures import JUDGED, lookup, of_run
+from schemas.store import ESTIMATOR_ONLY_METRICS, METHODS, METRICS, STATS, TRUTH_ONLY_METRICS, Tolerance
 
 DEFAULT_THRESHOLDS = Path(str(files("schemas") / "default_thresholds.toml"))
 ON_INSUFFICIENT = ("fail", "warn")
@@ -42,10 +34,13 @@ CHECK_KEYS: dict[str, str] = {
     "method": "estimator: " + ", ".join(METHODS) + " (none for figure = 'warnings')",
     "metric": "metric: " + ", ".join(METRICS),
     "stat": "statistic: " + ", ".join(STATS),
-    "figure": "instead of metric and stat, a derived figure: " + ", ".join(FIGURES),
+    "figure": "instead of metric and stat, a derived figure: " + ", ".join(JUDGED),
     "max": "pass only if observed <= max",
     "min": "pass only if observed >= min",
-    "staleness": "inclusive range [lo, hi] (or one integer); default: all tokens",
+    "staleness": "inclusive range [lo, hi] (or one integer); default: all tokens (excess_* figures: "
+    "staleness 1 to S, the staleness the trainer runs)",
+    "each_staleness": "judge each staleness of the range (default 1 to S) on its own, all of them together "
+    "at 95% (Bonferroni); fails when one fails",
     "run": "judge this run only; default: every run in the database (but the baseline)",
     "warn_only": "a failure is reported as a warning and never fails the gate",
     "min_tokens": "fewer tokens in the selection means insufficient data",
@@ -58,7 +53,6 @@ CHECK_KEYS: dict[str, str] = {
     "max_clip_flip_rate": "safe_staleness: the tolerance on clip_flip_rate per staleness (0.01)",
 }
 SAFE_STALENESS_KEYS = ("max_gradient_mass_error", "max_clip_flip_rate")
-SAFE_STALENESS_FIGURES = ("safe_staleness", "safe_staleness_beyond_floor")
 # Keys [defaults] may hold; a check's own value wins.
 DEFAULT_KEYS: tuple[str, ...] = ("min_tokens", "on_insufficient", "on_inconclusive", "warn_only")
 BUILTIN_DEFAULTS: dict[str, Any] = {
@@ -86,6 +80,7 @@ class Check:
     max: float | None = None
     min: float | None = None
     staleness: tuple[int, int] | None = None
+    each_staleness: bool = False
     run: str | None = None
     warn_only: bool = False
     min_tokens: int = 1
@@ -150,7 +145,7 @@ def _parse_check(raw: dict, index: int, defaults: dict[str, Any], source: str) -
     name = raw.get("name")
     where = f"{source}: check {index}" + (f" ({name!r})" if isinstance(name, str) else "")
     _reject_unknown(raw, tuple(CHECK_KEYS), where)
-    if raw.get("figure") in RUN_FIGURES:
+    if raw.get("figure") in JUDGED and of_run(raw["figure"]):
         needed = ("figure",)
     else:
         needed = ("method", "figure") if "figure" in raw else ("method", "metric", "stat")
@@ -196,21 +191,29 @@ def _check_rules(values: dict[str, Any], where: str) -> None:
             f"{where}: key 'metric': {values['metric']!r} compares an estimate with the ground truth; "
             "method 'ground_truth' has none"
         )
-    if values.get("figure") in ESTIMATOR_FIGURES and values["method"] == "ground_truth":
+    figure = lookup(values["figure"]) if "figure" in values else None
+    if figure and figure[0].view != "weight" and values.get("method") == "ground_truth":
         raise ThresholdsFormatError(
             f"{where}: key 'figure': {values['figure']!r} compares an estimate with the ground truth; "
             "method 'ground_truth' has none"
         )
-    if values.get("figure") in RUN_FIGURES:
-        for key in ("method", "staleness"):
-            if key in values:
+    if values.get("each_staleness") and not (figure and figure[0].view == "decision" and figure[0].interval):
+        raise ThresholdsFormatError(
+            f"{where}: key 'each_staleness': judges a decision figure with a 95% interval at each staleness "
+            f"(e.g. excess_gradient_mass_error), not {values.get('figure') or values.get('metric')!r}"
+        )
+    if values.get("each_staleness") and "baseline_run" in values:
+        raise ThresholdsFormatError(f"{where}: key 'each_staleness' with 'baseline_run': one or the other")
+    if figure and of_run(values["figure"]):
+        for key in ("method", "staleness", "each_staleness"):
+            if values.get(key) not in (None, False):
                 raise ThresholdsFormatError(
                     f"{where}: key {key!r}: figure {values['figure']!r} counts over the whole run"
                 )
-    if values.get("figure") in SAFE_STALENESS_FIGURES and "staleness" in values:
+    if figure and figure[0].view == "safe_staleness" and "staleness" in values:
         raise ThresholdsFormatError(f"{where}: key 'staleness': {values['figure']} looks at every staleness")
     for key in SAFE_STALENESS_KEYS:
-        if key in values and values.get("figure") not in SAFE_STALENESS_FIGURES:
+        if key in values and not (figure and figure[0].view == "safe_staleness"):
             raise ThresholdsFormatError(
                 f"{where}: key {key!r} only applies with figure = "
                 "'safe_staleness' or 'safe_staleness_beyond_floor'"
@@ -222,7 +225,7 @@ def _value(raw: dict, key: str, where: str) -> Any:
     value = raw[key]
     here = f"{where}: key {key!r}"
     if key in ("method", "metric", "stat", "figure"):
-        choices = {"method": METHODS, "metric": METRICS, "stat": STATS, "figure": tuple(FIGURES)}[key]
+        choices = {"method": METHODS, "metric": METRICS, "stat": STATS, "figure": JUDGED}[key]
         if value not in choices:
             raise ThresholdsFormatError(
                 f"{here}: unknown {key} {value!r}; expected one of {', '.join(choices)}"
@@ -236,7 +239,7 @@ def _value(raw: dict, key: str, where: str) -> Any:
         return _finite_number(value, here, nonnegative=key != "max" and key != "min")
     if key == "staleness":
         return _staleness(value, here)
-    if key == "warn_only":
+    if key in ("warn_only", "each_staleness"):
         if not isinstance(value, bool):
             raise ThresholdsFormatError(f"{here}: must be true or false, got {value!r}")
         return value
@@ -305,6 +308,8 @@ def default_name(values: dict[str, Any]) -> str:
     if values.get("staleness") is not None:
         lo, hi = values["staleness"]
         parts.append(f"[staleness {lo}]" if lo == hi else f"[staleness {lo}-{hi}]")
+    if values.get("each_staleness"):
+        parts.append("[each staleness]")
     if values.get("run") is not None:
         parts.append(f"[run {values['run']}]")
     return " ".join(parts)

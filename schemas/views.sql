@@ -222,7 +222,9 @@ WHERE d.method = 'rollout'
 ORDER BY d.run_id;
 
 -- decision_over with the intervals and the excess over the engine floor (the figure minus the floor's,
--- its interval on the same bootstrap draws), for every staleness or each.
+-- its interval on the same bootstrap draws), for every staleness or each. Over every staleness, the excess
+-- pools the stale tokens only (staleness >= 1): at staleness 0 every estimate is behave_logp, its excess 0
+-- by construction, which would dilute it.
 CREATE OR REPLACE MACRO decision_with_intervals(by_staleness := false) AS TABLE
 SELECT d.* EXCLUDE (step), i.n_steps,
        i.gradient_mass_error_lower, i.gradient_mass_error_upper,
@@ -232,10 +234,12 @@ SELECT d.* EXCLUDE (step), i.n_steps,
        i.bound_lower_flip_rate_lower, i.bound_lower_flip_rate_upper,
        i.sequence_clip_flip_rate_lower, i.sequence_clip_flip_rate_upper,
        i.sequence_bound_flip_rate_lower, i.sequence_bound_flip_rate_upper,
-       d.gradient_mass_error - f.gradient_mass_error AS excess_gradient_mass_error, i.excess_gradient_mass_error_lower, i.excess_gradient_mass_error_upper,
-       d.clip_flip_rate - f.clip_flip_rate AS excess_clip_flip_rate, i.excess_clip_flip_rate_lower, i.excess_clip_flip_rate_upper,
-       d.bound_flip_rate - f.bound_flip_rate AS excess_bound_flip_rate, i.excess_bound_flip_rate_lower, i.excess_bound_flip_rate_upper
+       e.gradient_mass_error - f.gradient_mass_error AS excess_gradient_mass_error, i.excess_gradient_mass_error_lower, i.excess_gradient_mass_error_upper,
+       e.clip_flip_rate - f.clip_flip_rate AS excess_clip_flip_rate, i.excess_clip_flip_rate_lower, i.excess_clip_flip_rate_upper,
+       e.bound_flip_rate - f.bound_flip_rate AS excess_bound_flip_rate, i.excess_bound_flip_rate_lower, i.excess_bound_flip_rate_upper
 FROM decision_over(by_staleness := by_staleness) d
+LEFT JOIN decision_over(lo := CASE WHEN by_staleness THEN -2147483648 ELSE 1 END, by_staleness := by_staleness) e
+       ON e.run_id = d.run_id AND e.staleness IS NOT DISTINCT FROM d.staleness AND e.method = d.method
 LEFT JOIN decision_interval_wide i
        ON i.run_id = d.run_id AND i.staleness IS NOT DISTINCT FROM d.staleness AND i.method = d.method
 LEFT JOIN engine_floor f ON f.run_id = d.run_id;

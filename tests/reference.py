@@ -230,3 +230,84 @@ def safe_staleness(levels: pd.DataFrame, max_gme: float, max_flip: float, min_to
     ok = (gme <= max_gme) & (flips <= max_flip)
     candidates = range(-1, int(judged["staleness"].max()) + 1)
     return max(s for s in candidates if ok[judged["staleness"] <= s].all())
+
+
+BOOTSTRAP_SEED, REPLICATES = 20261123, 1000
+"""The bootstrap's fixed seed and replicates (docs/metrics.md; tests/test_gate_levels.py checks they are
+proxaudit's): a run of n steps draws `multinomial(n, 1/n)` counts from `default_rng([seed, n])`."""
+FIGURE_SUMS = {
+    "gradient_mass_error": (("grad_weight_abs_error", "s"), ("true_grad_weight", "s")),
+    "clip_flip_rate": (("clip_flip", "s"), ("clip_flip", "n")),
+    "bound_flip_rate": (("bound_flip", "s"), ("bound_flip", "n")),
+}
+"""A decision figure as a ratio of per-step sums (`s`) or counts (`n`) of the store's metrics."""
+
+
+def stored_excess(
+    db: Path, run: str, method: str, levels: list[int], figure: str = "gradient_mass_error"
+) -> dict[int, tuple[float, float, float]]:
+    """(excess, lower, upper) of a decision figure at each staleness of `levels`, from the store's per-step
+    sums: the figure minus the engine floor's (`rollout` at staleness 0), its percentile bootstrap over the
+    run's steps at 1 - 0.05 / len(levels) on REPLICATES * len(levels) draws, the floor on the same draws."""
+    import duckdb
+
+    (num, num_stat), (den, den_stat) = FIGURE_SUMS[figure]
+    with duckdb.connect(str(db), read_only=True) as con:
+        frame = con.execute(
+            "SELECT step, staleness, method, metric, sum(sum) AS s, sum(n)::DOUBLE AS n FROM metric_moments "
+            "WHERE run_id = ? AND metric IN (?, ?) GROUP BY ALL", [run, num, den]
+        ).df()  # fmt: skip
+        sql = "SELECT DISTINCT step FROM metric_moments WHERE run_id = ? ORDER BY 1"
+        steps = con.execute(sql, [run]).df()["step"].to_numpy()
+    family = len(levels)
+    rng = np.random.default_rng([BOOTSTRAP_SEED, len(steps)])
+    draws = rng.multinomial(len(steps), np.full(len(steps), 1 / len(steps)), size=REPLICATES * family)
+
+    def sums(who: str, s: int, metric: str, stat: str) -> np.ndarray:
+        part = frame[(frame["method"] == who) & (frame["staleness"] == s) & (frame["metric"] == metric)]
+        return part.groupby("step")[stat].sum().reindex(steps, fill_value=0.0).to_numpy()
+
+    def ratio(who: str, s: int) -> tuple[float, np.ndarray]:
+        top, bottom = sums(who, s, num, num_stat), sums(who, s, den, den_stat)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return top.sum() / bottom.sum(), (draws @ top) / (draws @ bottom)
+
+    floor, floor_replicates = ratio("rollout", 0)
+    tail = 0.05 / family / 2 * 100
+    out = {}
+    for s in levels:
+        point, replicates = ratio(method, s)
+        out[s] = (point - floor, *np.nanpercentile(replicates - floor_replicates, [tail, 100 - tail]))
+    return out
+
+
+def expected_decision(db: Path, files: Iterable[Path], run: str, bound: float = 0.01) -> dict:
+    """The default thresholds' decision on `run` by its rule: S = the largest staleness with 1,000 loss
+    tokens with prox_logp in the logs; at each staleness 1..S, each excess (gradient mass, clip and bound
+    flips) fails when its family-wise interval is wholly above `bound`, passes when wholly within it;
+    k = the last staleness before the first one that does not pass."""
+    tokens = loss_tokens(files)
+    with_truth = tokens[tokens["prox_logp"].notna()]["staleness"].value_counts()
+    top = int(with_truth[with_truth >= 1000].index.max())
+    levels = list(range(1, top + 1))
+    figures = {f: stored_excess(db, run, "loglinear_shipped", levels, f) for f in FIGURE_SUMS}
+    status, first_failing, first_undecided = {}, None, None
+    for s in levels:
+        thin = with_truth.get(s, 0) < 1000  # too few tokens to judge: undecided
+        judged = {f: "fail" if lo > bound else "pass" if hi <= bound else "undecided"
+                  for f, (_, lo, hi) in ((f, figures[f][s]) for f in FIGURE_SUMS)}  # fmt: skip
+        outcomes = dict.fromkeys(judged, "undecided") if thin else judged
+        status[s] = (
+            "fail" if "fail" in outcomes.values() else max(outcomes.values(), key=["pass", "undecided"].index)
+        )
+        for f in FIGURE_SUMS:
+            if outcomes[f] == "fail" and first_failing is None:
+                first_failing = (s, f, figures[f][s])
+            if outcomes[f] == "undecided" and first_undecided is None:
+                first_undecided = (s, f, figures[f][s])
+    k = next((s - 1 for s in levels if status[s] != "pass"), top)
+    if first_failing is not None:
+        action, reason = ("ship_up_to" if k >= 1 else "do_not_ship"), first_failing
+    else:
+        action, reason = ("undecided" if first_undecided else "ship"), first_undecided
+    return {"action": action, "k": k, "S": top, "reason": reason}

@@ -4,6 +4,7 @@ two samples counts too, and the benchmark's own size does not."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -33,3 +34,24 @@ def test_the_benchmarks_own_memory_is_not_charged_to_the_child():
 def test_a_failing_child_is_an_error_with_its_stderr():
     with pytest.raises(ProxauditError, match="went wrong"):
         run_child([sys.executable, "-c", "import sys; sys.exit('it went wrong')"])
+
+
+def test_the_watch_bench_times_each_file_and_alert_from_what_the_writer_and_watch_print(tmp_path):
+    """`evaluator.bench.watch.report` on the lines the simulated run and watch print: a file's delay to its
+    ingested line, an alert's delay from the file it was judged after; memory by thirds of the run."""
+    from evaluator.bench.watch import report
+    from evaluator.replay import FileOutcome
+    from evaluator.watch.alerts import Alert
+
+    paths = [str(tmp_path / f"f{i}.parquet") for i in range(3)]
+    written = [(0.0, f"{p} {100.0 + 10 * i:.3f}") for i, p in enumerate(paths)]  # the writer's `PATH TIME`
+    said = [(103.5 + 10 * i, FileOutcome(p, "ingested", 10, 9).line()) for i, p in enumerate(paths)]
+    alert = Alert(
+        "1970-01-01T00:02:04.000+00:00", "r", "verdict", "do_not_ship", "ship", "x", {"as_of": paths[1]}
+    )
+    (tmp_path / "alerts.jsonl").write_text(json.dumps(alert.record()) + "\n")
+    memory = [(2.0 * i, (100 + (i >= 20) * 50) * MIB) for i in range(30)]  # 100 MiB, then 150 MiB
+    text = report(written, said, tmp_path / "alerts.jsonl", memory, 1, 3, 10, 10.0)
+    assert "3 files, median 3.5 s, max 3.5 s" in text
+    assert "file written -> alert line:  14.0 s  (verdict ship -> do_not_ship)" in text  # 124 - 110
+    assert "median RSS, last third / first third: 1.500" in text

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from dashboard import queries
+from dashboard import inspector_queries, queries
 from dashboard.queries import Filters
 from evaluator.errors import StoreError
 from evaluator.store import StoreBusy
@@ -116,10 +116,10 @@ class TestSummaries:
 
 class TestRawLogs:
     def test_sequence_tokens_are_the_raw_rows(self, fixture_store):
-        seqs = queries.sequences(fixture_store, "recompute", 12)
+        seqs = inspector_queries.sequences(fixture_store, "recompute", 12)
         assert not seqs.empty and (seqs["n_segments"].diff().dropna() <= 0).all()  # resumed first
         seq_id = int(seqs["seq_id"].iloc[0])
-        tokens = queries.sequence_tokens(fixture_store, "recompute", 12, seq_id)
+        tokens = inspector_queries.sequence_tokens(fixture_store, "recompute", 12, seq_id)
         raw = _raw_logs(fixture_store).to_pandas()
         raw = raw[(raw["run_id"] == "recompute") & (raw["seq_id"] == seq_id)].sort_values("pos")
         assert len(tokens) == len(raw) == seqs["n_tokens"].iloc[0]
@@ -137,9 +137,9 @@ class TestRawLogs:
         )
         replay([log], tmp_path / "m.duckdb", progress=False)
         log.rename(tmp_path / "elsewhere.parquet")
-        files = queries.log_files(tmp_path / "m.duckdb", "moved", 3)
+        files = inspector_queries.log_files(tmp_path / "m.duckdb", "moved", 3)
         assert list(files["reachable"]) == [False]
-        assert queries.sequences(tmp_path / "m.duckdb", "moved", 3).empty
+        assert inspector_queries.sequences(tmp_path / "m.duckdb", "moved", 3).empty
 
 
 HOLD_LOCK = """

@@ -1,7 +1,8 @@
-"""The Overview's verdict banner and what a new user tripped over, through AppTest. Every number the banner
-says is checked against numpy over the token log (tests/reference.py) or the store's own tables (the
-intervals are a bootstrap kept in `decision_interval` and `mean_interval`), never against the dashboard's
-query functions; the verdicts are judged here from those bounds by their definitions."""
+"""The Overview's decision banner and what a new user tripped over, through AppTest. Every number the banner
+says is checked against numpy over the token log (tests/reference.py) or the store's own tables (the stored
+intervals of `decision_interval`, the per-step sums of `metric_moments` for each staleness's family-wise
+interval), never against the dashboard's query functions; the verdicts are judged here from those bounds by
+their definitions."""
 
 from __future__ import annotations
 
@@ -18,19 +19,15 @@ from test_dashboard_app import fixture_logs, frame_with, no_exception, run_app, 
 from dashboard import token_estimates
 from dashboard.views.common import plain
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from tests.reference import decision_figures, estimates, loss_tokens, reference_values, safe_staleness
+from tests.reference import decision_figures, estimates, expected_decision, loss_tokens, reference_values
 
 TOLERANCE = 0.01  # the default tolerance and the default thresholds' bound, both figures
-BLOCKING = {  # the default thresholds' blocking checks: (interval of), staleness, method, figure
-    "the engine floor moves at most 1% of the gradient mass": ("", 0, "rollout", "gradient_mass_error"),
-    "the engine floor flips at most 1% of PPO clip decisions": ("", 0, "rollout", "clip_flip_rate"),
-    "loglinear_shipped moves at most 1% of the gradient mass beyond the engine floor": (
-        "excess_", None, "loglinear_shipped", "gradient_mass_error"),
-    "loglinear_shipped flips at most 1% of PPO clip decisions beyond the engine floor": (
-        "excess_", None, "loglinear_shipped", "clip_flip_rate"),
-    "loglinear_shipped flips at most 1% of behaviour-weight bound decisions beyond the engine floor": (
-        "excess_", None, "loglinear_shipped", "bound_flip_rate"),
-}  # fmt: skip
+OPTION = "loglinear_shipped (AReaL actor.prox_logp_method: loglinear)"
+SAYS = {
+    "gradient_mass_error": "moves {} of the gradient mass",
+    "clip_flip_rate": "flips {} of PPO clip decisions",
+    "bound_flip_rate": "flips {} of behaviour-weight bound decisions",
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +47,9 @@ def engine_store(tmp_path_factory) -> tuple[Path, list[Path]]:
 
 
 def banner(at) -> str:
-    """The banner's Markdown: the first alert of the page that gives the gate's verdict."""
-    return next(box.value for box in [*at.error, *at.warning, *at.success, *at.info] if "Gate" in box.value)
+    """The banner's Markdown: the first alert of the page that gives the decision on the run."""
+    boxes = [*at.error, *at.warning, *at.success, *at.info]
+    return next(box.value for box in boxes if "Decision on run" in box.value)
 
 
 def table(db: Path, sql: str, params: list) -> pd.DataFrame:
@@ -63,6 +61,13 @@ def intervals(db: Path, run: str) -> pd.DataFrame:
     """The stored bootstrap bounds of the decision figures: (staleness or -1 for the run, method, figure)."""
     frame = table(db, "SELECT * FROM decision_interval WHERE run_id = ?", [run])
     return frame.fillna({"staleness": -1}).set_index(["staleness", "method", "figure"])
+
+
+def percent(point: float, lower: float, upper: float, confidence: str = "95%") -> str:
+    joined = (
+        f"{100 * lower:.2f}-{100 * upper:.2f}%" if lower >= 0 else f"{100 * lower:.2f} to {100 * upper:.2f}%"
+    )
+    return f"{100 * point:.2f}% ({confidence}: {joined})"
 
 
 def floor_word(figures: dict[str, tuple[float, float, float]]) -> str:
@@ -78,8 +83,9 @@ def floor_word(figures: dict[str, tuple[float, float, float]]) -> str:
     return "passes the tolerance"
 
 
-def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
-    """What the banner must say about `run` under the default thresholds and tolerance."""
+def floor_parts(db: Path, files: list[Path], run: str) -> tuple[list[str], bool]:
+    """What the banner says of the engine floor (numpy over the logs, the store's stored intervals), and
+    whether a floor check fails."""
     values = reference_values(files)
     zero = values[values["staleness"] == 0]
     floor = decision_figures(zero, ["run_id"]).xs("rollout", level="method").iloc[0]
@@ -88,61 +94,54 @@ def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
         f: (floor[f], *bounds.loc[(0, "rollout", f), ["lower", "upper"]])
         for f in ("gradient_mass_error", "clip_flip_rate")
     }
-    drift = {
-        m: zero.query("method == 'ground_truth' and metric == @m")["value"]
+    prob, exp = (
+        zero.query("method == 'ground_truth' and metric == @m")["value"].mean()
         for m in ("prob_drift", "exp_abs_drift")
-    }
-    means = table(db, "SELECT metric, lower, upper FROM mean_interval WHERE run_id = ? AND staleness = 0 AND "
-                  "method = 'ground_truth'", [run]).set_index("metric")  # fmt: skip
-    prob, exp = drift["prob_drift"].mean(), drift["exp_abs_drift"].mean()
+    )
     verl = "normal" if prob < 0.005 else "a precision problem" if prob > 0.01 else "above normal"
-    gme, lo, hi = figures["gradient_mass_error"]
-    flips, flo, fhi = figures["clip_flip_rate"]
-    fails = [name for name, (kind, s, method, figure) in BLOCKING.items()
-             if bounds.loc[(-1 if s is None else s, method, figure), f"{kind}lower"] > TOLERANCE]  # fmt: skip
+    parts = [
+        f"Engine floor of run {plain(run)}: {floor_word(figures)}: at staleness 0, where every estimate is "
+        f"behave_logp, the inference engine alone moves {percent(*figures['gradient_mass_error'])} of the "
+        f"gradient mass and flips {percent(*figures['clip_flip_rate'])} of the clip decisions (tolerance 1%)",
+        f"; mean prob_drift {prob:.4f} (verl: {verl})",
+        f", exp_abs_drift {exp:.4f} ({'flagged' if exp > 1.05 else 'not flagged'} by NeMo-RL).",
+    ]
+    return parts, any(lo > TOLERANCE for _, lo, _ in figures.values())
+
+
+def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
+    """What the banner must say about `run` under the default thresholds and tolerance: the decision by its
+    rule on the excess at each staleness (recomputed from the stored per-step sums), the engine floor."""
+    decision = expected_decision(db, files, run)
+    action, k, S = decision["action"], decision["k"], decision["S"]
+    head = {
+        "do_not_ship": f"Do not ship {OPTION} beyond staleness 0 on run {plain(run)}: ",
+        "ship_up_to": f"Ship {OPTION} on run {plain(run)} only with max_head_offpolicyness <= {k}, not {S}: ",
+        "undecided": f"Cannot tell yet whether to ship {OPTION} on run {plain(run)} up to staleness {S}: ",
+        "ship": f"Ship {OPTION} on run {plain(run)} with max_head_offpolicyness up to {S}: ",
+    }[action]
+    floor, floor_fails = floor_parts(db, files, run)
+    fails = floor_fails or action in ("do_not_ship", "ship_up_to")
+    said = [f"**Decision on run {plain(run)}**: {head}", *floor]
+    if decision["reason"] is not None:
+        s, figure, excess = decision["reason"]
+        said.append(f"at staleness {s} it {SAYS[figure].format(percent(*excess, 'family-wise 95%'))} beyond")
+    if action == "do_not_ship":
+        said.append(
+            "Keep the recompute (AReaL actor.prox_logp_method: recompute), or set max_head_offpolicyness: 0."
+        )
     return [
-        f"**Verdict on run {plain(run)}**",
-        f"**Gate {'FAILED' if fails else 'passed'}",
-        "(the default thresholds, schemas/default_thresholds.toml;",
-        f"{len(fails)} checks fail",
-        *[plain(name) for name in fails],
-        "These thresholds gate `loglinear_shipped`. `loglinear_shipped` is what AReaL's prox_logp_method "
-        "loglinear computes",
-        f"**Engine floor: {floor_word(figures)}.**",
-        f"moves **{gme:.2%}** of the gradient mass (95%: {lo:.2%} to {hi:.2%})",
-        f"flips **{flips:.2%}** of the clip decisions (95%: {flo:.2%} to {fhi:.2%})",
-        f"Mean prob_drift **{prob:.4f}** (95%: {means.loc['prob_drift', 'lower']:.4f} to "
-        f"{means.loc['prob_drift', 'upper']:.4f}): **{verl}** by verl's lines",
-        f"mean exp_abs_drift **{exp:.4f}** (95%: {means.loc['exp_abs_drift', 'lower']:.4f} to "
-        f"{means.loc['exp_abs_drift', 'upper']:.4f}): **{'flagged' if exp > 1.05 else 'not flagged'}** by "
-        "NeMo-RL's line (1.05).",
-        safe_sentence(values, floor, bounds, "loglinear_shipped"),
+        *said,
+        f"**Gate {'FAILED' if fails else 'passed with warnings'}** on this run (the default thresholds, "
+        "schemas/default_thresholds.toml;",
+        f"Judged at each staleness 1 to **{S}**, the staleness the trainer runs (",
     ]
 
 
-def safe_sentence(values: pd.DataFrame, floor: pd.Series, bounds: pd.DataFrame, method: str) -> str:
-    """The method's safe staleness beyond the floor by its definition: on the excess per staleness (numpy)
-    for the point, on the stored interval bounds of the excess for 95% confidence and at most."""
-    levels = decision_figures(values, ["staleness"]).xs(method, level="method").reset_index()
-    excess = levels.assign(gradient_mass_error=levels["gradient_mass_error"] - floor["gradient_mass_error"],
-                           clip_flip_rate=levels["clip_flip_rate"] - floor["clip_flip_rate"])  # fmt: skip
-    point = safe_staleness(excess, TOLERANCE, TOLERANCE, 1000)
-    ends = {}
-    for end, bound in (("lower", "excess_upper"), ("upper", "excess_lower")):
-        judged = levels[["staleness", "n"]].copy()
-        for figure in ("gradient_mass_error", "clip_flip_rate"):
-            judged[figure] = [bounds.loc[(s, method, figure), bound] for s in levels["staleness"]]
-        ends[end] = safe_staleness(judged, TOLERANCE, TOLERANCE, 1000)
-    return (
-        f"safe beyond the engine floor up to staleness {ends['lower']} with 95% confidence (point estimate "
-        f"{point}, at most {ends['upper']})"
-    )
-
-
 @pytest.mark.parametrize("store", ["engine", "fixture"])
-def test_the_banner_says_the_verdict(store, engine_store, fixture_store, monkeypatch):
-    """A run whose engine floor fails (synthetic) and a real run whose floor passes (the fixture's first 30
-    steps of SmolLM2): the banner opens the page and says each part of the verdict."""
+def test_the_banner_says_the_decision(store, engine_store, fixture_store, monkeypatch):
+    """A run whose engine floor fails (synthetic) and a real run whose floor does not (the fixture's first
+    30 steps of SmolLM2): the banner opens the page with the decision, then the floor's own verdict."""
     db, files, run = (
         (*engine_store, "engine")
         if store == "engine"
@@ -153,6 +152,9 @@ def test_the_banner_says_the_verdict(store, engine_store, fixture_store, monkeyp
     text = banner(at)
     for part in expected_banner(db, files, run):
         assert part in text, (part, text)
+    action = expected_decision(db, files, run)["action"]
+    box = {"do_not_ship": at.error, "ship": at.success}.get(action, at.warning)
+    assert text in [b.value for b in box]  # the box says how it went
     loss = Loss.from_dict(
         json.loads(table(db, "SELECT value FROM store_meta WHERE key = 'loss'", [])["value"][0])
     )
@@ -160,28 +162,65 @@ def test_the_banner_says_the_verdict(store, engine_store, fixture_store, monkeyp
     assert loss == DEFAULT_LOSS and f"replayed under: {plain(loss.describe())} ({named})." in text
     advice = "Fix the engine's precision before blaming the approximation."
     assert (advice in text) == (store == "engine")  # its floor's point estimates are over the tolerance
-    checks = frame_with(at, "judges")
-    assert (
-        not checks.isna().any().any()
-    )  # no None cell: a check without a method or metric says what it judges
+    checks = frame_with(at, "requirement")
+    assert not checks.isna().any().any()  # no None cell: a check without a method says what it judges
+    assert list(checks.columns[:2]) == ["verdict", "requirement"]  # each requirement beside its verdict
     assert list(checks["verdict"]) == sorted(checks["verdict"], key=["fail", "warn", "pass", "skip"].index)
 
 
-def test_the_banner_names_the_thresholds_and_the_method_they_gate(fixture_store, tmp_path, monkeypatch):
+def test_the_overview_opens_on_the_worst_run(fixture_store, monkeypatch):
+    """Without a run in the link, the worst decision first: do not ship, cannot tell, ship up to, ship;
+    then the largest figure."""
+    order = ("do_not_ship", "undecided", "ship_up_to", "ship")
+    decided = {
+        run: expected_decision(fixture_store, fixture_logs(run), run) for run in ("loglinear", "recompute")
+    }
+
+    def rank(run: str) -> tuple[int, float]:
+        reason = decided[run]["reason"]
+        return order.index(decided[run]["action"]), -(reason[2][0] if reason else 0.0)
+
+    worst = min(decided, key=rank)
+    at = run_app(fixture_store, monkeypatch, page="overview")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="run").value == worst
+    assert f"**Decision on run {plain(worst)}**" in banner(at)
+
+
+def test_the_banner_names_the_thresholds_and_what_they_decide(fixture_store, tmp_path, monkeypatch):
     gate = tmp_path / "gate.toml"
     gate.write_text('[[check]]\nname = "loglinear within 50%"\nmethod = "loglinear"\nfigure = '
                     '"gradient_mass_error"\nmax = 0.5\n')  # fmt: skip
     at = run_app(fixture_store, monkeypatch, page="overview", run="loglinear", thresholds=gate)
     no_exception(at)
     text = banner(at)
-    assert f"**Gate passed** (thresholds {plain('gate.toml')}): 0 checks fail, 0 warn, 1 pass." in text
-    assert "These thresholds gate `loglinear`. (AReaL's `loglinear` computes `loglinear_shipped`" in text
-    assert "**Safe staleness** of loglinear: safe beyond the engine floor" in text
+    assert (
+        f"**Gate passed** on this run (thresholds {plain('gate.toml')}): 0 checks fail, 0 warn, 1 pass."
+        in text
+    )
+    files = fixture_logs("loglinear")
+    values = reference_values(files)
+    gme = decision_figures(values, ["run_id"]).loc[("loglinear", "loglinear"), "gradient_mass_error"]
+    lower, upper = intervals(fixture_store, "loglinear").loc[
+        (-1, "loglinear", "gradient_mass_error"), ["lower", "upper"]
+    ]
+    tokens = loss_tokens(files)
+    with_truth = tokens[tokens["prox_logp"].notna()]["staleness"].value_counts()
+    top = int(with_truth[with_truth >= 1000].index.max())
+    assert (
+        f"**Decision on run {plain('loglinear')}**: Ship loglinear on run {plain('loglinear')} with "
+        f"max_head_offpolicyness up to {top}: every staleness 1-{top} passes; the closest: it moves "
+        f"{percent(gme, lower, upper)} of the gradient mass (tolerance 50%)."
+    ) in text  # loglinear is no trainer's option: no setting named
     gate.write_text("[[check]]\nmethod = 'no_such_method'\n")
     at = run_app(fixture_store, monkeypatch, page="overview", run="loglinear", thresholds=gate)
     no_exception(at)
-    assert f"**Gate: cannot judge** (thresholds {plain('gate.toml')}): " in banner(at)
-    assert "Engine floor: passes" in banner(at)  # the rest of the verdict still stands
+    text = banner(at)
+    assert (
+        f"**Decision on run {plain('loglinear')}: cannot judge** (thresholds {plain('gate.toml')}): " in text
+    )
+    floor, _ = floor_parts(fixture_store, files, "loglinear")
+    assert floor[0] in text  # the engine floor's verdict still stands
 
 
 def test_compare_lists_the_decision_figures_with_intervals(fixture_store, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 
@@ -15,24 +16,32 @@ from evaluator.demo import FIXTURES
 def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
     runner = CliRunner()
     assert runner.invoke(cli, ["demo", "--no-serve", "--out", str(tmp_path)]).exit_code == 0
-    result = runner.invoke(
-        cli, ["demo", "--no-serve", "--out", str(tmp_path)]
-    )  # a second run: no double count
+    result = runner.invoke(  # a second run: no double count; judged at the trainer's staleness 3
+        cli, ["demo", "--no-serve", "--out", str(tmp_path), "--max-staleness", "3"]
+    )
     assert result.exit_code == 0, result.output
     out = result.output
-    for stage in ("== validate", "== replay", "== summary", "== gate"):
+    for stage in ("== validate", "== replay", "== the decision", "== summary", "== gate"):
         assert stage in out
+    assert out.index("== the decision") < out.index("== summary")  # a decision first
     header = next(line for line in out.splitlines() if line.startswith("== validate"))
     n_files = len(list(FIXTURES.glob("*.parquet")))
     assert header.startswith(f"== validate: {n_files} files in {FIXTURES} ") and ".parquet" not in header
     assert "0 with problems, 0 unreadable" in out
-    assert "gate passed" in out or "gate FAILED" in out  # the verdict is shown, not the exit code
-    for run in ("loglinear", "recompute"):  # and said in words: the floor, then each method beyond it
-        assert f"{run}: the engine floor " in out
-    assert "loglinear_shipped (what AReaL's prox_logp_method loglinear computes): safe beyond" in out
+    assert "gate FAILED" in out  # the verdict is shown, not the exit code: recompute fails a staleness
+    decided = out[out.index("== the decision") : out.index("== summary")].splitlines()
+    lines = [line for line in decided if line.startswith("- ")]  # one sentence per run, then its floor
+    assert len(lines) == 2 and all("Engine floor of run" in line for line in lines)
+    assert "on run loglinear up to staleness 3: " in lines[0] and " 1-3 each " in out
+    assert lines[1].startswith(
+        "- Do not ship loglinear_shipped (AReaL actor.prox_logp_method: loglinear) beyond staleness 0 on run "
+        "recompute: at staleness "
+    )
     with duckdb.connect(str(tmp_path / "proxaudit.duckdb"), read_only=True) as con:
         runs = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM run_summary").fetchall()}
         files = con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
+        recorded = con.execute("SELECT value FROM store_meta WHERE key = 'max_staleness'").fetchone()[0]
+    assert json.loads(recorded)["value"] == 3  # with the store: the dashboard it serves judges the same
     assert runs == {"recompute", "loglinear"}
     assert files == len(list(FIXTURES.glob("*.parquet")))
 

@@ -31,10 +31,13 @@ from evaluator.validate import (
     check_mask,
     check_minibatch,
     check_proximal_t,
+    check_repeats,
+    check_values,
     check_versions,
-    evidence,
+    columns,
     findings,
     groups,
+    repeats,
     segments,
     shapes,
     validate_paths,
@@ -123,15 +126,19 @@ def test_no_finding_on_reference_trainer_runs(tmp_path, shape):
 
 
 @pytest.mark.parametrize(
-    "staleness, minibatches, length",
-    [(0, 1, 8), (12, 4, 200), (12, 1, 24), (4, 2, 100), (8, 3, 48), (1, 4, 8), (6, 2, 200)],
-)
+    "staleness, minibatches, length, proximal_t",
+    [
+        (0, 1, 8, True), (12, 4, 200, True), (12, 1, 24, False), (4, 2, 100, True), (8, 3, 48, False),
+        (1, 4, 8, True), (6, 2, 200, False), (0, 4, 48, False), (10, 2, 8, True),
+    ],
+)  # fmt: skip
 def test_no_finding_on_synthetic_logs_over_staleness_minibatches_and_lengths(
-    tmp_path, staleness, minibatches, length
+    tmp_path, staleness, minibatches, length, proximal_t
 ):
     spec = SyntheticSpec(
         run_id="grid", max_staleness=staleness, n_minibatches=minibatches, mean_length=length,
         tokens_per_step=max(2048, 24 * length), drift=0.3, seed=staleness + 10 * minibatches,
+        with_proximal_t=proximal_t,
     )  # fmt: skip
     validation = found(synthetic_steps(spec, 12, 16), tmp_path, files=3)
     assert validation.findings == [] and all(r.ok for r in validation.reports)
@@ -344,7 +351,7 @@ def test_every_finding_is_documented(repo_root):
 
 THRESHOLD_MODULES = (
     verdicts, check_minibatch, check_logp, check_versions, check_proximal_t, check_mask, check_advantage,
-    groups, segments, shapes, block_sample, evidence, zero_prox,
+    check_values, check_repeats, columns, repeats, groups, segments, shapes, block_sample, zero_prox,
 )  # fmt: skip
 
 
@@ -422,7 +429,7 @@ def test_replay_stores_warnings_and_the_gate_reads_them(tmp_path):
     assert checks["theta_at_minibatch_0"] == "passed" and "undecided" in checks.values()
     (tmp_path / "t.toml").write_text('[[check]]\nfigure = "warnings"\nmax = 0\nmin_tokens = 0\n')
     gate = run_gate(db, tmp_path / "t.toml")
-    assert [(v.verdict, v.observed) for v in gate.verdicts] == [("fail", 1.0)]
+    assert [(v.verdict, v.value) for v in gate.verdicts] == [("fail", 1.0)]
 
 
 def test_replay_skips_the_files_of_an_error(tmp_path):

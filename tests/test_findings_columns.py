@@ -190,11 +190,12 @@ def _advantages_shuffled(t):
 
 
 def _policy_moves_against(t):
-    """The loss's sign flipped: the updates move the policy against the advantage (theta reflected
-    about prox after minibatch 0)."""
+    """The loss's sign flipped: the updates move the policy against the advantage (theta's logit reflected
+    about prox's after minibatch 0)."""
     prox, theta = col(t, "prox_logp"), col(t, "theta_logp")
     moved = (col(t, "minibatch") > 0) & ~np.isnan(prox)
-    return set_column(t, "theta_logp", np.where(moved, np.minimum(2 * prox - theta, 0.0), theta))
+    reflected = _log_sigmoid(2 * _logit(np.nan_to_num(prox, nan=-1.0)) - _logit(theta))
+    return set_column(t, "theta_logp", np.where(moved, reflected, theta))
 
 
 def _reward_on_last_token(t):

@@ -1,6 +1,7 @@
-"""The gate (evaluator/gate/judge.py, evaluator/gate/report.py, `proxaudit gate`) on small stores built row by
-row from known values: the statistic of a selection, the judge, the run selection, the reports and the
-exit codes. `tests/test_gate_fixtures.py` runs the same gate on replayed real logs."""
+"""The gate (evaluator/gate/, its reports in evaluator/verdict/, `proxaudit gate`) on small stores built row
+by row from known values: the statistic of a selection, the judge, the run selection, the reports and the
+exit codes. `tests/test_gate_levels.py` judges each staleness; `tests/test_gate_fixtures.py` runs the same
+gate on replayed real logs."""
 
 from __future__ import annotations
 
@@ -18,10 +19,16 @@ from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.errors import StoreError, ThresholdsError, UsageError
+from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.formulas.sketch import bucket_code, sketch_quantile
-from evaluator.gate.judge import DEFAULT_THRESHOLDS, GateResult, judge, run_gate, selection_stats
-from evaluator.gate.report import render_json, render_junit, render_markdown, render_table
+from evaluator.gate import DEFAULT_THRESHOLDS, run_gate
+from evaluator.gate.rules import judge
+from evaluator.store.figures import selection_stats as observed_stats
 from evaluator.store.intervals import refresh_intervals
+from evaluator.verdict import Judgement, judge_db
+from evaluator.verdict.junit import render_junit
+from evaluator.verdict.report import render_json, render_markdown, render_table
+from schemas.figures import Observed
 from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
 from schemas.thresholds import parse_thresholds
 from tests.reference import QUANTILE_PERCENT, promised_value, safe_staleness, within_promise
@@ -121,6 +128,23 @@ def stats(n=2000, **values) -> dict:
     return {"n": n, "mean": 0.01, "min": 0.0, "max": 1.0, "p50": 0.005, "p90": 0.02, "p99": 0.05} | values
 
 
+def judged(check, run: str, values: dict | None, baseline: dict | None = None):
+    """`judge` on the check's statistic of `values` (None: no token in the selection)."""
+
+    def observed(stats: dict | None) -> Observed | None:
+        return None if stats is None else Observed(stats[check.measure], n=stats["n"])
+
+    return judge(check, run, observed(values), observed(baseline) if baseline is not None else None)
+
+
+def selection_stats(con, method, metric, staleness=None) -> dict[str, dict[str, float]]:
+    """The store's statistics of a selection as plain numbers (`evaluator.store.figures.selection_stats`)."""
+    return {
+        run: {stat: o.value for stat, o in found.items()}
+        for run, found in observed_stats(con, method, metric, staleness).items()
+    }
+
+
 class TestSelectionStats:
     def test_full_range_and_one_staleness_equal_numpy_over_the_samples(self, store):
         """selection_stats and the views it must agree with (run_summary, staleness_summary), each against
@@ -184,11 +208,11 @@ def assert_stats_of(got: dict, values: dict[str, np.ndarray]) -> None:
 
 class TestJudge:
     def test_max_passes_at_the_limit_and_fails_above_it(self):
-        at = judge(
+        at = judged(
             check('method="loglinear"\nmetric="abs_error"\nstat="p99"\nmax=0.05'), "r", stats(p99=0.05)
         )
-        assert (at.verdict, at.outcome, at.observed, at.tokens) == ("pass", "ok", 0.05, 2000)
-        above = judge(
+        assert (at.verdict, at.outcome, at.value, at.tokens) == ("pass", "ok", 0.05, 2000)
+        above = judged(
             check('method="loglinear"\nmetric="abs_error"\nstat="p99"\nmax=0.05'), "r", stats(p99=0.06)
         )
         assert (above.verdict, above.outcome) == ("fail", "threshold")
@@ -196,26 +220,26 @@ class TestJudge:
 
     def test_min_and_a_band(self):
         band = check('method="loglinear"\nmetric="behave_imp_weight"\nstat="mean"\nmin=0.9\nmax=1.1')
-        assert judge(band, "r", stats(mean=1.0)).verdict == "pass"
-        assert judge(band, "r", stats(mean=0.8)).reason == "mean 0.8 < min 0.9"
-        assert judge(band, "r", stats(mean=1.2)).verdict == "fail"
+        assert judged(band, "r", stats(mean=1.0)).verdict == "pass"
+        assert judged(band, "r", stats(mean=0.8)).reason == "mean 0.8 < min 0.9"
+        assert judged(band, "r", stats(mean=1.2)).verdict == "fail"
 
     def test_nan_never_passes(self):
         c = check('method="loglinear"\nmetric="importance_weight"\nstat="max"\nmax=5')
-        assert judge(c, "r", stats(max=float("nan"))).verdict == "fail"
+        assert judged(c, "r", stats(max=float("nan"))).verdict == "fail"
 
     def test_insufficient_data_fails_or_warns_as_configured(self):
         c = check('method="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\nmin_tokens=1000')
-        verdict = judge(c, "r", stats(n=999))
+        verdict = judged(c, "r", stats(n=999))
         assert (verdict.verdict, verdict.outcome, verdict.tokens) == ("fail", "insufficient_data", 999)
-        assert judge(c, "r", stats(n=1000)).verdict == "pass"
-        assert judge(c, "r", None).outcome == "insufficient_data"  # no token in the selection at all
+        assert judged(c, "r", stats(n=1000)).verdict == "pass"
+        assert judged(c, "r", None).outcome == "insufficient_data"  # no token in the selection at all
         warn = check(
             'method="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\nmin_tokens=1000\non_insufficient="warn"'
         )
-        assert judge(warn, "r", stats(n=10)).verdict == "warn"
+        assert judged(warn, "r", stats(n=10)).verdict == "warn"
         assert (
-            judge(
+            judged(
                 check('method="loglinear"\nmetric="abs_error"\nstat="n"\nmin=0\nmin_tokens=0'), "r", None
             ).verdict
             == "fail"
@@ -225,39 +249,39 @@ class TestJudge:
         c = check(
             'method="loglinear"\nmetric="abs_error"\nstat="p99"\nmax=0.05\nwarn_only=true\nmin_tokens=10'
         )
-        assert judge(c, "r", stats(p99=0.5)).verdict == "warn"
-        assert judge(c, "r", stats(n=3)).verdict == "warn"
-        assert judge(c, "r", stats(p99=0.01)).verdict == "pass"
+        assert judged(c, "r", stats(p99=0.5)).verdict == "warn"
+        assert judged(c, "r", stats(n=3)).verdict == "warn"
+        assert judged(c, "r", stats(p99=0.01)).verdict == "pass"
 
     def test_regression_lower_is_better(self):
         c = check('method="loglinear"\nmetric="abs_error"\nstat="mean"\nbaseline_run="b"\nmax_regression=0.1')
-        ok = judge(c, "r", stats(mean=0.0109), stats(mean=0.01))
-        assert (ok.verdict, ok.baseline_value, ok.regression_limit) == ("pass", 0.01, pytest.approx(0.011))
-        worse = judge(c, "r", stats(mean=0.0111), stats(mean=0.01))
+        ok = judged(c, "r", stats(mean=0.0109), stats(mean=0.01))
+        assert (ok.verdict, ok.baseline.value, ok.regression_limit) == ("pass", 0.01, pytest.approx(0.011))
+        worse = judged(c, "r", stats(mean=0.0111), stats(mean=0.01))
         assert (worse.verdict, worse.outcome) == ("fail", "regression")
         assert "0.0111 > 0.011 (baseline 0.01 +10%)" in worse.reason
-        assert judge(c, "r", stats(mean=0.001), stats(mean=0.01)).verdict == "pass"  # better is fine
+        assert judged(c, "r", stats(mean=0.001), stats(mean=0.01)).verdict == "pass"  # better is fine
 
     def test_regression_higher_is_better_when_only_min_is_set(self):
         c = check(
             'method="loglinear"\nmetric="abs_error"\nstat="n"\nmin=1\nbaseline_run="b"\nmax_regression=0.1'
         )
         assert c.better == "higher"
-        assert judge(c, "r", stats(n=1800), stats(n=2000)).verdict == "pass"
-        assert judge(c, "r", stats(n=1700), stats(n=2000)).outcome == "regression"
+        assert judged(c, "r", stats(n=1800), stats(n=2000)).verdict == "pass"
+        assert judged(c, "r", stats(n=1700), stats(n=2000)).outcome == "regression"
 
     def test_regression_of_a_negative_statistic_moves_away_from_zero(self):
         c = check(
             'method="loglinear"\nmetric="approx_logp"\nstat="mean"\nbaseline_run="b"\nmax_regression=0.5'
         )
-        assert judge(c, "r", stats(mean=-2.9), stats(mean=-2.0)).verdict == "pass"  # limit -1.0
-        assert judge(c, "r", stats(mean=-0.9), stats(mean=-2.0)).verdict == "fail"
+        assert judged(c, "r", stats(mean=-2.9), stats(mean=-2.0)).verdict == "pass"  # limit -1.0
+        assert judged(c, "r", stats(mean=-0.9), stats(mean=-2.0)).verdict == "fail"
 
     def test_absolute_and_regression_failures_are_both_reported(self):
         c = check(
             'method="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=0.01\nbaseline_run="b"\nmax_regression=0'
         )
-        verdict = judge(c, "r", stats(mean=0.02), stats(mean=0.01))
+        verdict = judged(c, "r", stats(mean=0.02), stats(mean=0.01))
         assert (
             verdict.outcome == "threshold"
             and "max 0.01" in verdict.reason
@@ -268,12 +292,12 @@ class TestJudge:
         c = check(
             'method="loglinear"\nmetric="abs_error"\nstat="mean"\nbaseline_run="b"\nmax_regression=0.1\nmin_tokens=100'
         )
-        verdict = judge(c, "r", stats(), stats(n=5))
+        verdict = judged(c, "r", stats(), stats(n=5))
         assert (verdict.verdict, verdict.outcome) == (
             "fail",
             "insufficient_data",
         ) and "baseline" in verdict.reason
-        assert judge(c, "r", stats(), None).outcome == "insufficient_data"
+        assert judged(c, "r", stats(), None).outcome == "insufficient_data"
 
 
 class TestEvaluate:
@@ -357,7 +381,7 @@ class TestEvaluate:
         body = LOGLINEAR + 'stat="n"\nmin=1\nrun="tiny"\n'
         result = run_gate(store, gate_file(tmp_path, body), run="base")
         assert [v.verdict for v in result.verdicts] == ["skip"] and result.exit_code == 1
-        assert render_table(result).endswith("(1 verdicts; nothing was judged)")
+        assert render_table(Judgement(result, (), DEFAULT_LOSS)).endswith("(1 verdicts; nothing was judged)")
 
     def test_run_option_naming_the_baseline_skips_the_regression_check(self, store, tmp_path):
         body = LOGLINEAR + 'stat="p90"\nbaseline_run="base"\nmax_regression=0.1\n'
@@ -409,44 +433,56 @@ class TestFigureChecks:
         # 20 steps: its 95% interval straddles 0.005, so the verdict is undecided (a warning by default)
         body = figure('figure="gradient_mass_error"\nmax=0.005\nstaleness=[0, 2]\n')
         (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
-        assert verdict.observed == pytest.approx(56 / 12000, rel=1e-12) and verdict.tokens == 6000
+        assert verdict.value == pytest.approx(56 / 12000, rel=1e-12) and verdict.tokens == 6000
         assert (verdict.verdict, verdict.outcome) == ("warn", "inconclusive")
-        assert verdict.lower < 0.005 < verdict.upper and "more steps with prox_logp" in verdict.reason
+        low, high = verdict.observed.lower, verdict.observed.upper
+        assert low < 0.005 < high and verdict.observed.steps == 20
+
+        def more(bound: float) -> float:  # the half-width shrinks as 1/sqrt(steps)
+            return 20 * ((high - low) / 2 / abs(56 / 12000 - bound)) ** 2 - 20
+
+        # 0.005 is so close to the figure that it takes more than 10x the 20 steps recorded: absurd
+        assert more(0.005) > 200 and verdict.steps_to_decide == "will not decide"
+        assert verdict.reason.endswith(": more steps will not decide this")
+        near = figure('figure="gradient_mass_error"\nmax=0.006\nstaleness=[0, 2]\n')
+        (decidable,) = run_gate(decision_store, gate_file(tmp_path, near)).verdicts
+        assert decidable.outcome == "inconclusive" and decidable.steps_to_decide == math.ceil(more(0.006))
+        assert f"about {math.ceil(more(0.006))} more steps with prox_logp would decide it" in decidable.reason
         blocking = body + 'on_inconclusive = "fail"\n'
         assert run_gate(decision_store, gate_file(tmp_path, blocking)).verdicts[0].verdict == "fail"
         # every staleness: 4 * (2 + 4 + 8 + 1 + 32) / (2 * 8200); the per-staleness mean would be wrong
         body = figure('figure="gradient_mass_error"\nmax=0.005\n')
         (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
-        assert verdict.verdict == "fail" and verdict.observed == pytest.approx(4 * 47 / 16400, rel=1e-12)
-        assert "gradient_mass_error" in verdict.reason and "> max 0.005" in verdict.reason
+        assert verdict.verdict == "fail" and verdict.value == pytest.approx(4 * 47 / 16400, rel=1e-12)
+        assert "gradient_mass_error 1.15% (95%: " in verdict.reason and "> max 0.5%" in verdict.reason
 
     def test_flip_rate_and_ess(self, decision_store, tmp_path):
         body = figure('figure="clip_flip_rate"\nmax=0.01\n') + figure('figure="ess_fraction"\nmin=0.5\n')
         flip, ess = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
         # 4 flips at each staleness of 2000 tokens, 1 at the one of 200 (np.arange(200) < 0.4)
-        assert flip.verdict == "pass" and flip.observed == pytest.approx(17 / 8200, rel=1e-12)
+        assert flip.verdict == "pass" and flip.value == pytest.approx(17 / 8200, rel=1e-12)
         con = duckdb.connect(str(decision_store), read_only=True)
         w = con.execute(
             "SELECT sum(sum), sum(sum_sq), sum(n) FROM metric_moments WHERE metric = 'behave_imp_weight'"
         )
         total, squares, n = w.fetchone()
         con.close()
-        assert ess.observed == pytest.approx(total**2 / (n * squares), rel=1e-12) and ess.verdict == "pass"
+        assert ess.value == pytest.approx(total**2 / (n * squares), rel=1e-12) and ess.verdict == "pass"
 
     def test_safe_staleness(self, decision_store, tmp_path):
         # gme per staleness 0.002, 0.004, 0.008, (0.01 on 200 tokens: skipped), 0.032: the first level
         # with enough tokens above 1% is staleness 4, so the safe staleness is 3
         body = figure('figure="safe_staleness"\nmin=4\nmin_tokens=1000\n')
         (verdict,) = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
-        assert (verdict.observed, verdict.verdict) == (3, "fail")
+        assert (verdict.value, verdict.verdict) == (3, "fail")
         assert verdict.tokens == 8000 and "safe_staleness 3 (95%: " in verdict.reason
-        assert "< min 4" in verdict.reason and verdict.lower <= 3 == verdict.upper
+        assert "< min 4" in verdict.reason and verdict.observed.lower <= 3 == verdict.observed.upper
         # a looser tolerance: nothing fails, the largest measured staleness (4) is safe
         looser = body.replace("min_tokens=1000", "min_tokens=1000\nmax_gradient_mass_error=0.05")
-        assert run_gate(decision_store, gate_file(tmp_path, looser)).verdicts[0].observed == 4
+        assert run_gate(decision_store, gate_file(tmp_path, looser)).verdicts[0].value == 4
         # a stricter one: staleness 0 already fails
         stricter = body.replace("min_tokens=1000", "min_tokens=1000\nmax_gradient_mass_error=0.001")
-        assert run_gate(decision_store, gate_file(tmp_path, stricter)).verdicts[0].observed == -1
+        assert run_gate(decision_store, gate_file(tmp_path, stricter)).verdicts[0].value == -1
         # no staleness with enough tokens: insufficient data, never a pass
         starved = body.replace("min_tokens=1000", "min_tokens=5000")
         (verdict,) = run_gate(decision_store, gate_file(tmp_path, starved)).verdicts
@@ -528,7 +564,7 @@ def test_safe_staleness_edges_follow_the_definition(tmp_path):
         if safe is None:
             assert (verdicts[run].verdict, verdicts[run].outcome) == ("fail", "insufficient_data")
         else:
-            assert verdicts[run].observed == safe, run
+            assert verdicts[run].value == safe, run
             assert verdicts[run].verdict == ("pass" if safe >= 0 else "fail"), run
 
 
@@ -589,25 +625,41 @@ warn_only = true
 
 
 @pytest.fixture
-def mixed(store, tmp_path) -> GateResult:
-    return run_gate(store, gate_file(tmp_path, MIXED))
+def mixed(store, tmp_path) -> Judgement:
+    return judge_db(store, gate_file(tmp_path, MIXED))
 
 
 class TestReports:
-    def test_junit_parses_with_one_case_per_verdict_and_the_right_counts(self, mixed):
+    """MIXED on runs `base` (its p99 passes, its mean only warns) and `new` (its mean fails): the gated
+    method is loglinear; `new` fails over every token (do not ship), `base` has no staleness with 1,000
+    tokens to judge up to (cannot tell)."""
+
+    def test_the_decisions(self, mixed):
+        assert [(d.run_id, d.action, d.method, d.max_staleness) for d in mixed.decisions] == [
+            ("base", "undecided", "loglinear", 0), ("new", "do_not_ship", "loglinear", 0)
+        ]  # fmt: skip
+        new = mixed.decisions[1]
+        assert (new.reason.check, new.reason.outcome, new.reason.bound) == (
+            mixed.result.verdicts[1].check.name, "threshold", 1e-9
+        )  # fmt: skip
+
+    def test_junit_parses_with_one_case_per_decision_and_verdict_and_the_right_counts(self, mixed):
         root = ET.fromstring(render_junit(mixed))
         suite = root.find("testsuite")
         assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == (
-            "3",
-            "1",
-            "1",
-            "0",
+            "5", "2", "2", "0"
+        )  # fmt: skip
+        decided, cases = suite.findall("testcase")[:2], suite.findall("testcase")[2:]
+        assert [c.get("name") for c in decided] == ["decision on run base", "decision on run new"]
+        assert decided[0].find("skipped").get("type") == "undecided"
+        failed = decided[1].find("failure")
+        assert failed.get("type") == "do_not_ship" and failed.get("message").startswith(
+            "Do not ship loglinear"
         )
-        cases = suite.findall("testcase")
-        assert [c.get("name") for c in cases] == [v.check.name for v in mixed.verdicts]
+        assert [c.get("name") for c in cases] == [v.check.name for v in mixed.result.verdicts]
         assert cases[0].find("failure") is None and cases[0].find("skipped") is None
         failure = cases[1].find("failure")
-        observed = f"{mixed.verdicts[1].observed:.6g}"
+        observed = f"{mixed.result.verdicts[1].value:.6g}"
         assert failure.get("type") == "threshold" and observed in failure.get("message")
         assert cases[2].find("skipped").get("type") == "warning"
         properties = {p.get("name"): p.get("value") for p in cases[1].find("properties")}
@@ -618,13 +670,17 @@ class TestReports:
         )
         assert properties["warn_only"] == "false" and "staleness" not in properties
 
-    def test_markdown_has_a_status_heading_and_a_row_per_verdict(self, mixed):
+    def test_markdown_has_a_status_heading_the_decisions_and_a_row_per_verdict(self, mixed):
         text = render_markdown(mixed)
         assert text.startswith("### proxaudit gate ❌ FAILED")
+        decided = [line for line in text.splitlines() if line.startswith("- ")]
+        assert decided[0].startswith("- ❔ Cannot tell yet whether to ship loglinear on run ` base `")
+        assert decided[1].startswith("- ❌ Do not ship loglinear beyond staleness 0 on run ` new `")
         rows = [line for line in text.splitlines() if line.startswith("| ")]
         assert len(rows) == 2 + 3  # header, alignment row, verdicts
-        assert "tail \\| pipes" in rows[2] and "✅ pass" in rows[2]
-        assert "❌ fail" in rows[3] and "⚠️ warn" in rows[4]
+        assert rows[0].startswith("| verdict | requirement |")
+        assert "tail \\| pipes" in rows[2] and rows[2].startswith("| ✅ pass")
+        assert rows[3].startswith("| ❌ fail") and rows[4].startswith("| ⚠️ warn")
 
     def test_json_has_every_field(self, mixed):
         document = json.loads(render_json(mixed))
@@ -634,14 +690,34 @@ class TestReports:
         assert first["name"] == "tail | pipes" and first["stat"] == "p99" and first["max"] == 10.0
         assert first["tokens"] == 2200 and first["verdict"] == "pass" and first["min_tokens"] == 100
         assert {"observed", "threshold", "outcome", "reason", "baseline_value", "staleness"} <= set(first)
-
-    def test_table_lists_each_verdict(self, mixed):
-        lines = render_table(mixed).splitlines()
-        assert lines[0].split()[:6] == ["check", "run", "observed", "threshold", "tokens", "verdict"]
+        new = document["decisions"][1]
+        assert (new["run_id"], new["action"], new["method"], new["max_staleness"]) == (
+            "new", "do_not_ship", "loglinear", 0
+        )  # fmt: skip
         assert (
-            len(lines) == 2 + 3 + 2
-            and lines[-1] == "gate FAILED: 1 failed, 1 warnings, 1 passed, 0 skipped (3 verdicts)"
+            new["reason"]["observed"] == document["verdicts"][1]["observed"]
+            and new["reason"]["bound"] == 1e-9
         )
+        assert new["sentence"].startswith("Do not ship loglinear beyond staleness 0 on run new:")
+
+    def test_table_lists_the_decisions_then_each_verdict(self, mixed):
+        lines = render_table(mixed).splitlines()
+        assert lines[0].startswith("Under the loss ") and lines[1].startswith("- Cannot tell yet")
+        assert lines[2].startswith("- Do not ship loglinear beyond staleness 0 on run new")
+        table = lines[lines.index("") + 1 :]
+        assert table[0].split()[:4] == ["verdict", "requirement", "run", "staleness"]
+        assert (
+            len(table) == 2 + 3 + 2
+            and table[-1] == "gate FAILED: 1 failed, 1 warnings, 1 passed, 0 skipped (3 verdicts)"
+        )
+        assert [row.split()[0] for row in table[2:5]] == ["pass", "FAIL", "warn"]
+
+    def test_a_table_wider_than_the_terminal_becomes_a_block_per_verdict(self, mixed):
+        lines = render_table(mixed, width=60).splitlines()
+        assert max(map(len, lines)) <= 60
+        assert "FAIL  new: loglinear abs_error mean <= 1e-09 [run new]" in lines
+        ending = " ".join(line.strip() for line in lines[lines.index("", lines.index("") + 1) + 1 :])
+        assert ending == "gate FAILED: 1 failed, 1 warnings, 1 passed, 0 skipped (3 verdicts)"
 
 
 class TestCli:
@@ -663,13 +739,14 @@ class TestCli:
         result = runner.invoke(cli, args + reports)
         assert result.exit_code == 0, result.output
         assert "gate passed" in result.output
-        assert ET.parse(out / "j.xml").getroot().find("testsuite").get("tests") == "1"
+        suite = ET.parse(out / "j.xml").getroot().find("testsuite")
+        assert suite.get("tests") == "2"  # the decision, the check
         assert json.loads((out / "g.json").read_text())["passed"] is True
         failing = passing.read_text().replace("max=100", "max=1e-6")
         passing.write_text(failing)
         result = runner.invoke(cli, args + reports)
         assert result.exit_code == 1 and "gate FAILED" in result.output
-        assert ET.parse(out / "j.xml").getroot().find("testsuite").get("failures") == "1"
+        assert ET.parse(out / "j.xml").getroot().find("testsuite").get("failures") == "2"  # the decision too
 
     @pytest.mark.parametrize(
         "body",

@@ -15,13 +15,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from test_gate import selection_stats
 
 from evaluator.cli import cli
-from evaluator.gate.judge import load_thresholds, run_gate, selection_stats
+from evaluator.gate import run_gate
+from evaluator.gate.judge import load_thresholds
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
 from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS
+from tests.reference import stored_excess
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 METHOD, METRIC = "loglinear", "abs_error"
@@ -255,7 +258,9 @@ def test_every_run_by_default_and_reports(db, views, tmp_path):
     code, report = gate(db, tmp_path, body, junit=str(junit))
     assert code == 0 and sorted(v["run_id"] for v in report["verdicts"]) == sorted(views["summary"])
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert int(suite.get("tests")) == len(views["summary"]) and suite.get("failures") == "0"
+    # a case per run's decision (a check on n decides nothing about shipping: undecided, skipped), one per
+    # check and run
+    assert int(suite.get("tests")) == 2 * len(views["summary"]) and suite.get("failures") == "0"
     run = sorted(views["summary"])[0]
     code, report = gate(db, tmp_path, body, run=run)
     assert [v["run_id"] for v in report["verdicts"]] == [run]
@@ -298,10 +303,48 @@ def test_default_thresholds_run_on_the_fixtures(db, views, capsys):
     assert {v.outcome for v in result.verdicts} <= {"ok", "threshold", "inconclusive"}
     undecided = [v for v in result.verdicts if v.outcome == "inconclusive"]
     bound = lambda c: c.max if c.max is not None else c.min  # noqa: E731
-    assert all(v.verdict == "warn" and v.lower <= bound(v.check) <= v.upper for v in undecided)
+    assert all(
+        v.verdict == "warn" and v.observed.lower <= bound(v.check) <= v.observed.upper for v in undecided
+    )
     with capsys.disabled():
         counts = ", ".join(f"{result.count(v)} {v}" for v in ("pass", "warn", "fail"))
         print(f"\ndefault thresholds on the fixtures: {counts}")
+
+
+def test_the_default_gate_fails_the_recompute_run_and_every_report_says_why(db, tmp_path):
+    """`gate --run recompute` with the default thresholds exits 1: loglinear_shipped's excess over the engine
+    floor fails at a staleness >= 1 (the run's largest staleness with 1,000 tokens, 6, judged 1..6
+    family-wise); the terminal, JSON, JUnit and Markdown reports carry the same decision, naming it with its
+    interval, recomputed here from the stored per-step sums."""
+    out = tmp_path / "reports"
+    args = ["gate", "--db", str(db), "--run", "recompute", "--json", str(out / "g.json"), "--junit",
+            str(out / "g.xml"), "--markdown", str(out / "g.md")]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    (decision,) = json.loads((out / "g.json").read_text())["decisions"]
+    reason = decision["reason"]
+    assert (decision["action"], decision["max_staleness"], decision["judged_up_to"]) == ("do_not_ship", 0, 6)
+    assert reason["measure"] == "excess_gradient_mass_error" and reason["staleness"] >= 1
+    expected = stored_excess(db, "recompute", "loglinear_shipped", list(range(1, 7)))[reason["staleness"]]
+    got = (reason["observed"], reason["observed_lower"], reason["observed_upper"])
+    assert got == pytest.approx(expected, rel=1e-9) and reason["observed_lower"] > reason["bound"] == 0.01
+    sentence = decision["sentence"]
+    shown = f"at staleness {reason['staleness']} it moves {100 * got[0]:.2f}% (family-wise 95%: "
+    assert sentence.startswith(
+        "Do not ship loglinear_shipped (AReaL actor.prox_logp_method: loglinear) beyond"
+    )
+    assert (
+        shown + f"{100 * got[1]:.2f}-{100 * got[2]:.2f}%) of the gradient mass beyond the engine floor"
+        in sentence
+    )
+    assert sentence.endswith(
+        "Keep the recompute (AReaL actor.prox_logp_method: recompute), or set max_head_offpolicyness: 0."
+    )
+    assert f"- {sentence} " in result.output
+    case = ET.parse(out / "g.xml").getroot().find("testsuite").find("testcase")
+    assert case.get("name") == "decision on run recompute" and case.find("failure").get("message") == sentence
+    markdown = (out / "g.md").read_text()
+    assert "- ❌ " + sentence.replace("on run recompute", "on run ` recompute `") in markdown
 
 
 def test_the_fixtures_readme_states_what_the_store_holds(db):
@@ -319,6 +362,11 @@ def test_the_fixtures_readme_states_what_the_store_holds(db):
         gme = con.execute(
             "SELECT run_id, gradient_mass_error FROM decision_summary WHERE method = 'loglinear_shipped'"
         ).fetchall()
+        excess = con.execute(
+            "SELECT excess_gradient_mass_error, excess_gradient_mass_error_lower, "
+            "excess_gradient_mass_error_upper FROM decision_summary WHERE method = 'loglinear_shipped' "
+            "AND run_id = 'recompute'"
+        ).fetchone()
     finally:
         con.close()
     for _, _, mean in errors:
@@ -327,3 +375,7 @@ def test_the_fixtures_readme_states_what_the_store_holds(db):
         assert f"{ratio:.2f}x" in text, ratio
     for _, g in gme:
         assert f"{100 * g:.1f}%" in text, g
+    # the excess over the stale tokens, and the decision's figure (staleness 1, family-wise over 1..6)
+    assert "{:.2f}% ({:.2f}-{:.2f}%)".format(*(100 * x for x in excess)) in text
+    point, lower, upper = stored_excess(db, "recompute", "loglinear_shipped", list(range(1, 7)))[1]
+    assert f"{100 * point:.2f}% (family-wise 95%: {100 * lower:.2f}-{100 * upper:.2f}%)" in text

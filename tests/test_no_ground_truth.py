@@ -116,5 +116,15 @@ def test_the_gates_failures_say_why(store, logs):
     assert all(v["reason"].startswith(expected) for v in blind)
     assert not any(SAID in v["reason"] for v in verdicts if v["run_id"] != "blind")
     assert expected in result.output
-    said = f"no token of run blind has prox_logp (0 of {n:,} loss tokens): {SAID}"  # the verdict in words
-    assert said in result.output.split("gate FAILED")[1]
+    # the decision in words, first: it cannot tell, and says why (the gate's own words)
+    (line,) = [
+        line for line in result.output.splitlines() if line.startswith("- ") and " on run blind" in line
+    ]
+    assert line.startswith(
+        "- Cannot tell yet whether to ship loglinear_shipped (AReaL actor.prox_logp_method: "
+    )
+    assert expected in line and "Engine floor of run blind: not measured" in line
+    (decision,) = [
+        d for d in json.loads((db.parent / "gate.json").read_text())["decisions"] if d["run_id"] == "blind"
+    ]
+    assert (decision["action"], decision["reason"]["outcome"]) == ("undecided", "missing_metric")

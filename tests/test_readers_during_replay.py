@@ -32,7 +32,7 @@ from dashboard import queries
 from evaluator.bench.readers import write_small_logs
 from evaluator.cli.serve import APP
 from evaluator.gate.judge import run_gate
-from evaluator.summary import summary_table
+from evaluator.verdict.summary import summary_table
 from schemas.thresholds import DEFAULT_THRESHOLDS
 from tests.reference import QUANTILE_PERCENT, loss_tokens, promised_value, within_promise
 

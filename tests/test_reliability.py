@@ -330,7 +330,7 @@ class TestTamperedAndCraftedStores:
             queries.store_overview(store)
 
     def test_the_token_inspector_opens_only_the_bytes_replay_read(self, store, tmp_path):
-        from dashboard import queries
+        from dashboard import inspector_queries as queries
 
         (path, step) = table(store, "SELECT f.path, min(t.step) FROM ingested_file f JOIN file_tokens t "
                                     "USING (file_id) GROUP BY ALL ORDER BY 1 LIMIT 1")[0]  # fmt: skip
@@ -351,7 +351,8 @@ class TestTamperedAndCraftedStores:
     ):
         """A crafted store's paths are data: relative, `file://`, a folder, a device, a file that is not
         Parquet or has another row count are not reachable, and none of them is read whole."""
-        from dashboard import queries, raw_logs
+        from dashboard import inspector_queries as queries
+        from dashboard import raw_logs
 
         hashed = []
         monkeypatch.setattr(raw_logs, "file_digest", lambda path: hashed.append(path) or "0" * 64)

@@ -159,7 +159,7 @@ def test_a_key_that_climbs_out_of_its_prefix_is_refused(s3, tmp_path):
 
 
 def test_the_inspector_reads_an_object_only_while_it_holds_the_replayed_bytes(s3, tmp_path):
-    from dashboard import queries
+    from dashboard import inspector_queries
 
     client, local = s3
     key = "inspect/part-1.parquet"
@@ -167,17 +167,17 @@ def test_the_inspector_reads_an_object_only_while_it_holds_the_replayed_bytes(s3
     db = tmp_path / "m.duckdb"
     replay([f"s3://{BUCKET}/{key}"], db, progress=False, workers=1)
     step = 5
-    files = queries.log_files(db, "run-a", step)
+    files = inspector_queries.log_files(db, "run-a", step)
     assert files["path"].tolist() == [f"s3://{BUCKET}/{key}"] and files["reachable"].all()
-    seqs = queries.sequences(db, "run-a", step)
+    seqs = inspector_queries.sequences(db, "run-a", step)
     assert len(seqs) > 0
-    tokens = queries.sequence_tokens(db, "run-a", step, int(seqs["seq_id"].iloc[0]))
+    tokens = inspector_queries.sequence_tokens(db, "run-a", step, int(seqs["seq_id"].iloc[0]))
     assert len(tokens) == int(seqs["n_tokens"].iloc[0])
     client.upload_file(str(local / "part-2.parquet"), BUCKET, key)  # other bytes under the same key
-    assert not queries.log_files(db, "run-a", step)["reachable"].any()
-    assert queries.sequences(db, "run-a", step).empty
+    assert not inspector_queries.log_files(db, "run-a", step)["reachable"].any()
+    assert inspector_queries.sequences(db, "run-a", step).empty
     client.delete_object(Bucket=BUCKET, Key=key)
-    assert not queries.log_files(db, "run-a", step)["reachable"].any()
+    assert not inspector_queries.log_files(db, "run-a", step)["reachable"].any()
 
 
 def test_staged_copies_are_removed(s3, tmp_path, monkeypatch):

@@ -14,8 +14,8 @@ from evaluator.errors import UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
-from evaluator.summary import render, summary_table
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.verdict.summary import render, summary_table
 from schemas.store import METHODS, metrics_for
 
 
@@ -109,3 +109,49 @@ def test_query_runs_every_kind_of_read(db):
         assert result.exit_code == 0 and json.loads(result.output) == [{"n": n_series}], (sql, result.output)
     for sql in ("DESCRIBE run_summary", "SHOW TABLES", "SUMMARIZE run_summary", "VALUES (1)"):
         assert CliRunner().invoke(cli, ["query", "--db", str(db), sql]).exit_code == 0, sql
+
+
+def test_an_empty_store_says_so_and_exits_1(empty_store):
+    """A store nothing was replayed into has no table to show: said, exit 1 (not an empty header, exit 0)."""
+    for by in ("run", "decision"):
+        result = CliRunner().invoke(cli, ["summary", "--db", str(empty_store), "--by", by])
+        assert result.exit_code == 1, result.output
+        assert result.output.strip() == (
+            f"no run in {empty_store} yet: replay token logs into it first (proxaudit replay LOGS --db "
+            f"{empty_store})"
+        )
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("two")
+    for run, seed in (("a", 1), ("b", 2)):
+        spec = SyntheticSpec(run_id=run, seed=seed, tokens_per_step=2048, mean_length=16, max_staleness=3)
+        write_log_atomic(synthetic_steps(spec, 3, 8), folder / f"{run}.parquet")
+    replay([folder], folder / "m.duckdb", progress=False)
+    return folder / "m.duckdb"
+
+
+def test_decision_says_one_line_per_run_within_the_terminal(two_runs):
+    """`--by decision` opens with the decision on each run, one line each (the sentence, then the engine
+    floor's), every line of the output within COLUMNS; the table leaves out the columns that do not fit,
+    and says which."""
+    wide = CliRunner().invoke(
+        cli, ["summary", "--db", str(two_runs), "--by", "decision"], env={"COLUMNS": ""}
+    )
+    assert wide.exit_code == 0, wide.output
+    decided = [line for line in wide.output.splitlines() if line.startswith("- ")]
+    assert [line.split(" on run ")[1].split(" ")[0].rstrip(":") for line in decided] == ["a", "b"]
+    assert all("Engine floor of run" in line for line in decided)
+    narrow = CliRunner().invoke(
+        cli, ["summary", "--db", str(two_runs), "--by", "decision"], env={"COLUMNS": "80"}
+    )
+    assert narrow.exit_code == 0, narrow.output
+    lines = narrow.output.splitlines()
+    assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    assert sum(line.startswith("- ") for line in lines) == 2  # still one decision per run, wrapped
+    assert " ".join(line.strip() for line in lines).count("Engine floor of run") == 2
+    said = " ".join(line.strip() for line in lines)
+    assert "(left out to fit 80 characters: " in said and "; --format json or csv has them)" in said
+    header = lines[lines.index("") + 1 if "" in lines else 0]
+    assert header.split()[:2] == ["run_id", "method"]

@@ -7,7 +7,8 @@ import pytest
 
 from evaluator.errors import InputFileError
 from evaluator.gate.judge import load_thresholds
-from schemas.store import FIGURES, METHODS, METRICS, RUN_FIGURES, STATS, TRUTH_ONLY_METRICS
+from schemas.figures import JUDGED, of_run
+from schemas.store import METHODS, METRICS, STATS, TRUTH_ONLY_METRICS
 from schemas.thresholds import CHECK_KEYS, Check, ThresholdsFormatError, parse_thresholds
 
 MINIMAL = """
@@ -100,7 +101,7 @@ class TestParse:
         for metric in METRICS:
             method = "ground_truth" if metric in TRUTH_ONLY_METRICS else "loglinear"
             assert one(MINIMAL.replace("abs_error", metric).replace("loglinear", method)).metric == metric
-        for figure in set(FIGURES) - set(RUN_FIGURES):
+        for figure in [name for name in JUDGED if not of_run(name)]:
             check = one(FIGURE.replace("gradient_mass_error", figure))
             assert (check.figure, check.measure, check.metric, check.stat) == (figure, figure, None, None)
 
@@ -120,6 +121,18 @@ class TestParse:
         )
         assert (safe.max_gradient_mass_error, safe.max_clip_flip_rate, safe.better) == (0.01, 0.02, "higher")
         assert safe.name == "linear safe_staleness >= 4"
+
+    def test_a_check_at_each_staleness(self):
+        """`each_staleness` judges a decision figure with an interval at each staleness of its range (1 to S
+        without one); the name says so."""
+        check = one(
+            FIGURE.replace("gradient_mass_error", "excess_gradient_mass_error") + "each_staleness = true\n"
+        )
+        assert (check.each_staleness, check.staleness) == (True, None)
+        assert check.name == "loglinear excess_gradient_mass_error <= 0.01 [each staleness]"
+        ranged = one(FIGURE + "each_staleness = true\nstaleness = [2, 4]\n")
+        assert ranged.staleness == (2, 4) and ranged.name.endswith("[staleness 2-4] [each staleness]")
+        assert not one(FIGURE).each_staleness
 
     def test_load_reads_a_file(self, tmp_path):
         path = tmp_path / "gate.toml"
@@ -211,6 +224,32 @@ BAD = [
         ["'max_gradient_mass_error'", ">= 0"],
     ),
     ("duplicate names", MINIMAL + MINIMAL, ["check 2", "already used by check 1"]),
+    (
+        "each staleness of a metric",
+        MINIMAL + "each_staleness = true\n",
+        ["key 'each_staleness'", "a decision figure with a 95% interval", "'abs_error'"],
+    ),
+    (
+        "each staleness of a figure without an interval",
+        FIGURE.replace("gradient_mass_error", "ess_fraction") + "each_staleness = true\n",
+        ["key 'each_staleness'", "'ess_fraction'"],
+    ),
+    (
+        "each staleness of the safe staleness",
+        FIGURE.replace("gradient_mass_error", "safe_staleness") + "each_staleness = true\n",
+        ["key 'each_staleness'", "'safe_staleness'"],
+    ),
+    (
+        "each staleness of the engine floor",
+        '[[check]]\nfigure = "floor_gradient_mass_error"\nmax = 0.01\neach_staleness = true\n',
+        ["key 'each_staleness'", "counts over the whole run"],
+    ),
+    (
+        "each staleness against a baseline",
+        FIGURE + 'each_staleness = true\nbaseline_run = "b"\nmax_regression = 0.1\n',
+        ["'each_staleness' with 'baseline_run'"],
+    ),
+    ("each staleness not a bool", FIGURE + 'each_staleness = "yes"\n', ["'each_staleness'", "true or false"]),
 ]
 
 
@@ -241,14 +280,19 @@ def test_missing_file_is_an_error(tmp_path):
 def test_default_thresholds_file_parses(repo_root):
     thresholds = load_thresholds(repo_root / "schemas" / "default_thresholds.toml")
     assert thresholds.checks
-    assert all(check.min_tokens >= 1000 for check in thresholds.checks if check.figure not in RUN_FIGURES)
-    # blocking: the engine floor on its own and the approximation's excess over it, at the 1% tolerance;
-    # the nats of AReaL's "typical good values" (0.001-0.01 absolute, 0.1%-1% relative) only warn; an
-    # inconclusive interval warns
-    blocking = {c.figure: c.max for c in thresholds.checks if not c.warn_only}
+    assert all(
+        check.min_tokens >= 1000 for check in thresholds.checks if not (check.figure and of_run(check.figure))
+    )
+    # blocking: the engine floor on its own and the approximation's excess over it at each staleness the
+    # trainer runs (never pooled), at the 1% tolerance; the nats of AReaL's "typical good values"
+    # (0.001-0.01 absolute, 0.1%-1% relative) only warn; an inconclusive interval warns
+    blocking = {
+        (c.figure, c.each_staleness, c.staleness): c.max for c in thresholds.checks if not c.warn_only
+    }
     assert blocking == {
-        "floor_gradient_mass_error": 0.01, "floor_clip_flip_rate": 0.01, "excess_gradient_mass_error": 0.01,
-        "excess_clip_flip_rate": 0.01, "excess_bound_flip_rate": 0.01,
+        ("floor_gradient_mass_error", False, None): 0.01, ("floor_clip_flip_rate", False, None): 0.01,
+        ("excess_gradient_mass_error", True, None): 0.01, ("excess_clip_flip_rate", True, None): 0.01,
+        ("excess_bound_flip_rate", True, None): 0.01,
     }  # fmt: skip
     assert {c.on_inconclusive for c in thresholds.checks} == {"warn"}
     for check in thresholds.checks:

@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from evaluator.cli import cli
-from evaluator.options import field_docs
+from evaluator.cli.options import field_docs
 from evaluator.trainer.engine import Engine
 from evaluator.trainer.train import Args, build, train
 from evaluator.validate import validate_paths
@@ -159,7 +159,7 @@ def test_engine_harvests_a_wave_that_ends_before_older_ones():
 
 
 def test_the_options_table_in_the_docs_is_the_args_dataclass(repo_root):
-    from evaluator.options import options_table
+    from evaluator.cli.options import options_table
 
     page = (repo_root / "docs" / "hook.md").read_text()
     table = page.split("<!-- train-demo-options -->\n", 1)[1].split("\n<!-- /train-demo-options -->", 1)[0]

@@ -11,6 +11,8 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -102,11 +104,52 @@ def test_summary_json_carries_the_floor_the_excess_and_every_bound(replayed):
     assert np.isfinite([r["gradient_mass_error_lower"] for r in rows]).all()
 
 
-def test_summary_and_gate_say_the_verdict_in_words(replayed):
+def test_summary_and_gate_say_the_same_decision(replayed, tmp_path):
+    """One decision line per run, the same in `summary --by decision`, the gate's terminal report and its
+    JSON `decisions`: what to do with the gated method, then the engine floor's own verdict."""
     db, _ = replayed
     table = CliRunner().invoke(cli, ["summary", "--db", str(db), "--by", "decision"]).output
-    gate = CliRunner().invoke(cli, ["gate", "--db", str(db)]).output
+    report = tmp_path / "gate.json"
+    gate = CliRunner().invoke(cli, ["gate", "--db", str(db), "--json", str(report)]).output
+    (decision,) = json.loads(report.read_text())["decisions"]
+    assert decision["run_id"] == "v" and decision["method"] == "loglinear_shipped"
     for text in (table, gate):
-        assert "v: the engine floor" in text and "of the gradient mass" in text
-        assert "loglinear_shipped (what AReaL's prox_logp_method loglinear computes): safe beyond the" in text
-        assert "with 95% confidence" in text and "Under the loss PPO" in text
+        lines = [line for line in text.splitlines() if line.startswith("- ")]
+        assert len(lines) == 1 and lines[0].startswith(f"- {decision['sentence']} Engine floor of run v: ")
+        assert "of the gradient mass" in lines[0] and "Under the loss PPO" in text
+
+
+def well_approximated(folder: Path) -> Path:
+    """A log whose prox and theta are within 1e-4 nats of behave on every token (an engine that matches
+    the trainer, a policy that barely moves): the approximation cannot change any decision."""
+    spec = SyntheticSpec(run_id="tight", tokens_per_step=2048, mean_length=24, with_proximal_t=False)
+    table = synthetic_steps(spec, 8, 12)
+    rng = np.random.default_rng(7)
+    behave = table["behave_logp"].to_numpy().astype(np.float64)
+    for column in ("prox_logp", "theta_logp"):
+        near = np.minimum(behave + rng.uniform(-1e-4, 1e-4, len(behave)), 0.0).astype(np.float32)
+        assert np.abs(near - behave).max() <= 1e-4 + 1e-6
+        table = table.set_column(table.schema.get_field_index(column), column, pa.array(near))
+    return write_log_atomic(table, folder / "tight.parquet")
+
+
+def test_a_well_approximated_log_ships(tmp_path):
+    log = well_approximated(tmp_path)
+    db = tmp_path / "m.duckdb"
+    assert replay([log], db, progress=False).clean
+    report = tmp_path / "gate.json"
+    result = CliRunner().invoke(cli, ["gate", "--db", str(db), "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    (decision,) = json.loads(report.read_text())["decisions"]
+    tokens = pq.read_table(log).to_pandas().query("loss_mask")
+    per_level = (tokens["step"] - tokens["behave_version"]).value_counts()
+    top = int(per_level[per_level >= 1000].index.max())  # S: the log's largest staleness with 1,000 tokens
+    assert top >= 4 and (decision["action"], decision["max_staleness"], decision["judged_up_to"]) == (
+        "ship", top, top
+    )  # fmt: skip
+    assert decision["sentence"].startswith(
+        "Ship loglinear_shipped (AReaL actor.prox_logp_method: loglinear) on run tight with "
+        f"max_head_offpolicyness up to {top}: every staleness 1-{top} passes"
+    )
+    assert decision["floor"]["outcome"] == "pass" and decision["gate_passed"]
+    assert result.output.splitlines()[1].startswith("- Ship loglinear_shipped")

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import queries
+from dashboard import inspector_queries, queries
 from dashboard.queries import Filters
 from evaluator.store import StoreBusy
 from evaluator.text_table import markdown_code
@@ -47,13 +47,15 @@ class Context:
 
 @st.cache_data(ttl=600, max_entries=512, show_spinner=False)
 def _cached(name: str, db: str, version: tuple[int, ...], args: tuple) -> Any:
-    return getattr(queries, name)(Path(db), *args)
+    module = queries if hasattr(queries, name) else inspector_queries
+    return getattr(module, name)(Path(db), *args)
 
 
 def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
-    """`queries.<name>(db, *args)`, cached until the database changes. While a replay keeps the write
-    lock past the retry budget, the last good result is shown with a note; a store error stops the page
-    with its message (never a traceback). `watch`: another file whose changes invalidate the cache."""
+    """`queries.<name>(db, *args)` (or the inspector's, `inspector_queries.<name>`), cached until the
+    database changes. While a replay keeps the write lock past the retry budget, the last good result is
+    shown with a note; a store error stops the page with its message (never a traceback). `watch`: another
+    file whose changes invalidate the cache."""
     key = (name, str(db), args)
     if st.session_state.get("_busy_noted") and key in _LAST_GOOD:
         return _LAST_GOOD[key][0]  # busy already in this run: do not wait for the lock again

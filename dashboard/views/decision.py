@@ -15,6 +15,8 @@ import streamlit as st
 from dashboard import drift_charts
 from dashboard.queries import Tolerance
 from dashboard.views.common import Context, load, plain, seed, show
+from evaluator.verdict.options import options_for
+from schemas.figures import Observed, bounds, shown, with_bounds
 
 COLUMNS = {  # the decisive figures first: a wide table scrolls, and what is off screen goes unread
     "gradient_mass_error": "share of the policy-gradient mass the estimate moves: "
@@ -54,12 +56,12 @@ def _tolerance_inputs() -> None:
 
 
 def interval_text(frame: pd.DataFrame, column: str, percent: bool) -> pd.Series:
-    """`lower..upper` of `column` (its `_lower` and `_upper` columns) as text, empty where there is none."""
-    lower, upper = frame[f"{column}_lower"], frame[f"{column}_upper"]
-    shown = (lambda x: f"{100 * x:.2f}%") if percent else (lambda x: f"{int(x)}")
+    """`lower .. upper` of `column` (its interval's columns) as text, empty where there is none."""
+    lower, upper = (frame[name] for name in bounds(column))
+    display = "percent" if percent else "level"
     return pd.Series(
         [
-            f"{shown(a)} .. {shown(b)}" if pd.notna(a) and pd.notna(b) else ""
+            f"{shown(a, display)} .. {shown(b, display)}" if pd.notna(a) and pd.notna(b) else ""
             for a, b in zip(lower, upper, strict=True)
         ],
         index=frame.index,
@@ -76,7 +78,7 @@ def decision_table(frame: pd.DataFrame) -> pd.DataFrame:
         if column not in table or table[column].isna().all():
             continue
         out[column] = table[column]
-        if f"{column}_lower" in table and table[f"{column}_lower"].notna().any():
+        if bounds(column)[0] in table and table[bounds(column)[0]].notna().any():
             out[f"{column} 95%"] = interval_text(table, column, percent=column not in LEVELS)
     return out
 
@@ -102,8 +104,14 @@ def _config(table: pd.DataFrame) -> dict:
     return config
 
 
-def _headline(frame: pd.DataFrame, tolerance: Tolerance) -> None:
-    best = frame.sort_values("gradient_mass_error").iloc[0]
+def _headline(frame: pd.DataFrame, tolerance: Tolerance, minibatches: int | None) -> None:
+    """The trainer option closest to the recomputed prox (`reuse_train_logp` only on a run of one
+    minibatch per step: AReaL runs it only so; the other methods are measures, no trainer's option)."""
+    options = {o.method: o for o in options_for(minibatches)}
+    mine = frame[frame["method"].isin(options)]
+    if mine.empty:
+        return
+    best = mine.sort_values("gradient_mass_error").iloc[0]
     safe = best["safe_staleness"]
     where = (
         "no staleness has enough tokens to judge"
@@ -112,15 +120,13 @@ def _headline(frame: pd.DataFrame, tolerance: Tolerance) -> None:
         if safe < 0
         else f"within tolerance up to staleness **{int(safe)}**"
     )
-    interval = (
-        f" (95%: {best['gradient_mass_error_lower']:.2%} to {best['gradient_mass_error_upper']:.2%})"
-        if pd.notna(best.get("gradient_mass_error_lower"))
-        else ""
-    )
+    values = [best.get(c) for c in with_bounds("gradient_mass_error")]
+    moved = Observed(*(None if pd.isna(v) else float(v) for v in values), display="percent").format()
+    flips = Observed(best["clip_flip_rate"], display="percent").format()
     st.markdown(
-        f"Closest to the recomputed prox on this selection: **{best['method']}**, moving "
-        f"**{best['gradient_mass_error']:.2%}**{interval} of the gradient mass and flipping "
-        f"**{best['clip_flip_rate']:.2%}** of clip decisions; {where} (tolerance "
+        f"Of the methods a trainer runs here, closest to the recomputed prox on this selection: "
+        f"**{best['method']}** ({options[best['method']]}), moving **{moved}** of the gradient mass "
+        f"and flipping **{flips}** of clip decisions; {where} (tolerance "
         f"{tolerance.max_gradient_mass_error:.1%} mass, {tolerance.max_clip_flip_rate:.1%} clip flips)."
     )
 
@@ -141,7 +147,8 @@ def render(ctx: Context) -> None:
             "recomputed prox_logp, which this run did not record (or its advantages are all zero)."
         )
         return
-    _headline(frame.dropna(subset=["gradient_mass_error"]), tol)
+    minibatches = load(ctx.db, "run_minibatches").get(ctx.run_id)
+    _headline(frame.dropna(subset=["gradient_mass_error"]), tol, minibatches)
     if ctx.filters.steps is not None or ctx.filters.staleness is not None:
         st.caption("Step or staleness range selected: the figures over it, without intervals (kept per run).")
     show_table(decision_table(frame.sort_values("gradient_mass_error")))

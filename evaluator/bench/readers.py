@@ -28,7 +28,7 @@ from pathlib import Path
 import duckdb
 from dashboard import queries
 from evaluator.gate.judge import run_gate
-from evaluator.summary import summary_table
+from evaluator.verdict.summary import summary_table
 from schemas.thresholds import DEFAULT_THRESHOLDS
 db, stop, pause = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 def raw(db):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -24,6 +26,15 @@ def say(text: str, fmt: str = "table", err: bool = False) -> None:
         text = printable(text, keep_lines=True)
     click.echo(text, err=err, color=True)  # click would strip escape sequences from a value into a pipe
     stream.flush()  # a line as it happens, also into a pipe (CI logs)
+
+
+def terminal_width() -> int | None:
+    """The width tables and sentences fit in: `COLUMNS` when set, the terminal's on a terminal, None (any)
+    into a pipe or a file."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def library_errors(command: Callable) -> Callable:

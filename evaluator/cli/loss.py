@@ -8,7 +8,7 @@ from collections.abc import Callable
 import click
 
 from evaluator.cli.common import library_errors, say
-from evaluator.options import Number
+from evaluator.cli.options import Number
 
 
 def loss_ranges():

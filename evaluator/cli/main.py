@@ -11,43 +11,15 @@ import sys
 import click
 
 from evaluator import __version__
-from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say
+from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say, terminal_width
 from evaluator.cli.exchange import export_cmd
 from evaluator.cli.importing import import_cmd
 from evaluator.cli.loss import loss_choice, loss_command, loss_options
+from evaluator.cli.options import judged_staleness_option, thresholds_option
 from evaluator.cli.outputs import ReportFile
+from evaluator.cli.reading import query, summary
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
-from evaluator.inputs import Range
-from evaluator.options import Number
-
-SUMMARY_VIEWS = {
-    "run": "every metric per run",
-    "staleness": "... per staleness",
-    "step": "... per step",
-    "pairing": "AReaL's shipped version pairing against each token's own",
-    "decision": "gradient mass error, flip rates and safe staleness per method",
-    "decision-staleness": "the decision figures per staleness",
-    "weights": "ESS, chi2 and KL estimators of the behaviour weights",
-    "weights-staleness": "... per staleness",
-    "rollout-corr": "verl's rollout_corr diagnostics of each method's weights, by verl's names",
-    "rollout-corr-staleness": "... per staleness",
-    "mismatch": "the engine mismatch floor and its share of each staleness's drift",
-    "trainers": "each trainer's own mismatch figure at staleness 0, against its published line",
-}
-
-
-TOLERANCE = Range(0, low_open=False)
-"""A tolerance on a rate or a share: a finite number >= 0."""
-
-_table_format = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
-
+from evaluator.cli.watch import watch_cmd
 
 _max_staleness = click.option(
     "--max-staleness",
@@ -112,37 +84,33 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
 
 @cli.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
-@click.option(
-    "--thresholds",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Thresholds file (TOML). Default: the bundled schemas/default_thresholds.toml.",
-)
+@thresholds_option
 @click.option(
     "--run", "run_id", default=None, help="Judge only this run (default: every run in the database)."
 )
+@judged_staleness_option
 @click.option("--junit", type=ReportFile(), help="Write JUnit XML here (one test case per check).")
 @click.option(
     "--markdown", type=ReportFile(), help="Write Markdown here (e.g. $GITHUB_STEP_SUMMARY on GitHub Actions)."
 )
 @click.option("--json", "json_path", type=ReportFile(), help="Write every verdict as JSON here.")
 @library_errors
-def gate(db, thresholds, run_id, junit, markdown, json_path) -> None:
-    """Judge the metrics in DB against the checks of a thresholds file.
+def gate(db, thresholds, run_id, max_staleness, junit, markdown, json_path) -> None:
+    """Judge the metrics in DB against the checks of a thresholds file, and say the decision on each run
+    first: ship, ship up to a staleness, do not ship (keep the recompute), or cannot tell yet.
 
     Exit code 0 when every check passes (warnings allowed), 1 when any check fails (including a metric
     the database lacks or too few tokens), 2 for a bad thresholds file, a missing database, a --run it
     does not hold, or a report path that cannot take a file (empty, a folder: checked first).
     """
-    from evaluator.gate.judge import DEFAULT_THRESHOLDS, run_gate
-    from evaluator.gate.report import render_table, write_reports
-    from evaluator.summary import gate_verdict_text
+    from evaluator.gate import DEFAULT_THRESHOLDS
+    from evaluator.verdict import judge_db
+    from evaluator.verdict.report import render_table, write_reports
 
-    result = run_gate(db, thresholds or DEFAULT_THRESHOLDS, run=run_id)
-    say(render_table(result))
-    say("\n" + gate_verdict_text(result))
-    write_reports(result, junit=junit, markdown=markdown, json_path=json_path)
-    sys.exit(result.exit_code)
+    judgement = judge_db(db, thresholds or DEFAULT_THRESHOLDS, run=run_id, max_staleness=max_staleness)
+    say(render_table(judgement, terminal_width()))
+    write_reports(judgement, junit=junit, markdown=markdown, json_path=json_path)
+    sys.exit(judgement.result.exit_code)
 
 
 @cli.command()
@@ -187,6 +155,9 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
     choice = loss_choice(**loss_keys)
     say("\n".join(choice.lines()))
     echo = lambda outcome: say(outcome.line())  # noqa: E731
+    limit = choice.max_staleness
+    if max_staleness is not None:
+        limit = (max_staleness, f"--max-staleness {max_staleness} given to replay", "max_head_offpolicyness")
     report = replay_paths(
         paths,
         db,
@@ -195,6 +166,7 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
         progress=progress,
         loss=choice.loss,
         max_staleness=max_staleness,
+        staleness_limit=limit,
         ray=ray_address,
     )
     warnings = [f for f in report.findings if f.severity == "warning"]
@@ -204,97 +176,12 @@ def replay(paths, db, progress, max_staleness, ray_address, **loss_keys) -> None
     sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
 
 
-@cli.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
-@click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
-@click.option(
-    "--by",
-    type=click.Choice(list(SUMMARY_VIEWS)),
-    default="run",
-    show_default=True,
-    help="What to summarise: " + "; ".join(f"{k}: {v}" for k, v in SUMMARY_VIEWS.items()) + ".",
-)
-@click.option("--method", default=None, help="Only this method (loglinear, linear, ..., ground_truth).")
-@click.option("--metric", default=None, help="Only this metric (abs_error, importance_weight, ...).")
-@_table_format
-@click.option(
-    "--max-gradient-mass-error",
-    type=Number(TOLERANCE),
-    default=0.01,
-    show_default=True,
-    help="--by decision: the safe staleness's tolerance on the gradient mass error.",
-)
-@click.option(
-    "--max-clip-flip-rate",
-    type=Number(TOLERANCE),
-    default=0.01,
-    show_default=True,
-    help="--by decision: the safe staleness's tolerance on the clip flip rate.",
-)
-@click.option(
-    "--min-tokens",
-    type=click.IntRange(min=0),
-    default=1000,
-    show_default=True,
-    help="--by decision: a staleness with fewer tokens is not judged for the safe staleness.",
-)
-@library_errors
-def summary(
-    db, run_id, by, method, metric, fmt, max_gradient_mass_error, max_clip_flip_rate, min_tokens
-) -> None:
-    """Print the public views of DB: n, mean, min, max, p50, p90, p99 of every metric (--by run,
-    staleness or step), or the derived figures: AReaL's shipped pairing, the decision figures with each
-    method's safe staleness, the weight diagnostics, the engine mismatch floor.
-
-    A run none of whose tokens has prox_logp (the ground truth) has no error or decision figure: a line
-    says so (on stderr for json and csv). Exit code 0, or 2 for a missing database, an unknown run,
-    method or metric, and when such runs leave nothing to show.
-    """
-    from evaluator.summary import (
-        NOTES,
-        compact,
-        render,
-        require_rows,
-        summary_table,
-        trainers_text,
-        truth_notes,
-        verdict_text,
-    )
-    from schemas.store import Tolerance
-
-    tolerance = Tolerance(max_gradient_mass_error, max_clip_flip_rate, min_tokens)
-    table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
-    notes = truth_notes(db, run_id)
-    require_rows(table, notes)
-    say(render(compact(table, by) if fmt == "table" else table, fmt), fmt)
-    if fmt == "table" and by == "decision":
-        say("\n" + verdict_text(db, tolerance, run_id, method))
-    if fmt == "table" and by == "trainers":
-        say("\n" + trainers_text(db, run_id))
-    if by in NOTES and fmt == "table":
-        click.echo(f"\n{NOTES[by]}")
-    if notes:
-        say("\n" + "\n".join(notes), err=fmt != "table")
-
-
-@cli.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
-@click.argument("sql")
-@_table_format
-@library_errors
-def query(db, sql, fmt) -> None:
-    """Run one SQL query on DB, opened read-only, and print its rows: the public views (run_summary,
-    decision_summary, safe_staleness(...), ...) with DuckDB's SQL, no other tool needed. One statement
-    that reads: SELECT (WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW and SUMMARIZE too); any other (DROP,
-    CREATE, INSERT, SET, ...) is refused, exit 2."""
-    from evaluator.summary import query_table, render
-
-    say(render(query_table(db, sql), fmt), fmt)
-
-
 cli.add_command(import_cmd)
+cli.add_command(summary)
+cli.add_command(query)
 cli.add_command(loss_command)
 cli.add_command(export_cmd)
+cli.add_command(watch_cmd)
 for command in (bench, train_demo, dashboard, demo):
     cli.add_command(command)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from evaluator.cli.common import EXIT_FINDINGS, library_errors, say
-from evaluator.options import DataclassCommand
+from evaluator.cli.common import EXIT_FINDINGS, library_errors, say, terminal_width
+from evaluator.cli.options import DataclassCommand
 
 PORT = click.IntRange(1, 65535)
 
@@ -101,8 +101,15 @@ def dashboard(db, host, port, thresholds) -> None:
 @click.option("--serve/--no-serve", default=True, help="End by serving the dashboard (Ctrl-C stops it).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Dashboard address.")
 @click.option("--port", default=8501, show_default=True, type=PORT, help="Dashboard TCP port.")
+@click.option(
+    "--max-staleness",
+    type=click.IntRange(min=0),
+    default=None,
+    help="S, the trainer's maximum staleness: the approximation is judged at each staleness 1 to S "
+    "(default: the log's largest staleness with enough tokens with prox_logp).",
+)
 @library_errors
-def demo(out, train, serve, host, port) -> None:
+def demo(out, train, serve, host, port, max_staleness) -> None:
     """Run the main job end to end: token logs -> validate -> replay into DuckDB -> summary -> gate ->
     dashboard. The gate's verdict is shown, not turned into the exit code: exit 0 when the pipeline ran
     (every file clean and ingested), 1 otherwise.
@@ -112,12 +119,12 @@ def demo(out, train, serve, host, port) -> None:
 
     if serve:
         require_free_port(host, port)  # before the pipeline: not a minute of work, then a busy port
-    result = run_demo(out, train=train, echo=say)
+    result = run_demo(out, train=train, echo=say, max_staleness=max_staleness, width=terminal_width())
     if not result.ran_clean:
         click.echo("demo: some files broke validation rules (see above)", err=True)
         sys.exit(EXIT_FINDINGS)
     if serve:
         from evaluator.cli.serve import serve as serve_dashboard
-        from evaluator.gate.judge import DEFAULT_THRESHOLDS
+        from evaluator.gate import DEFAULT_THRESHOLDS
 
         sys.exit(serve_dashboard(result.db, host, port, DEFAULT_THRESHOLDS))

@@ -19,10 +19,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evaluator.formulas import F64
+from schemas.figures import LEVEL
 
 REPLICATES = 1000
 SEED = 20261123
-LEVEL = 0.95
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,5 +1,5 @@
 """verl's rollout-correction diagnostics (`schemas.store.VERL_DIAGNOSTICS`) and the trainers' own mismatch
-series, computed from the terms of one estimate `e` (`evaluator.formulas.metrics.ProxTerms`): verl 1dda039
+series, computed from the terms of one estimate `e` (`evaluator.formulas.terms.ProxTerms`): verl 1dda039
 `verl/trainer/ppo/rollout_corr_helper.py` (compute_is_metrics, compute_rs_metrics,
 compute_offpolicy_metrics) and `verl/utils/debug/metrics.py` (calculate_debug_metrics), with
 `d = clamp(a - b, -20, 20)` verl's safety-bounded log ratio and `T` its rollout_is_threshold default.
@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evaluator.formulas import F64, Flags
 from evaluator.formulas.policies import VERL_LOG_BOUND
 from evaluator.formulas.sequences import weight
+from evaluator.formulas.terms import ProxTerms
 from schemas.store import VERL_SEQUENCE_K, VERL_T
-
-if TYPE_CHECKING:
-    from evaluator.formulas.metrics import ProxTerms
 
 
 def _flag(x: Flags) -> F64:

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from evaluator.gate.verdicts import Verdict
 from evaluator.validate.no_truth import no_truth_message
-
-if TYPE_CHECKING:  # the judge imports this module
-    from evaluator.gate.judge import Verdict
 
 
 def explained(verdicts: Sequence[Verdict], without_truth: dict[str, int]) -> list[Verdict]:

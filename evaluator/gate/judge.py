@@ -1,203 +1,76 @@
-"""The CI gate: a judge over the metrics store. It reads summary statistics from DuckDB and applies the
-conditions of a thresholds file (`schemas.thresholds`); it never calls the estimators.
+"""The CI gate: a judge over the metrics store. It reads the figures a thresholds file's checks name from
+DuckDB (`evaluator.store.figures`, as `Observed` values) and applies the checks' conditions
+(`evaluator.gate.rules`); it never calls the estimators.
 
 Each (check, run) pair gets one verdict: pass, warn, fail or skip. A metric the database does not hold
-for a run, or too few tokens in the selection, is never a pass (see `judge`).
+for a run, or too few tokens in the selection, is never a pass. A check at each staleness, and an excess
+over the engine floor pooled over stalenesses, judge the stalenesses 1 to S, the staleness the trainer runs
+(`staleness_limits`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from evaluator.errors import ThresholdsError
-from evaluator.formulas.bootstrap import steps_to_decide
-from evaluator.gate.figures import FIGURE_METRIC, figure_stats, runs_with_metric, selection_stats
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.gate.ground_truth import explained
+from evaluator.gate.rules import failing, insufficient, judge, judge_levels
+from evaluator.gate.verdicts import GateResult, StalenessLimit, Verdict
 from evaluator.inputs import read_text
 from evaluator.store import open_store
-from evaluator.store.reader import require_run, runs_without_truth
-from schemas.store import RUN_FIGURES
+from evaluator.store.figures import observe, observe_levels, runs_with_metric, stale_levels
+from evaluator.store.reader import require_run, runs_without_truth, stored_loss, stored_max_staleness
+from schemas.figures import lookup, of_run
+from schemas.store import DEFAULT_TOLERANCE, METRIC_TABLE
 from schemas.thresholds import DEFAULT_THRESHOLDS, Check, Thresholds, ThresholdsFormatError, parse_thresholds
 
-__all__ = ["DEFAULT_THRESHOLDS", "GateResult", "Verdict", "judge", "run_gate", "selection_stats"]
-
-VERDICTS = ("pass", "warn", "fail", "skip")
-"""An `inconclusive` outcome (the 95% interval straddles the bound) is a warn, or a fail where the check
-asks (`on_inconclusive`)."""
-# Why a verdict is what it is (the JSON report's `outcome`).
-OUTCOMES = (
-    "ok",  # every condition holds (with 95% confidence where the figure has an interval)
-    "threshold",  # an absolute max/min does not hold (with 95% confidence where it has an interval)
-    "inconclusive",  # the figure's 95% interval straddles the bound
-    "regression",  # worse than the baseline by more than max_regression
-    "insufficient_data",  # fewer than min_tokens tokens in the selection (of the run or of the baseline)
-    "missing_metric",  # the run has no rows at all for this method and metric
-    "missing_baseline",  # the baseline run has no rows for this method and metric
-    "missing_run",  # the run the check pins is not in the database, or it holds no run
-    "not_selected",  # pinned to another run than --run, or --run selects the check's baseline
-)
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "GateResult",
+    "Verdict",
+    "evaluate",
+    "gate_on",
+    "judge",
+    "run_gate",
+    "load_thresholds",
+]
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The judgement of one check on one run (`run_id` None when the database holds no run at all)."""
-
-    check: Check
-    run_id: str | None
-    verdict: str
-    outcome: str
-    reason: str
-    observed: float | None = None
-    tokens: int = 0
-    baseline_value: float | None = None
-    baseline_tokens: int | None = None
-    regression_limit: float | None = None
-    lower: float | None = None
-    """the observed figure's 95% interval (a bootstrap over steps), where it has one"""
-    upper: float | None = None
-    steps_to_decide: int | None = None
-    """an inconclusive verdict: about how many more steps with prox_logp would decide it"""
+def staleness_limits(
+    con: duckdb.DuckDBPyConnection, min_tokens: int, max_staleness: int | None = None
+) -> dict[str, StalenessLimit]:
+    """Each run's S, the largest staleness judged: `max_staleness` (`--max-staleness`), else what replay
+    recorded from the trainer's config, else the run's largest staleness with at least `min_tokens` loss
+    tokens with prox_logp (absent: none has)."""
+    runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
+    if max_staleness is not None:
+        return dict.fromkeys(runs, StalenessLimit(max_staleness, f"--max-staleness {max_staleness}"))
+    recorded = stored_max_staleness(con)
+    if recorded is not None:
+        return dict.fromkeys(runs, StalenessLimit(*recorded))
+    levels = stale_levels(con, min_tokens)
+    source = f"the log: its largest staleness with at least {min_tokens:,} tokens with prox_logp"
+    return {run: StalenessLimit(levels.get(run), source) for run in runs}
 
 
-@dataclass(frozen=True)
-class GateResult:
-    db: str
-    thresholds: str
-    verdicts: tuple[Verdict, ...]
-
-    def count(self, verdict: str) -> int:
-        return sum(v.verdict == verdict for v in self.verdicts)
-
-    @property
-    def judged(self) -> int:
-        """Verdicts that judged data (not skipped)."""
-        return len(self.verdicts) - self.count("skip")
-
-    @property
-    def passed(self) -> bool:
-        """True when no verdict is a failure (warnings and skips allowed) and something was judged:
-        a gate whose every check was skipped proves nothing."""
-        return self.count("fail") == 0 and self.judged > 0
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.passed else 1
+def _not_applicable(check: Check, loss: Loss) -> str | None:
+    """Why the check's metric does not exist under the store's loss (a loss without a behaviour-weight
+    bound flips no bound decision), or None."""
+    metric = lookup(check.figure)[0].metric if check.figure else check.metric
+    definition = next((m for m in METRIC_TABLE if m.name == metric), None)
+    if definition is None or definition.when is None or getattr(loss, definition.when):
+        return None
+    return f"the store's loss ({loss.describe()}) has no {metric} decision: nothing to judge"
 
 
-def regression_limit(baseline: float, max_regression: float, better: str) -> float:
-    """The worst value allowed: baseline moved by max_regression * |baseline| in the worse direction.
-
-    For a positive baseline and better = "lower" this is (1 + max_regression) * baseline; for
-    better = "higher" it is (1 - max_regression) * baseline. Using |baseline| keeps "worse" meaning
-    worse for negative statistics (e.g. the mean of approx_logp).
-    """
-    step = max_regression * abs(baseline)
-    return baseline + step if better == "lower" else baseline - step
-
-
-def _failing(check: Check) -> str:
-    return "warn" if check.warn_only else "fail"
-
-
-def _insufficient(check: Check, run_id: str, why: str, **fields) -> Verdict:
-    verdict = "warn" if check.warn_only else check.on_insufficient
-    return Verdict(check, run_id, verdict, "insufficient_data", why, **fields)
-
-
-def _regression_failure(check: Check, observed: float, base_value: float, limit: float) -> str | None:
-    """The failure text when `observed` is worse than `limit`, else None (NaN is always worse)."""
-    lower = check.better == "lower"
-    if (not observed <= limit) if lower else (not observed >= limit):
-        sign, move = (">", "+") if lower else ("<", "-")
-        allowed = f"baseline {base_value:.6g} {move}{check.max_regression:.0%}"
-        return f"{check.measure} {observed:.6g} {sign} {limit:.6g} ({allowed})"
-    return None
-
-
-def judge(check: Check, run_id: str, stats: dict | None, baseline: dict | None = None) -> Verdict:
-    """Judge one run's statistics on the check's selection; pure, no database access.
-
-    `stats` None: no token of the run falls in the selection. `baseline`: the baseline run's statistics
-    on the same selection (None: no token), used only when the check has `baseline_run`. A statistic
-    that is NaN, or unavailable (None), fails.
-    """
-    n = int(stats["n"]) if stats else 0
-    if n == 0 or n < check.min_tokens:
-        return _insufficient(
-            check, run_id, f"{n} tokens in the selection < min_tokens {check.min_tokens}", tokens=n
-        )
-    if stats[check.measure] is None:
-        why = (
-            f"no {check.measure} for {check.method}: the ground truth has no gradient mass here"
-            if check.figure
-            else f"no {check.stat} for {check.method}/{check.metric}: a 0/1 metric keeps no quantile sketch"
-        )
-        return Verdict(check, run_id, _failing(check), "missing_metric", why, tokens=n)
-    observed = float(stats[check.measure])
-    lower, upper = stats.get(f"{check.measure}_lower"), stats.get(f"{check.measure}_upper")
-    fields: dict = dict(observed=observed, tokens=n, lower=lower, upper=upper)
-    failures, straddled = _bounds(check, observed, lower, upper)
-    if check.baseline_run is not None:
-        base_n = int(baseline["n"]) if baseline else 0
-        fields["baseline_tokens"] = base_n
-        if base_n == 0 or base_n < check.min_tokens:
-            why = f"baseline {check.baseline_run!r}: {base_n} tokens < min_tokens {check.min_tokens}"
-            return _insufficient(check, run_id, why, **fields)
-        base_value = baseline[check.measure]
-        limit = (
-            None if base_value is None else regression_limit(base_value, check.max_regression, check.better)
-        )
-        fields.update(baseline_value=base_value, regression_limit=limit)
-        text = (
-            "baseline statistic unavailable"
-            if limit is None
-            else _regression_failure(check, observed, base_value, limit)
-        )
-        if text:
-            failures.append(("regression", text))
-    if failures:
-        reason = "; ".join(text for _, text in failures)
-        return Verdict(check, run_id, _failing(check), failures[0][0], reason, **fields)
-    shown = _shown(observed, lower, upper)
-    if straddled is not None:
-        steps = stats.get("steps")
-        more = steps_to_decide(observed, lower, upper, straddled, steps) if steps else None
-        advice = f": about {more} more steps with prox_logp would decide it" if more else ""
-        verdict = "warn" if check.warn_only or check.on_inconclusive == "warn" else "fail"
-        reason = f"{check.measure} {shown} straddles {straddled:g}{advice}"
-        return Verdict(check, run_id, verdict, "inconclusive", reason, steps_to_decide=more, **fields)
-    return Verdict(check, run_id, "pass", "ok", f"{check.measure} {shown} within limits", **fields)
-
-
-def _shown(observed: float, lower: float | None, upper: float | None) -> str:
-    interval = "" if lower is None or upper is None else f" (95%: {lower:.6g} to {upper:.6g})"
-    return f"{observed:.6g}{interval}"
-
-
-def _bounds(
-    check: Check, observed: float, lower: float | None, upper: float | None
-) -> tuple[list[tuple[str, str]], float | None]:
-    """(failures, the bound an interval straddles) of `max` and `min`: with an interval, a bound fails
-    only when the whole interval is beyond it and is undecided when the interval straddles it; without
-    one, on the point (written as `not ok` so that NaN fails)."""
-    failures, straddled = [], None
-    high = observed if upper is None or lower is None else upper
-    low = observed if upper is None or lower is None else lower
-    shown = _shown(observed, lower, upper)
-    if check.max is not None and not high <= check.max:
-        if not low <= check.max:
-            failures.append(("threshold", f"{check.measure} {shown} > max {check.max:g}"))
-        else:
-            straddled = check.max
-    if check.min is not None and not low >= check.min:
-        if not high >= check.min:
-            failures.append(("threshold", f"{check.measure} {shown} < min {check.min:g}"))
-        else:
-            straddled = check.min
-    return failures, straddled
+def _needs_limit(check: Check) -> bool:
+    """Whether the check judges the stalenesses 1 to S: at each staleness, or an excess pooled over them."""
+    if check.staleness is not None or check.figure is None:
+        return False
+    return check.each_staleness or lookup(check.figure)[1] == "excess"
 
 
 def _runs_to_judge(check: Check, runs: list[str], only_run: str | None) -> list[str] | Verdict:
@@ -217,24 +90,67 @@ def _missing(check: Check, run_id: str, runs: list[str], present: set[str]) -> V
     """A failing verdict when the run, its metric, or the baseline's metric is not in the store."""
     if run_id not in runs:
         why = f"run {run_id!r} is not in the database (runs: {', '.join(runs) or 'none'})"
-        return Verdict(check, run_id, _failing(check), "missing_run", why)
+        return Verdict(check, run_id, failing(check), "missing_run", why)
     subject = "/".join(filter(None, (check.method, check.figure or check.metric)))
     if run_id not in present:
         why = f"run {run_id!r} has no {subject} rows"
-        return Verdict(check, run_id, _failing(check), "missing_metric", why)
+        return Verdict(check, run_id, failing(check), "missing_metric", why)
     if check.baseline_run is not None and check.baseline_run not in present:
         where = "is not in the database" if check.baseline_run not in runs else "has no such rows"
         why = f"baseline run {check.baseline_run!r} {where} ({subject})"
-        return Verdict(check, run_id, _failing(check), "missing_baseline", why)
+        return Verdict(check, run_id, failing(check), "missing_baseline", why)
     return None
 
 
+class _Judging:
+    """One thresholds file on one store: the runs, each run's S, and each selection's figures read once."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> None:
+        self.con, self.max_staleness = con, max_staleness
+        self.runs = [
+            r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()
+        ]
+        self.limits: dict[int, dict[str, StalenessLimit]] = {}
+        self.used: dict[str, StalenessLimit] = {}
+
+    def limit(self, min_tokens: int, run_id: str) -> StalenessLimit:
+        """The run's S at `min_tokens` (the first one asked for is the run's in the result)."""
+        if min_tokens not in self.limits:
+            self.limits[min_tokens] = staleness_limits(self.con, min_tokens, self.max_staleness)
+        return self.used.setdefault(run_id, self.limits[min_tokens][run_id])
+
+    def verdict(self, check: Check, run_id: str, observed: dict) -> Verdict:
+        """The verdict of a check on a run that has its figure (`observed`: the check's values over its
+        own staleness range, by run, read once for every run)."""
+        if not _needs_limit(check):
+            baseline = observed.get(check.baseline_run) if check.baseline_run else None
+            return judge(check, run_id, observed.get(run_id), baseline, staleness=check.staleness)
+        limit = self.limit(check.min_tokens, run_id)
+        if limit.value is None:
+            why = f"no staleness of the run has min_tokens {check.min_tokens} tokens with prox_logp"
+            return Verdict(check, run_id, insufficient(check), "insufficient_data", why)
+        if limit.value < 1:
+            why = (
+                f"the trainer runs at staleness 0 only ({limit.source}): every estimate there is "
+                "behave_logp, nothing to judge beyond the engine floor"
+            )
+            return Verdict(check, run_id, "pass", "ok", why, staleness=(1, 0))
+        levels = list(range(1, limit.value + 1))
+        if check.each_staleness:
+            return judge_levels(check, run_id, observe_levels(self.con, check, run_id, levels), levels)
+        pooled = observe(self.con, check, (1, limit.value)).get(run_id)
+        return judge(check, run_id, pooled, staleness=(1, limit.value))
+
+
 def evaluate(
-    con: duckdb.DuckDBPyConnection, thresholds: Thresholds, only_run: str | None = None
-) -> list[Verdict]:
-    """Every verdict of every check, in file order, runs sorted."""
-    runs = sorted(r[0] for r in con.execute("SELECT DISTINCT run_id FROM file_tokens").fetchall())
-    verdicts: list[Verdict] = []
+    con: duckdb.DuckDBPyConnection,
+    thresholds: Thresholds,
+    only_run: str | None = None,
+    max_staleness: int | None = None,
+) -> tuple[list[Verdict], dict[str, StalenessLimit]]:
+    """Every verdict of every check, in file order, runs sorted; and each judged run's S."""
+    judging = _Judging(con, max_staleness)
+    runs, verdicts, loss = judging.runs, [], stored_loss(con) or DEFAULT_LOSS
     for check in thresholds.checks:
         selected = _runs_to_judge(check, runs, only_run)
         if isinstance(selected, Verdict):
@@ -244,40 +160,59 @@ def evaluate(
             why = "the database holds no run to judge" + (
                 f" other than the baseline {check.baseline_run!r}" if check.baseline_run else ""
             )
-            verdicts.append(Verdict(check, None, _failing(check), "missing_run", why))
+            verdicts.append(Verdict(check, None, failing(check), "missing_run", why))
             continue
-        if check.figure in RUN_FIGURES:
-            stats = figure_stats(con, check)
-            present = {run for run, values in stats.items() if values[check.figure] is not None}
-        elif check.figure:
-            present = runs_with_metric(con, check.method, FIGURE_METRIC[check.figure])
-            stats = figure_stats(con, check)
+        absent = _not_applicable(check, loss)
+        if absent is not None:
+            verdicts += [Verdict(check, run, "skip", "not_applicable", absent) for run in selected]
+            continue
+        if check.figure is not None and of_run(check.figure):
+            observed = observe(con, check)
+            present = {run for run, value in observed.items() if value.measured}
         else:
-            present = runs_with_metric(con, check.method, check.metric)
-            stats = selection_stats(con, check.method, check.metric, check.staleness)
+            metric = lookup(check.figure)[0].metric if check.figure else check.metric
+            present = runs_with_metric(con, check.method, metric)
+            observed = {} if _needs_limit(check) else observe(con, check, check.staleness)
         for run_id in selected:
             missing = _missing(check, run_id, runs, present)
-            baseline = stats.get(check.baseline_run) if check.baseline_run else None
-            verdicts.append(missing or judge(check, run_id, stats.get(run_id), baseline))
-    return verdicts
+            verdicts.append(missing or judging.verdict(check, run_id, observed))
+    for run in sorted({v.run_id for v in verdicts if v.run_id in runs and v.verdict != "skip"}):
+        judging.limit(DEFAULT_TOLERANCE.min_tokens, run)
+    return verdicts, judging.used
 
 
 def load_thresholds(path: str | Path) -> Thresholds:
     """The checks of a thresholds file: a regular file of at most 1 MiB (`InputFileError`), validated
-    (`ThresholdsError`)."""
+    (a `ThresholdsError` naming the file, the check and the key)."""
     try:
         return parse_thresholds(read_text(path, "thresholds file"), source=str(path))
     except ThresholdsFormatError as error:
         raise ThresholdsError(str(error)) from None
 
 
-def run_gate(db: str | Path, thresholds: str | Path, run: str | None = None) -> GateResult:
+def gate_on(
+    con: duckdb.DuckDBPyConnection,
+    thresholds: Thresholds,
+    db: str = "",
+    run: str | None = None,
+    max_staleness: int | None = None,
+) -> GateResult:
+    """Every check of `thresholds` on the store of `con` (of `run` alone if given)."""
+    verdicts, limits = evaluate(con, thresholds, only_run=run, max_staleness=max_staleness)
+    verdicts = explained(verdicts, runs_without_truth(con))
+    return GateResult(str(db), thresholds.source, tuple(verdicts), limits)
+
+
+def run_gate(
+    db: str | Path, thresholds: str | Path, run: str | None = None, max_staleness: int | None = None
+) -> GateResult:
     """Load the thresholds (ThresholdsError), open the store read-only (StoreError) and judge every check
-    (of `run` alone if given: UsageError when the store does not hold it).
+    (of `run` alone if given: UsageError when the store does not hold it), judging the stalenesses 1 to
+    `max_staleness` where a check looks at the staleness the trainer runs (None: what replay recorded from
+    the trainer's config, else the log's largest with enough tokens).
 
     The thresholds are validated before the database is opened, so a bad file is reported first."""
     parsed = load_thresholds(thresholds)
     with open_store(db) as con:  # read-only; StoreError if missing, locked or not a proxaudit store
         require_run(con, run, db)  # an unknown --run is a usage error, not a failed verdict per check
-        verdicts = explained(evaluate(con, parsed, only_run=run), runs_without_truth(con))
-    return GateResult(db=str(db), thresholds=str(thresholds), verdicts=tuple(verdicts))
+        return gate_on(con, parsed, str(db), run, max_staleness)

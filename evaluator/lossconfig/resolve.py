@@ -14,6 +14,7 @@ from evaluator.inputs import read_text
 from evaluator.lossconfig.areal import areal_loss
 from evaluator.lossconfig.others import TRL_KEYS, prime_rl_loss, trl_loss
 from evaluator.lossconfig.presets import PRESETS
+from evaluator.lossconfig.staleness import max_staleness
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
 from evaluator.lossconfig.yaml_file import load_yaml
@@ -21,12 +22,14 @@ from evaluator.lossconfig.yaml_file import load_yaml
 
 @dataclass(frozen=True)
 class LossChoice:
-    """The loss, and what was read to get it: config keys used and ignored, and notes for the user."""
+    """The loss, and what was read to get it: config keys used and ignored, and notes for the user; the
+    trainer's maximum staleness where its config has it (`staleness.max_staleness`)."""
 
     loss: Loss
     used: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    max_staleness: tuple[int, str, str] | None = None
 
     def lines(self) -> list[str]:
         """What to tell the user: the loss in one line, then the keys read and ignored, then the notes."""
@@ -36,6 +39,8 @@ class LossChoice:
         if self.ignored:
             out.append("  ignored (they shape no decision proxaudit models): " + ", ".join(self.ignored))
         out += [f"  note: {n}" for n in self.notes]
+        if self.max_staleness is not None:
+            out.append(f"  max staleness: {self.max_staleness[1]}: the gate judges staleness 1 to it")
         return out
 
 
@@ -77,7 +82,7 @@ def trainer_config(path: str | Path) -> LossChoice:
             "(a TOML [loss] table) config; describe the loss in a TOML file for --loss instead"
         )
     loss, used, ignored, notes = reader(config, str(path))
-    return LossChoice(loss, used, ignored, notes)
+    return LossChoice(loss, used, ignored, notes, max_staleness(config, str(path)))
 
 
 FLAGS = {"eps_low": "--eps-low", "eps_high": "--eps-high", "upper": "--bound", "rules": "--bound"}

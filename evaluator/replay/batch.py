@@ -26,8 +26,9 @@ import pyarrow.compute as pc
 from evaluator.formulas.estimators import estimates
 from evaluator.formulas.gradients import Sequences
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from evaluator.formulas.metrics import Coverage, Tokens, coverage, method_metrics, prox_terms
+from evaluator.formulas.metrics import Coverage, coverage, method_metrics
 from evaluator.formulas.sketch import bucket_code
+from evaluator.formulas.terms import Tokens, prox_terms
 from evaluator.replay.accumulators import Moments, SketchCounts
 from evaluator.replay.pairing import previous_versions
 from schemas.store import METHODS, metrics_for

@@ -185,13 +185,15 @@ def replay(
     workers: int | None = None,
     loss: Loss = DEFAULT_LOSS,
     max_staleness: int | None = None,
+    staleness_limit: tuple[int, str, str] | None = None,
     ray: str | None = None,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
     order (see the module docstring; `on_found` hears first the folders they are in, with their runs), on
     `workers` processes (default `file_workers`; 1: all in this process), with the loss's thresholds
     `loss` for the decision metrics (recorded in the store; a store made with other parameters is
-    refused) and the trainer's `max_staleness` for the findings. `ray`:
+    refused) and the trainer's `max_staleness` for the findings; `staleness_limit` (the trainer's maximum
+    staleness, where it was read, its config key) is recorded for the gate. `ray`:
     check and summarise on Ray instead (`"local"` starts one, else a cluster address;
     `evaluator.replay.ray_runner`), ingesting here in the same order.
 
@@ -215,6 +217,8 @@ def replay(
         runner = _runner(ray, file_workers(len(files)) if workers is None else workers)
         try:
             with StoreWriter(db_path, loss) as store, _progress(files, progress) as bar, runner:
+                if staleness_limit is not None:
+                    store.record_max_staleness(*staleness_limit)
                 slots = digests(files, store.digests(), staging)
                 if any(s.to_check for s in slots):
                     load_kernels()  # numba's start, while the files are checked

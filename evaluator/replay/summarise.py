@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -30,13 +31,28 @@ from evaluator.replay.accumulators import Moments
 from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
 from evaluator.replay.pairing import resumes_frame
 from evaluator.replay.reading import iter_batches, sequence_starts, sorted_copy
-from evaluator.replay.tasks import SummariseRange
 from evaluator.store import FileSummary
 
 BATCH_ROWS = 1 << 18
 MIN_BATCHES_PER_WORKER = 8
 """A range costs a task on a cluster (and its share of the GIL here); give each at least 2M rows."""
 Rows = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class SummariseRange:
+    """Summarise rows [start, end) of a long file (`rows` None: all of it) in record batches of
+    `batch_rows`: a `RangeSummary`, merged with the file's other ranges in file order."""
+
+    path: Path
+    rows: tuple[int, int] | None
+    resumes: pa.Table
+    loss: Loss
+    batch_rows: int
+    kind = "summarise_range"
+
+    def run(self, on_batch: Callable[[int], None] | None = None, stop: threading.Event | None = None):
+        return summarise_range(self, on_batch=on_batch, stop=stop)
 
 
 @dataclass

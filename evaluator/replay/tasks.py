@@ -1,17 +1,17 @@
 """Replay's units of per-file work, as the runners (`evaluator.replay.workers`, `.ray_runner`) ship them:
 picklable values whose `run()` does the work where the runner puts it (this process, a worker process or
-a Ray worker). Each imports what it needs when first run, so a worker pays it once."""
+a Ray worker); a range of a long file is `evaluator.replay.summarise.SummariseRange`."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
 from evaluator.formulas.loss import Loss
+from evaluator.replay.summarise import SummariseRange, summarise_file
+from evaluator.validate import check_file
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,6 @@ class Check:
     kind = "check"
 
     def run(self):
-        from evaluator.validate import check_file
-
         return check_file(self.path)
 
 
@@ -39,28 +37,8 @@ class Summarise:
     kind = "summarise"
 
     def run(self):
-        from evaluator.replay.summarise import summarise_file
-
         # one worker per core already: no range threads
         return summarise_file(self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1)
-
-
-@dataclass(frozen=True)
-class SummariseRange:
-    """Summarise rows [start, end) of a long file (`rows` None: all of it) in record batches of
-    `batch_rows`: a `RangeSummary`, merged with the file's other ranges in file order."""
-
-    path: Path
-    rows: tuple[int, int] | None
-    resumes: pa.Table
-    loss: Loss
-    batch_rows: int
-    kind = "summarise_range"
-
-    def run(self, on_batch: Callable[[int], None] | None = None, stop: threading.Event | None = None):
-        from evaluator.replay.summarise import summarise_range
-
-        return summarise_range(self, on_batch=on_batch, stop=stop)
 
 
 Task = Check | Summarise | SummariseRange

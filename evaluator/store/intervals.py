@@ -1,7 +1,8 @@
 """The 95% intervals the public views carry (`evaluator.formulas.bootstrap`), computed from the store's
 per-step sums whenever it is published, for the views' two groupings: each run (every staleness) and each
 (run, staleness). Decision figures get an interval, and so does their excess over the engine floor (the
-figure minus `rollout`'s at staleness 0, on the same draws); the error metrics' means get one too."""
+figure minus `rollout`'s at staleness 0, on the same draws; a run's excess pools its stale tokens only,
+staleness >= 1, where the excess is not 0 by construction); the error metrics' means get one too."""
 
 from __future__ import annotations
 
@@ -11,29 +12,29 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from evaluator.formulas.bootstrap import percentile_interval, ratio_replicates, step_draws
-from schemas.store import EXCESS_FIGURES, INTERVAL_FIGURES
+from evaluator.formulas.bootstrap import REPLICATES, percentile_interval, ratio_replicates, step_draws
+from schemas.figures import EXCESS, EXCESS_FIGURES, FIGURES, FLOOR, FLOOR_METHOD, INTERVAL_FIGURES, LEVEL
 
 if TYPE_CHECKING:  # pandas only when intervals are computed: importing the store does not load it
     import pandas as pd
 
-FIGURES: dict[str, tuple[str, str, str, str]] = {
-    figure: ("grad_weight_abs_error", "s", "true_grad_weight", "s")
-    if figure == "gradient_mass_error"
-    else (figure.removesuffix("_rate"), "s", figure.removesuffix("_rate"), "n")
-    for figure in INTERVAL_FIGURES
+_STAT = {"sum": "s", "count": "n"}
+SUMS: dict[str, tuple[str, str, str, str]] = {
+    name: (f.numerator.metric, _STAT[f.numerator.stat], f.denominator.metric, _STAT[f.denominator.stat])
+    for name, f in ((name, FIGURES[name]) for name in INTERVAL_FIGURES)
 }
-"""figure: (numerator metric, its sum `s` or count `n`, denominator metric, its `s` or `n`)."""
-FLOOR_METHOD = "rollout"
+"""figure: (numerator metric, its sum `s` or count `n`, denominator metric, its `s` or `n`), from the
+catalogue (`schemas.figures`)."""
 MEAN_METRICS = (
     "abs_error", "rel_error", "squared_error", "behave_imp_weight_abs_error", "behave_imp_weight_rel_error",
     "importance_weight_abs_error", "importance_weight_rel_error", "grad_weight", "drift", "prob_drift",
     "exp_abs_drift",
 )  # fmt: skip
-METRICS = tuple(sorted({m for spec in FIGURES.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS)))
+METRICS = tuple(sorted({m for spec in SUMS.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS)))
 """The metrics whose per-step sums the intervals read."""
-ALL = -1
-"""The staleness label of the every-staleness grouping while computing (NULL in the tables)."""
+ALL, STALE = -1, -2
+"""The staleness labels of the every-staleness grouping (NULL in the tables) and of the stale tokens'
+(staleness >= 1: what a run's excess pools) while computing."""
 
 _SUMS = """
     SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
@@ -54,8 +55,8 @@ def _run_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """One run's decision and mean interval rows, every staleness and each one."""
     import pandas as pd
 
-    everything = frame.assign(staleness=ALL)
-    frame = pd.concat([frame, everything], ignore_index=True)
+    everything, stale = frame.assign(staleness=ALL), frame[frame["staleness"] > 0].assign(staleness=STALE)
+    frame = pd.concat([frame, everything, stale], ignore_index=True)
     steps = np.sort(frame["step"].unique())
     draws = step_draws(len(steps))
     cells = pd.MultiIndex.from_frame(frame[["staleness", "method"]].drop_duplicates())
@@ -67,17 +68,20 @@ def _run_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
         fill_value=0.0,
     )
     replicates = {}
-    for figure, (num, num_stat, den, den_stat) in FIGURES.items():
+    for figure, (num, num_stat, den, den_stat) in SUMS.items():
         numerator = _per_step(wide, num, num_stat, cells, steps)
         denominator = _per_step(wide, den, den_stat, cells, steps)
         replicates[figure] = (ratio_replicates(numerator, denominator, draws), denominator.sum(axis=0) > 0)
-    decision = []
+    decision, pooled = [], _excess_cells(cells)
     for figure, (reps, present) in replicates.items():
         lower, upper = percentile_interval(reps)
         floor = _floor(reps, cells)
-        excess = percentile_interval(reps - floor[:, None]) if figure in EXCESS_FIGURES else None
+        excess = None
+        if figure in EXCESS_FIGURES:
+            own = np.where(pooled >= 0, reps[:, np.maximum(pooled, 0)], np.nan)  # (R, C)
+            excess = percentile_interval(own - floor[:, None])
         for i, (staleness, method) in enumerate(cells):
-            if not present[i] or method == "ground_truth":
+            if not present[i] or method == "ground_truth" or staleness == STALE:
                 continue
             row = dict(staleness=staleness, method=method, n_steps=len(steps), figure=figure,
                        lower=lower[i], upper=upper[i])  # fmt: skip
@@ -91,11 +95,20 @@ def _run_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
         )
         lower, upper = percentile_interval(reps)
         for i, (staleness, method) in enumerate(cells):
-            if np.isfinite(lower[i]):
+            if staleness != STALE and np.isfinite(lower[i]):
                 means.append(
                     dict(staleness=staleness, method=method, metric=metric, lower=lower[i], upper=upper[i])
                 )
     return decision, means
+
+
+def _excess_cells(cells: pd.MultiIndex) -> np.ndarray:
+    """`[cells]` the cell whose replicates each cell's excess is taken from: its own, but the stale tokens'
+    for every staleness (-1 where a method has none)."""
+    position = {cell: i for i, cell in enumerate(cells)}
+    return np.array(
+        [position.get((STALE, method), -1) if s == ALL else i for i, (s, method) in enumerate(cells)]
+    )
 
 
 def _floor(replicates: np.ndarray, cells: pd.MultiIndex) -> np.ndarray:
@@ -152,46 +165,66 @@ _COLUMNS = {
 
 
 _STEP_SUMS = """
-    SELECT step, sum(n)::DOUBLE AS n, sum(sum ORDER BY staleness, file_id) AS s FROM metric_moments
-    WHERE run_id = ? AND metric = ? AND method = ? AND staleness BETWEEN ? AND ? GROUP BY step"""
+    SELECT step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
+    FROM metric_moments WHERE run_id = ? AND method IN (?, ?) AND metric IN (?, ?)
+    GROUP BY ALL ORDER BY ALL"""
+
+
+def selection_intervals(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    figure: str,
+    method: str | None,
+    ranges: list[tuple[int, int]],
+    family: int = 1,
+) -> tuple[list[tuple[float | None, float | None]], int]:
+    """([(lower, upper)] per staleness range, steps): the interval of one figure of one run over each
+    inclusive staleness range, on the draws of the store's intervals, at 95% for each (`family` 1) or for
+    `family` of them together (Bonferroni: each at 1 - 0.05 / family, on `REPLICATES * family` draws, so that
+    each bound rests on as many replicates beyond it as a 95% one). The figure is a decision figure,
+    `excess_<figure>` (minus the engine floor's), `floor_<figure>` (the floor's own; no method) or
+    `mean:<metric>` (a metric's mean). Only the sums it needs are read (the steps of the run that have any
+    of the intervals' metrics set the draws)."""
+    marks = ", ".join("?" * len(METRICS))
+    sql = f"SELECT DISTINCT step FROM metric_moments WHERE run_id = ? AND metric IN ({marks})"
+    steps = np.sort(con.execute(sql, [run_id, *METRICS]).fetchnumpy()["step"])
+    if not len(steps):
+        return [(None, None)] * len(ranges), 0
+    draws = step_draws(len(steps), REPLICATES * family)
+    base = figure.removeprefix(EXCESS).removeprefix(FLOOR).removeprefix("mean:")
+    num, num_stat, den, den_stat = SUMS.get(base, (base, "s", base, "n"))
+    frame = con.execute(_STEP_SUMS, [run_id, method or FLOOR_METHOD, FLOOR_METHOD, num, den]).df()
+
+    def replicates(who: str, selected: list[tuple[int, int]]) -> np.ndarray:
+        """`[replicates, ranges]` of `who` over each staleness range."""
+
+        def sums(metric: str, stat: str) -> np.ndarray:  # (n_steps, ranges), stalenesses added in order
+            part = frame[(frame["method"] == who) & (frame["metric"] == metric)]
+            by_staleness = part.pivot_table(index="step", columns="staleness", values=stat, aggfunc="sum")
+            by_staleness = by_staleness.reindex(steps).fillna(0.0)
+            levels = by_staleness.columns.to_numpy()
+            cells = by_staleness.to_numpy(np.float64)
+            return np.stack([cells[:, (levels >= lo) & (levels <= hi)].sum(axis=1) for lo, hi in selected], 1)
+
+        return ratio_replicates(sums(num, num_stat), sums(den, den_stat), draws)
+
+    if figure.startswith(FLOOR):
+        reps = replicates(FLOOR_METHOD, [(0, 0)] * len(ranges))
+    else:
+        reps = replicates(method, ranges)
+        if figure.startswith(EXCESS):
+            reps = reps - replicates(FLOOR_METHOD, [(0, 0)])
+    lower, upper = percentile_interval(reps, 1 - (1 - LEVEL) / family)
+    bounds = [
+        tuple(None if np.isnan(v) else float(v) for v in pair) for pair in zip(lower, upper, strict=True)
+    ]
+    return bounds, len(steps)
 
 
 def selection_interval(
     con: duckdb.DuckDBPyConnection, run_id: str, figure: str, method: str | None, lo: int, hi: int
 ) -> tuple[float | None, float | None, int]:
-    """(lower, upper, steps) of the 95% interval of one figure of one run over staleness [lo, hi], on the
-    draws of the store's intervals: a decision figure, `excess_<figure>` (minus the engine floor's),
-    `floor_<figure>` (the floor's own; no method) or `mean:<metric>` (a metric's mean). Only the sums it
-    needs are read, per step (the steps of the run that have any of the intervals' metrics set the draws)."""
-    marks = ", ".join("?" * len(METRICS))
-    sql = f"SELECT DISTINCT step FROM metric_moments WHERE run_id = ? AND metric IN ({marks})"
-    steps = np.sort(con.execute(sql, [run_id, *METRICS]).fetchnumpy()["step"])
-    if not len(steps):
-        return None, None, 0
-    draws = step_draws(len(steps))
-
-    def sums(metric: str, stat: str, who: str, low: int, high: int) -> np.ndarray:
-        """`[n_steps, 1]` one metric's per-step sums or counts of `who` over staleness [low, high]."""
-        by_step = con.execute(_STEP_SUMS, [run_id, metric, who, low, high]).df().set_index("step")[stat]
-        return by_step.reindex(steps, fill_value=0.0).to_numpy(np.float64)[:, None]
-
-    def replicates(name: str, who: str, low: int, high: int) -> np.ndarray:
-        if name.startswith("mean:"):
-            metric = name.removeprefix("mean:")
-            spec = (metric, "s", metric, "n")
-        else:
-            spec = FIGURES[name]
-        return ratio_replicates(
-            sums(spec[0], spec[1], who, low, high), sums(spec[2], spec[3], who, low, high), draws
-        )
-
-    if figure.startswith("floor_"):
-        reps = replicates(figure.removeprefix("floor_"), FLOOR_METHOD, 0, 0)
-    elif figure.startswith("excess_"):
-        base = figure.removeprefix("excess_")
-        reps = replicates(base, method, lo, hi) - replicates(base, FLOOR_METHOD, 0, 0)
-    else:
-        reps = replicates(figure, method, lo, hi)
-    lower, upper = percentile_interval(reps)
-    values = [None if np.isnan(v) else float(v) for v in (lower[0], upper[0])]
-    return values[0], values[1], len(steps)
+    """(lower, upper, steps) of the 95% interval of one figure of one run over staleness [lo, hi]
+    (`selection_intervals`)."""
+    ((lower, upper),), steps = selection_intervals(con, run_id, figure, method, [(lo, hi)])
+    return lower, upper, steps

@@ -206,3 +206,18 @@ def stored_loss(con: duckdb.DuckDBPyConnection) -> Loss | None:
     """The loss the store's metrics were computed under (None before the first replay)."""
     rows = con.execute("SELECT value FROM store_meta WHERE key = ?", [LOSS_KEY]).fetchall()  # no result open
     return Loss.from_dict(json.loads(rows[0][0])) if rows else None
+
+
+MAX_STALENESS_KEY = "max_staleness"
+"""The `store_meta` key of the trainer's maximum staleness a replay was told (JSON: value, source, key)."""
+
+
+def stored_max_staleness(con: duckdb.DuckDBPyConnection) -> tuple[int, str, str] | None:
+    """(the trainer's maximum staleness, where it was read, the config key that sets it) as the latest
+    replay that knew it recorded it: its `--max-staleness`, or the trainer's config given with
+    `--loss-from`; None if none did."""
+    rows = con.execute("SELECT value FROM store_meta WHERE key = ?", [MAX_STALENESS_KEY]).fetchall()
+    if not rows:
+        return None
+    recorded = json.loads(rows[0][0])
+    return int(recorded["value"]), str(recorded["source"]), str(recorded["key"])

@@ -34,7 +34,14 @@ from evaluator.sources import recorded_location
 from evaluator.store import findings as stored_findings
 from evaluator.store.files import publish_copy, sibling, writing
 from evaluator.store.intervals import refresh_intervals
-from evaluator.store.reader import LOSS_KEY, StoreBusy, check_db_path, check_store, stored_loss
+from evaluator.store.reader import (
+    LOSS_KEY,
+    MAX_STALENESS_KEY,
+    StoreBusy,
+    check_db_path,
+    check_store,
+    stored_loss,
+)
 from evaluator.store.repeats import CopyOf, repeats
 from schemas.store import METRIC_TABLE, STORE_DDL, STORE_SCHEMA_VERSION
 
@@ -222,6 +229,13 @@ class StoreWriter:
         what every check made of those runs (`evaluator.store.findings`)."""
         if stored_findings.record(self.con, findings, checks):
             self._dirty = True
+
+    def record_max_staleness(self, value: int, source: str, key: str) -> None:
+        """Record the trainer's maximum staleness, where it was read and the config key that sets it
+        (`reader.stored_max_staleness`); the latest replay that knows it replaces it."""
+        entry = json.dumps({"value": int(value), "source": source, "key": key})
+        self.con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [MAX_STALENESS_KEY, entry])
+        self._dirty = True
 
     def _insert(self, location: str, digest: str, summary: FileSummary) -> None:
         con = self.con

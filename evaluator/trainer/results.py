@@ -7,14 +7,20 @@ import csv
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from evaluator.trainer.engine import Engine
-    from evaluator.trainer.train import Args
+from evaluator.trainer.engine import Engine
+
+
+class Args(Protocol):
+    """The options of a run its progress line and report say (`evaluator.trainer.train.Args`)."""
+
+    steps: int
+    prox_method: str
+    out_dir: str
 
 
 @dataclass

@@ -24,8 +24,9 @@ BLOCK = 128
 """Consecutive seq_ids sampled together: groups of 2, 4, 8, ... 128 stay whole."""
 _HASH_BUCKETS = 1 << 16  # the hash modulo: the sampled share is buckets / this
 _NUMERIC = (
-    "step", "minibatch", "n_minibatches", "seq_id", "pos", "loss_mask", "behave_logp", "behave_version",
-    "prox_logp", "theta_logp", "proximal_t_logp", "proximal_t_version", "advantage", "reward",
+    "step", "minibatch", "n_minibatches", "seq_id", "pos", "token_id", "loss_mask", "behave_logp",
+    "behave_version", "prox_logp", "theta_logp", "proximal_t_logp", "proximal_t_version", "advantage",
+    "reward",
 )  # fmt: skip
 
 

@@ -186,7 +186,8 @@ def centred(e: RunEvidence, _) -> Verdict:
 
 
 def against_reward(e: RunEvidence, _) -> Verdict:
-    """advantage_against_reward (falls as the reward rises) and advantage_ignores_reward."""
+    """advantage_against_reward (falls as the reward rises), advantage_ignores_reward, and reward_constant
+    (one reward a step while the advantages differ)."""
     if undecided := _no_advantage(e):
         return undecided
     if e.advantage["r_responses"].sum() == 0:
@@ -211,8 +212,18 @@ def against_reward(e: RunEvidence, _) -> Verdict:
     if undecided := too_few(whole["n_corr"], "responses with a reward", MIN_TOKENS):
         return undecided
     r = correlation(whole["sxy"], whole["sxx"], whole["syy"])
+    if whole["syy"] == 0 and whole["sxx"] > 0:
+        return Finding(
+            "reward_constant", e.run_id, "reward", int(whole["n_corr"]),
+            f"the reward is the same for every one of {int(whole['n_corr']):,} responses within each step, "
+            "while their advantages differ: the advantages were computed from other rewards than the column "
+            "holds",
+            0.0, "reward spread 0 within every step, advantage spread > 0", e.cell_examples(pl.col("n") > 0),
+            "which reward the adapter writes: the score the advantages were computed from, not a default or "
+            "a field left empty",
+        )  # fmt: skip
     if whole["syy"] == 0:
-        return Undecided("the reward is the same for every response of each step")
+        return Undecided("the reward and the advantage are the same for every response of each step")
     if r <= AGAINST_CORRELATION:
         return _against(
             e,

@@ -1,6 +1,7 @@
 """Checks of behave_logp against the trainer's log-probs: it comes from the inference engine at
-generation (not from the recompute or the training forward), and at staleness 0 it differs from prox by
-the engine mismatch only."""
+generation (not from the recompute or the training forward, wholly or on some tokens), it is the log-prob
+of the distribution the token was sampled from (so on average at least prox's: their mean difference is
+KL(pi_behave || pi_prox) >= 0), and at staleness 0 it differs from prox by the engine mismatch only."""
 
 from __future__ import annotations
 
@@ -22,11 +23,7 @@ outlier tokens (a clean tiny run reached 4e64 from one token of a collapsed poli
 the message, not judged."""
 
 
-def exact_source(e: RunEvidence, _) -> Verdict:
-    """behave_is_prox and behave_is_theta."""
-    stale = e.cells.filter(pl.col("staleness") >= 1)
-    if undecided := too_few(stale["n"].sum(), "loss tokens of staleness 1+"):
-        return undecided
+def _whole_source(e: RunEvidence, stale: pl.DataFrame) -> Verdict:
     for column, other, n_col in (
         ("behave_is_prox", "prox_logp", "n_prox"),
         ("behave_is_theta", "theta_logp", "n"),
@@ -45,6 +42,73 @@ def exact_source(e: RunEvidence, _) -> Verdict:
                 f"not from {source}",
             )  # fmt: skip
     return None
+
+
+MIXED_SHARE = 0.02
+"""Stale trained tokens (log-prob below -0.01) whose behave_logp equals prox (or theta) bit for bit: none on
+the clean runs (at most 0.008%); 2% is the trainer's log-prob written in place of the engine's on some
+tokens."""
+BELOW_PROX = -0.01
+"""Mean behave - prox (nats) at staleness 0, over the trained tokens: the tokens were sampled from
+pi_behave, so the mean is KL(pi_behave || pi_prox) >= 0 whatever the engine mismatch (the clean runs:
++0.00003 to +0.003; the synthetic logs, whose engine noise is not a sampling distribution, -0.00005). At
+-0.01 or less behave is not the sampled distribution's log-prob: logits without the sampling temperature
+(vLLM's raw_logprobs at T = 0.8: -0.09), another model's (the reference), or another token's."""
+BELOW_PROX_Z = 5.0
+"""... and by 5 standard errors (tokens treated as independent), so that few tokens do not decide."""
+
+
+def exact_source(e: RunEvidence, _) -> Verdict:
+    """behave_is_prox and behave_is_theta (nearly every stale token), behave_mixed_source (some)."""
+    stale = e.cells.filter(pl.col("staleness") >= 1)
+    if undecided := too_few(stale["n"].sum(), "loss tokens of staleness 1+"):
+        return undecided
+    return _whole_source(e, stale) or _mixed_source(e)
+
+
+def _mixed_source(e: RunEvidence) -> Verdict:
+    for column, other, n_col in (
+        ("behave_is_prox_cmp", "prox_logp", "n_cmp_prox"),
+        ("behave_is_theta_cmp", "theta_logp", "n_cmp"),
+    ):
+        n, same = int(e.tokens[n_col].sum()), int(e.tokens[column].sum())
+        if n < MIN_TOKENS or same < MIXED_SHARE * n:
+            continue
+        return Finding(
+            "behave_mixed_source", e.run_id, "behave_logp", same,
+            f"behave_logp equals {other} bit for bit on {same:,} of {n:,} stale tokens below -0.01 "
+            f"({same / n:.1%}): two policies of different versions never agree to the last bit, so on those "
+            f"tokens behave_logp is the trainer's {other}, not the engine's",
+            same / n, f">= {MIXED_SHARE:.0%} of the stale tokens", e.example(f"equal:{other}"),
+            f"where the engine returned no log-prob (a failed or aborted request, a length mismatch, tool "
+            f"tokens): the adapter fills them from {other} instead of leaving those tokens out of the loss",
+        )  # fmt: skip
+    return None
+
+
+def sampled(e: RunEvidence, _) -> Verdict:
+    """behave_below_prox: behave is on average below prox at staleness 0, impossible for the log-prob of
+    the distribution each token was sampled from."""
+    fresh = e.cells.filter(pl.col("staleness") == 0)
+    n = int(fresh["n_prox"].sum())
+    if undecided := too_few(n, "trained tokens with prox_logp at staleness 0"):
+        return undecided
+    mean = float(fresh["signed_drift"].sum()) / n
+    spread = max(float(fresh["drift_sq"].sum()) / n - mean * mean, 0.0) ** 0.5
+    z = mean / (spread / n**0.5) if spread > 0 else 0.0
+    if mean > BELOW_PROX or z > -BELOW_PROX_Z:
+        return None
+    return Finding(
+        "behave_below_prox", e.run_id, "behave_logp", n,
+        f"at staleness 0 behave_logp is on average {-mean:.3g} nats below prox_logp over {n:,} trained "
+        f"tokens (z {z:.1f}); for tokens sampled from pi_behave the mean of behave - prox is "
+        "KL(pi_behave || pi_prox), never negative, so behave_logp is not the log-prob of the distribution "
+        "the tokens were sampled from",
+        mean, f"<= {BELOW_PROX} nats and z <= -{BELOW_PROX_Z:g}", e.cell_examples(pl.col("staleness") == 0),
+        "the engine's log-prob mode against its sampling: temperature (vLLM returns raw_logprobs, before "
+        "temperature and top-p, unless logprobs_mode is processed_logprobs), and that behave_logp is the "
+        "sampled token's and the policy's, not the reference model's",
+    )  # fmt: skip
 
 
 def placeholder(e: RunEvidence, _) -> Verdict:

@@ -10,10 +10,18 @@ from evaluator.problems import Finding
 from evaluator.validate.evidence import RunEvidence
 from evaluator.validate.verdicts import MIN_RESPONSES, Undecided, Verdict, movement_z, too_few
 
-EDGE_MASKED = 0.9
-"""One edge of the responses (their first or last tokens) masked in 90%+ of them ..."""
+EDGE_MASKED = 0.25
+"""One edge of the responses (their first or last tokens) masked in 25%+ of them (the clean runs: 0% to
+2.5%; an EOS masked only where it ends the response, as a pad id equal to the EOS id or a truncation that
+masks it does, leaves out the responses cut at the length limit) ..."""
+EDGE_OVER_OTHER = 5.0
+"""... 5 times as often as the other tokens are masked ..."""
 OTHER_MASKED = 0.2
-"""... while at most 20% of the other tokens are: the fingerprint of a rolled or offset loss mask."""
+"""... while at most 20% of the other tokens are ..."""
+SAME_EDGE = 0.8
+"""... and 80%+ of those responses mask the same number of edge tokens: the fingerprint of a rolled or
+offset loss mask, or of one special token masked (a masked tool output or turn ends elsewhere, at many
+lengths)."""
 TRUNCATED = 0.5
 """Trained tokens stop at one and the same position K, 2+ tokens before the end, in half or more of the
 responses longer than K + 2: a mask cut at a fixed length (clean: the last trained token is the
@@ -51,7 +59,7 @@ def trained(e: RunEvidence, _) -> Verdict:
 
 
 def edges(e: RunEvidence, _) -> Verdict:
-    """loss_mask_edge: the first (or last) tokens of nearly every response masked."""
+    """loss_mask_edge: the first (or last) tokens of many responses masked, as many tokens in each."""
     m = e.mask
     responses = float(m["responses"].sum())
     if undecided := too_few(responses, "responses with a trained token"):
@@ -60,18 +68,22 @@ def edges(e: RunEvidence, _) -> Verdict:
     inner_rows = float(m["rows"].sum()) - lead - tail
     others = (float(m["masked"].sum()) - lead - tail) / max(1.0, inner_rows)
     for edge, kind, where in (("first", "lead", "the first answer token"), ("last", "tail", "EOS")):
-        hist = _hist(e, kind)
-        masked = float(hist.filter(pl.col("value") >= 1)["n"].sum())
-        if masked < EDGE_MASKED * responses or others > OTHER_MASKED:
+        hist = _hist(e, kind).filter(pl.col("value") >= 1).sort("n", descending=True)
+        masked = float(hist["n"].sum())
+        share = masked / responses
+        if share < max(EDGE_MASKED, EDGE_OVER_OTHER * others) or others > OTHER_MASKED:
             continue
-        k = int(hist.filter(pl.col("value") >= 1).sort("n", descending=True)["value"][0])
+        if hist["n"][0] < SAME_EDGE * masked:
+            continue
+        k = int(hist["value"][0])
         tokens, verb = ("token", "has") if k == 1 else (f"{k} tokens", "have")
         return Finding(
             "loss_mask_edge", e.run_id, "loss_mask", int(masked),
-            f"the {edge} {tokens} of {masked / responses:.0%} of {int(responses):,} responses {verb} "
+            f"the {edge} {tokens} of {share:.0%} of {int(responses):,} responses {verb} "
             f"loss_mask false, against {others:.1%} of the other tokens: the fingerprint of a loss mask "
             f"rolled or offset (the {edge} token, often {where}, never learned)",
-            masked / responses, f">= {EDGE_MASKED:.0%} of responses, others <= {OTHER_MASKED:.0%}",
+            share, f">= {EDGE_MASKED:.0%} of responses and {EDGE_OVER_OTHER:g}x the others' rate (<= "
+            f"{OTHER_MASKED:.0%}), {SAME_EDGE:.0%}+ at one length",
             e.example(f"mask_{kind}"),
             "the roll of loss_mask against the log-probs, and where the response starts in the mask",
         )  # fmt: skip

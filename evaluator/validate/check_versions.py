@@ -1,6 +1,7 @@
 """Checks of behave_version and step over the run: versions count weight updates as steps do, the
 freshest version advances with the steps, staleness stays in a bounded range, and the drift from prox
-grows with staleness (the versions measure how far the policy moved)."""
+grows with staleness (the versions measure how far the policy moved), not with the step at a given
+staleness (the engine loads the versions it reports)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,22 @@ USUAL_SHARE = 0.99
 STALL_STEPS = 12
 """The freshest version of a step's tokens stays the same over at most 3 consecutive steps on the clean
 runs (staleness up to 8); over 12 or more, the tokens of those steps grow one version staler per step."""
+VERSION_RATE = 0.6
+"""The freshest version of a step's tokens advances by one per step on the clean runs (1.00 on every one:
+staleness 0, or the same lowest staleness, in every step); under 0.6 the steps count something else than
+the weight versions (a stalled counter: 0; steps counted twice as fast: 0.5)."""
 FLOOR_LIMIT = 3.0
 """The drift at the lowest staleness (the engine mismatch) is at most 1.2x theta's movement per version
 on the clean runs (SmolLM2's bf16 engine); beyond 3x, versions' drift is too small a part to see grow."""
+FOLLOW_STEPS = 8
+"""Steps with prox_logp needed to tell a drift that grows with the step from one that grows with the
+staleness."""
+STEP_LIKE = 0.5
+"""At a given staleness, |prox - behave| grows per step by 0.004x to 0.03x what it grows per staleness
+level on the clean runs (SmolLM2's bf16 engine drifts from fp32 as its weights move: 0.0007 nats a step
+against 0.025 a level); at half of it or more, the versions do not explain the drift, the steps do."""
+FOLLOW_Z = 4.0
+"""... by 4 standard errors of the growth per step (tokens as if independent)."""
 GROWTH = 0.1
 """Drift should grow with staleness: per level, by about what the policy moves in one version (clean:
 0.18 to 2.5 of theta's movement per version within a step); under 0.1 of it, the versions do not count
@@ -116,15 +130,16 @@ def staleness_range(e: RunEvidence, max_staleness: int | None) -> Verdict:
     )  # fmt: skip
 
 
+def _freshest(e: RunEvidence) -> pl.DataFrame:
+    """Per step with rows (masked ones too: they were generated all the same), its freshest version."""
+    rows = pl.col("n") + pl.col("n_masked")
+    by = e.cells.filter(rows > 0).group_by("step")
+    return by.agg((pl.col("step") - pl.col("staleness")).max().alias("freshest")).sort("step")
+
+
 def version_stalled(e: RunEvidence, _) -> Verdict:
     """The freshest version per step (step - its lowest staleness) stays the same while steps pass."""
-    rows = pl.col("n") + pl.col("n_masked")
-    steps = (
-        e.cells.filter(rows > 0)
-        .group_by("step")
-        .agg((pl.col("step") - pl.col("staleness")).max().alias("freshest"))
-        .sort("step")
-    )
+    steps = _freshest(e)
     if steps.height <= STALL_STEPS:
         return Undecided(f"{steps.height} steps, {STALL_STEPS + 1} needed to see a stall of {STALL_STEPS}")
     step, fresh = steps["step"].to_numpy(), steps["freshest"].to_numpy()
@@ -193,3 +208,83 @@ def _movement_per_version(e: RunEvidence) -> float | None:
         return None
     place = cells["minibatch"] / cells["n_minibatches"]
     return float(cells["theta_gap"].sum() / (cells["n_prox"] * place).sum())
+
+
+def weights_loaded(e: RunEvidence, _) -> Verdict:
+    """drift_follows_step: |prox - behave| grows with the step rather than with the staleness, as when
+    the engine keeps generating with old weights while the version counter advances."""
+    cells = e.cells.filter(pl.col("n_prox") > 0)
+    if cells["step"].n_unique() < FOLLOW_STEPS:
+        return Undecided(f"{cells['step'].n_unique()} steps with prox_logp, fewer than {FOLLOW_STEPS}")
+    if undecided := too_few(cells["n_prox"].sum(), "loss tokens with prox_logp"):
+        return undecided
+    fit = _drift_fit(cells)
+    if fit is None:
+        return Undecided("too little spread in the steps to fit the drift against them")
+    per_step, per_step_se, per_level, span = fit
+    levels = cells.group_by("staleness").agg(pl.col("n_prox").sum()).filter(pl.col("n_prox") >= MIN_TOKENS)
+    reference = per_level if levels.height >= 2 else _movement_per_version(e)
+    if reference is None:
+        return Undecided("one staleness level and one minibatch per step: nothing to compare the growth with")
+    if per_step <= 0 or per_step < STEP_LIKE * reference:
+        return None
+    if per_step * span < 2 * THETA_NOISE or per_step < FOLLOW_Z * per_step_se:
+        return Undecided(
+            f"the drift grows by {per_step * span:.3g} nats over steps {span:g} apart at a given staleness "
+            f"(z {per_step / per_step_se if per_step_se else 0:.1f}), too little to tell whether the engine "
+            "lags the versions"
+        )
+    what = "per staleness level" if levels.height >= 2 else "per version of theta's movement"
+    return Finding(
+        "drift_follows_step", e.run_id, "behave_version", int(cells["n_prox"].sum()),
+        f"|prox - behave| grows by {per_step:.3g} nats per step at a given staleness "
+        f"(z {per_step / per_step_se:.1f}) against {reference:.3g} {what}: the tokens are as far from prox "
+        "as the steps since some old weights, whatever their behave_version says, so the engine generated "
+        "with weights older than the versions it reports",
+        per_step / reference if reference > 0 else None, f">= {STEP_LIKE} of the growth {what}",
+        e.cell_examples(pl.col("step") == cells["step"].max()),
+        "that the inference engine really loads each new version before generating with it (a weight sync "
+        "that fails or is skipped silently, an engine restarted from an old checkpoint)",
+    )  # fmt: skip
+
+
+def _drift_fit(cells: pl.DataFrame) -> tuple[float, float, float, float] | None:
+    """The cells' mean drift fitted as a + b * staleness + c * step (weighted by tokens): (c, its standard
+    error, b, the span of the steps); None when the steps do not vary enough to fit."""
+    n = cells["n_prox"].to_numpy().astype(float)
+    y = cells["drift"].to_numpy() / n
+    x = np.stack([np.ones(len(n)), cells["staleness"].to_numpy(), cells["step"].to_numpy()], 1).astype(float)
+    gram = x.T @ (x * n[:, None])
+    if np.linalg.matrix_rank(gram) < 3:
+        gram = gram[[0, 2]][:, [0, 2]]
+        x = x[:, [0, 2]]
+        if np.linalg.matrix_rank(gram) < 2:
+            return None
+    beta = np.linalg.solve(gram, x.T @ (y * n))
+    within = (cells["drift_sq"].sum() - float((n * y * y).sum())) / max(n.sum() - len(n), 1.0)
+    cov = max(within, 0.0) * np.linalg.inv(gram)
+    step = cells["step"].to_numpy()
+    per_level = float(beta[1]) if len(beta) == 3 else 0.0
+    return float(beta[-1]), float(cov[-1, -1]) ** 0.5, per_level, float(step.max() - step.min())
+
+
+def version_rate(e: RunEvidence, _) -> Verdict:
+    """versions_slower_than_steps: the freshest version of a step's tokens advances by under VERSION_RATE
+    per step (step s trains from weights of version s: one version a step)."""
+    steps = _freshest(e)
+    if steps.height <= STALL_STEPS:
+        return Undecided(f"{steps.height} steps, {STALL_STEPS + 1} needed to measure how versions advance")
+    step, fresh = steps["step"].to_numpy().astype(float), steps["freshest"].to_numpy().astype(float)
+    rate = float(np.polyfit(step, fresh, 1)[0])
+    if rate >= VERSION_RATE:
+        return None
+    first, last = int(step[0]), int(step[-1])
+    return Finding(
+        "versions_slower_than_steps", e.run_id, "behave_version", int(e.cells["n"].sum()),
+        f"from step {first} to step {last} the freshest behave_version of a step advances by {rate:.2f} per "
+        f"step (from {int(fresh[0])} to {int(fresh[-1])}): step s trains from the weights of version s, so "
+        "it advances by one a step, and the tokens grow staler with every step instead",
+        rate, f"< {VERSION_RATE} versions per step", e.cell_examples(pl.col("step") == last),
+        "that step and behave_version count the same updates: one step per weight version (not a step per "
+        "rollout, minibatch or epoch where the weights change once per several)",
+    )  # fmt: skip

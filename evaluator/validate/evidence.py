@@ -2,15 +2,19 @@
 computed by the validator after its rules, and pooled over the files of a call by adding them up.
 
 - `cells`, per (run, step, minibatch, staleness), over every row: loss tokens, masked rows, tokens with
-  `prox_logp`, the sums of |prox - behave| (drift) and of its square, verl's |exp(prox) - exp(behave)|,
-  NeMo-RL's exp|prox - behave|, |theta - prox|, |theta - behave|, how many tokens have behave exactly
-  equal to prox or to theta, theta exactly equal to prox, prox exactly 0, behave exactly 0 (with prox,
-  and where theta is below -0.1: a placeholder), the step's n_minibatches (least and most), and an
-  example token.
+  `prox_logp`, the sums of |prox - behave| (drift), of its square and of behave - prox (signed), verl's
+  |exp(prox) - exp(behave)|, NeMo-RL's exp|prox - behave|, |theta - prox|, |theta - behave|, how many
+  tokens have behave exactly equal to prox or to theta, theta exactly equal to prox, prox exactly 0,
+  behave exactly 0 (with prox, and where theta is below -0.1: a placeholder), a log-prob below -1000
+  (per column), the step's n_minibatches (least and most), and an example token. Counts are sums of
+  casts, sums over trained rows CASE expressions: cheaper in DuckDB than FILTER clauses.
 - from a sample of whole blocks of consecutive responses (`block_sample`; a file under
   `MAX_SAMPLE_ROWS` rows whole): the shape of each response (`shapes`: loss mask, advantage, reward,
-  movement, repeats), GRPO groups (`groups`) and the proximal_t segments (`segments`), each as counts
-  and sums per run, and a few example tokens per kind.
+  movement), a response repeated in a later minibatch (`repeats`), each column's values (`columns`:
+  precision, one value per response, the most frequent value, coverage; per run, `tokens`: placeholders,
+  behave bit-equal to the trainer's, token ids), GRPO groups (`groups`) and the
+  proximal_t segments (`segments`), each as counts and sums per run (or per run and column), and a few
+  example tokens per kind.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ import pyarrow as pa
 
 from evaluator.duck import connect
 from evaluator.formulas.gradients import LOG_WEIGHT_MAX
-from evaluator.validate import groups, segments, shapes
+from evaluator.validate import columns, groups, repeats, segments, shapes
 from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
+from evaluator.validate.columns import PLACEHOLDER_THETA, SENTINEL
+from schemas.token_log import LOGP_COLUMNS
 
 KEYS: dict[str, tuple[str, ...]] = {
     "cells": ("run_id", "step", "minibatch", "staleness"),
@@ -38,11 +44,10 @@ KEYS: dict[str, tuple[str, ...]] = {
     "roll": ("run_id", "shift"),
     "repeats": ("run_id",),
     "groups": ("run_id", "size"),
+    "columns": ("run_id", "name"),
+    "tokens": ("run_id",),
 }
 """Each table of the evidence and its key; the other columns add up over files (`examples`: kept)."""
-PLACEHOLDER_THETA = -0.1
-"""A trained token whose behave_logp is exactly 0 (probability 1) while the trainer gives it under 0.9
-has no engine log-prob: a placeholder (0 on none of the clean runs' tokens)."""
 _NOT_SUMMED = {
     "n_minibatches": "max(n_minibatches)",
     "n_minibatches_min": "min(n_minibatches_min)",
@@ -60,30 +65,44 @@ class Evidence:
     """run_id, kind, step, seq_id, minibatch, pos: a few example tokens per kind of signal."""
 
 
+def _count(condition: str) -> str:
+    """SQL: the rows of a group where `condition` holds (a sum of casts: cheaper in DuckDB than a FILTER)."""
+    return f"coalesce(sum(({condition})::INTEGER), 0)::BIGINT"
+
+
+def _trained_sum(expression: str) -> str:
+    """SQL: the sum of `expression` over the trained rows of a group (0 where none has it)."""
+    return f"coalesce(sum(CASE WHEN loss_mask THEN {expression} END), 0)"
+
+
 def _cells(con: duckdb.DuckDBPyConnection, usable: frozenset[str]) -> pa.Table:
     prox = "prox_logp" if "prox_logp" in usable else "NULL::DOUBLE"
+    sentinels = ", ".join(
+        f"{_count(f'loss_mask AND {c} < {SENTINEL}') if c in usable else '0::BIGINT'} AS sentinel_{c}"
+        for c in LOGP_COLUMNS
+    )
     return con.sql(f"""
         SELECT run_id, step, minibatch, max(n_minibatches)::INTEGER AS n_minibatches,
                min(n_minibatches)::INTEGER AS n_minibatches_min,
                (step - behave_version)::BIGINT AS staleness,
-               count(*) FILTER (WHERE loss_mask) AS n,
-               count(*) FILTER (WHERE NOT loss_mask) AS n_masked,
-               count({prox}) FILTER (WHERE loss_mask) AS n_prox,
-               coalesce(sum(abs({prox} - behave_logp)) FILTER (WHERE loss_mask), 0) AS drift,
-               coalesce(sum(({prox} - behave_logp) ** 2) FILTER (WHERE loss_mask), 0) AS drift_sq,
-               coalesce(sum(abs(exp({prox}) - exp(behave_logp))) FILTER (WHERE loss_mask), 0) AS prob_drift,
-               coalesce(sum(exp(least(abs({prox} - behave_logp), {LOG_WEIGHT_MAX})))
-                        FILTER (WHERE loss_mask), 0) AS exp_abs_drift,
-               coalesce(sum(abs(theta_logp - {prox})) FILTER (WHERE loss_mask), 0) AS theta_gap,
-               coalesce(sum(abs(theta_logp - behave_logp) * ({prox} IS NOT NULL)::INTEGER)
-                        FILTER (WHERE loss_mask), 0) AS theta_drift,
-               count(*) FILTER (WHERE loss_mask AND behave_logp = {prox}) AS behave_is_prox,
-               count(*) FILTER (WHERE loss_mask AND behave_logp = theta_logp) AS behave_is_theta,
-               count(*) FILTER (WHERE loss_mask AND theta_logp = {prox}) AS theta_is_prox,
-               count(*) FILTER (WHERE loss_mask AND behave_logp = 0 AND theta_logp < {PLACEHOLDER_THETA})
-                   AS behave_zero,
-               count(*) FILTER (WHERE loss_mask AND {prox} = 0) AS prox_is_zero,
-               count(*) FILTER (WHERE loss_mask AND {prox} IS NOT NULL AND behave_logp = 0) AS behave_is_zero,
+               {_count("loss_mask")} AS n,
+               {_count("NOT loss_mask")} AS n_masked,
+               {_count(f"loss_mask AND {prox} IS NOT NULL")} AS n_prox,
+               {_trained_sum(f"abs({prox} - behave_logp)")} AS drift,
+               {_trained_sum(f"({prox} - behave_logp) ** 2")} AS drift_sq,
+               {_trained_sum(f"behave_logp - {prox}")} AS signed_drift,
+               {_trained_sum(f"abs(exp({prox}) - exp(behave_logp))")} AS prob_drift,
+               {_trained_sum(f"exp(least(abs({prox} - behave_logp), {LOG_WEIGHT_MAX}))")} AS exp_abs_drift,
+               {_trained_sum(f"abs(theta_logp - {prox})")} AS theta_gap,
+               {_trained_sum(f"abs(theta_logp - behave_logp) * ({prox} IS NOT NULL)::INTEGER")}
+                   AS theta_drift,
+               {_count(f"loss_mask AND behave_logp = {prox}")} AS behave_is_prox,
+               {_count("loss_mask AND behave_logp = theta_logp")} AS behave_is_theta,
+               {_count(f"loss_mask AND theta_logp = {prox}")} AS theta_is_prox,
+               {_count(f"loss_mask AND behave_logp = 0 AND theta_logp < {PLACEHOLDER_THETA}")} AS behave_zero,
+               {_count(f"loss_mask AND {prox} = 0")} AS prox_is_zero,
+               {_count(f"loss_mask AND {prox} IS NOT NULL AND behave_logp = 0")} AS behave_is_zero,
+               {sentinels},
                min(seq_id) AS example_seq, arg_min(pos, seq_id) AS example_pos
         FROM src GROUP BY run_id, step, minibatch, staleness""").to_arrow_table()
 
@@ -110,6 +129,8 @@ def from_sample(sample: BlockSample) -> Evidence:
     mask, mask_hist = shapes.mask_shape(sample, r)
     group_table, group_examples = groups.group_stats(sample, r)
     proximal_t, pairs, refresh, pt_examples = segments.proximal_t_tables(sample)
+    repeat_table, repeat_examples = repeats.repeat_tables(sample, r)
+    column_table, column_examples = columns.column_tables(sample)
     tables = {
         "proximal_t": proximal_t,
         "segment_pairs": pairs,
@@ -119,10 +140,13 @@ def from_sample(sample: BlockSample) -> Evidence:
         "advantage": shapes.advantage_shape(sample, r),
         "movement": shapes.movement(sample, r),
         "roll": shapes.roll(sample, r),
-        "repeats": shapes.repeats(sample, r),
+        "repeats": repeat_table,
         "groups": group_table,
+        "columns": column_table,
+        "tokens": columns.token_table(sample),
     }
-    examples = pa.concat_tables([shapes.examples(sample, r), group_examples, pt_examples])
+    parts = [shapes.examples(sample, r), group_examples, pt_examples, repeat_examples, column_examples]
+    examples = pa.concat_tables(parts)
     return Evidence(tables, examples)
 
 

@@ -1,8 +1,9 @@
 """What the findings read from the shape of each response of a sample of whole blocks of responses
 (`evaluator.validate.block_sample`): the loss mask within a response, the advantage and reward over its
-tokens, how the policy moved on it between prox and theta, and a response recorded in several minibatches.
-Each is reduced to small per-run tables of counts and sums, which pool over the files of a call by adding
-them up (`evaluator.validate.evidence`), plus a few example tokens per kind (`examples`).
+tokens, and how the policy moved on it between prox and theta (a response recorded in several
+minibatches: `evaluator.validate.repeats`). Each is reduced to small per-run tables of counts and sums,
+which pool over the files of a call by adding them up (`evaluator.validate.evidence`), plus a few example
+tokens per kind (`examples`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from evaluator.validate.block_sample import BlockSample
 
 HIST_CAP = 4096
 """Positions and lengths above this share one histogram bin."""
-SAME_PROX = 1e-3
-"""Mean |prox_logp difference| (nats) under which a response's prox is the same in two minibatches."""
 EXAMPLES = 3
 """Example tokens kept per kind and file."""
 
@@ -203,22 +202,6 @@ def _detail(values: np.ndarray, nxt: np.ndarray) -> np.ndarray:
     return values - (shifted(values, nxt, -1) + shifted(values, nxt, 1)) / 2
 
 
-def _repeated(s: BlockSample, r: Responses) -> tuple[np.ndarray, np.ndarray]:
-    """(response repeats an earlier minibatch's response of its step, and carries another prox there)."""
-    key = np.stack([s.first(s.x[c]) for c in ("step", "seq_id")] + [r.run.astype(np.float64)])
-    again = np.zeros(len(r.run), dtype=bool)
-    again[1:] = (key[:, 1:] == key[:, :-1]).all(axis=0)
-    first = np.maximum.accumulate(np.where(~again, np.arange(len(again)), 0))
-    return again & np.isfinite(r.prox), again & (np.abs(r.prox - r.prox[first]) > SAME_PROX)
-
-
-def repeats(s: BlockSample, r: Responses) -> pa.Table:
-    """Per run: responses recorded again in a later minibatch of their step (PPO epochs), and of those,
-    how many carry another prox_logp than in the first (prox is the weights at the start of the step)."""
-    again, differs = _repeated(s, r)
-    return _per_run(s, r.run, repeated=again, differs=differs)
-
-
 def examples(s: BlockSample, r: Responses) -> pa.Table:
     """A few (run, step, seq_id, minibatch, pos) per kind of signal, for the findings' evidence."""
     trained = r.lead >= 0
@@ -233,7 +216,6 @@ def examples(s: BlockSample, r: Responses) -> pa.Table:
         "mask_switches": (mixed & (r.switches >= (r.length - 1) / 2), np.zeros(len(r.run))),
         "against_advantage": (np.sign(r.a_resp) * r.move < 0, np.maximum(r.lead, 0)),
         "masked_moves": (np.sign(r.a_resp) * r.move_masked > 0, np.zeros(len(r.run))),
-        "prox_repeat_differs": (_repeated(s, r)[1], np.zeros(len(r.run))),
     }
     rows = [
         (kind, i, int(at[i]))

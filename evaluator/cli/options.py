@@ -103,3 +103,19 @@ class Number(click.ParamType):
             return allowed.check(param.name if param else "value", number)
         except ParameterError as error:
             self.fail(error.why, param, ctx)
+
+
+judged_staleness_option = click.option(
+    "--max-staleness",
+    type=click.IntRange(min=0),
+    default=None,
+    help="S, the trainer's maximum staleness (AReaL max_head_offpolicyness): the approximation is judged at "
+    "each staleness 1 to S. Default: what replay recorded from the trainer's config (--loss-from) or its "
+    "own --max-staleness, else the log's largest staleness with enough tokens with prox_logp.",
+)
+thresholds_option = click.option(
+    "--thresholds",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Thresholds file (TOML). Default: the bundled schemas/default_thresholds.toml.",
+)

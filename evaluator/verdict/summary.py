@@ -1,4 +1,5 @@
-"""`proxaudit summary`: read the public views of the metrics store and render them."""
+"""`proxaudit summary`: read the public views of the metrics store and render them, after the decision on
+each run (`evaluator.verdict`)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import json
 import math
 import os
 
-import duckdb
 import pyarrow as pa
 
 from evaluator.errors import NoGroundTruthError, UsageError
+from evaluator.gate import DEFAULT_THRESHOLDS
 from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
 from evaluator.store.trainers import trainer_report
-from evaluator.text_table import aligned_lines
+from evaluator.text_table import fitted_lines, wrapped
 from evaluator.validate.no_truth import no_truth_message
-from evaluator.verdict import loss_line, verdict_lines
-from schemas.store import DEFAULT_TOLERANCE, METHODS, METRICS, Tolerance
+from evaluator.verdict.judging import judge_db
+from evaluator.verdict.words import run_line
+from schemas.figures import EXCESS, FLOOR, Observed, bounds, lookup, with_bounds
+from schemas.store import DEFAULT_TOLERANCE, FLOOR_COLUMNS, METHODS, METRICS, Tolerance
 
 VIEW_BY = {
     "run": "run_summary",
@@ -56,21 +59,18 @@ NOTES = {
     "pairing": PAIRING_NOTE,
     "decision": "gradient_mass_error: the share of the policy-gradient mass the estimate moves (sum |W(a) - "
     "W(g)| / sum W(g)) under the store's loss; *_flip_rate: tokens whose clip or bound decision the "
-    "estimate flips; [lower, upper]: the 95% interval (a bootstrap over steps); excess_*: the figure minus "
-    "the engine floor's (behave_logp at staleness 0); safe_staleness [95% confidence, at most]: the largest "
-    "staleness up to which every staleness with enough tokens meets the tolerance (-1: not even staleness "
-    "0), absolute and beyond the floor: set it as the trainer's maximum off-policyness if you ship the "
-    "method. JSON and CSV carry every column (--format json).",
+    "estimate flips; (95%: ...): the interval, a bootstrap over steps; excess_*: the figure over the stale "
+    "tokens (staleness >= 1) minus the engine floor's (behave_logp at staleness 0); safe_staleness (95%: "
+    "with confidence to at most): the largest staleness up to which every staleness with enough tokens meets "
+    "the tolerance (-1: not even staleness 0), absolute and beyond the floor. The decisions above judge each "
+    "staleness 1 to S on its own (proxaudit gate's checks). JSON and CSV carry every column (--format json).",
     "mismatch": "staleness 0 is the engine mismatch floor (inference engine vs trainer at one version): "
     "verl calls a mean prob_drift below 0.005 normal and above 0.01 a precision problem, NeMo-RL flags a "
     "mean exp_abs_drift above 1.05; floor_share: how much of each staleness's drift the floor explains.",
 }
 
 
-FLOOR_FIGURES = ("gradient_mass_error", "clip_flip_rate", "bound_flip_rate", "prob_drift", "exp_abs_drift")
-_FLOOR_COLUMNS = ", ".join(
-    f"f.{c}{e} AS floor_{c}{e}" for c in FLOOR_FIGURES for e in ("", "_lower", "_upper")
-)
+_FLOOR_COLUMNS = ", ".join(f"f.{c} AS {FLOOR}{c}" for name in FLOOR_COLUMNS for c in with_bounds(name))
 DECISION_SOURCE = f"""(
     SELECT d.*, s.* EXCLUDE (run_id, method), {_FLOOR_COLUMNS}
     FROM decision_summary d LEFT JOIN {Tolerance.SQL} s USING (run_id, method)
@@ -127,33 +127,29 @@ def summary_table(
         return con.sql(sql, params=params).to_arrow_table()
 
 
-def verdict_text(
-    db_path: str | os.PathLike, tolerance: Tolerance, run: str | None, method: str | None
-) -> str:
-    """The verdict in words (`evaluator.verdict`): each run's engine floor and each method's safe
-    staleness beyond it, with the store's loss."""
+def decision_lines(
+    db_path: str | os.PathLike,
+    thresholds: str | os.PathLike = DEFAULT_THRESHOLDS,
+    run: str | None = None,
+    max_staleness: int | None = None,
+    tolerance: Tolerance = DEFAULT_TOLERANCE,
+) -> list[str]:
+    """The decision on each run (every run, or `run`), one line each, after the loss the store's figures
+    were computed under (`evaluator.verdict`)."""
+    judgement = judge_db(db_path, thresholds, run, max_staleness, tolerance)
+    return [judgement.loss_line(), *(f"- {run_line(d)}" for d in judgement.decisions)]
+
+
+def stored_runs(db_path: str | os.PathLike) -> list[str]:
+    """The runs the store holds (none: nothing was replayed into it yet)."""
     with open_store(db_path) as con:
-        methods = (method,) if method else ()
-        return "\n".join([loss_line(con), *verdict_lines(con, tolerance, methods, run)])
+        return [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
 
 
 def trainers_text(db_path: str | os.PathLike, run: str | None) -> str:
     """One sentence per run and trainer: what each trainer would log on the run (`trainer_mismatch`)."""
     with open_store(db_path) as con:
         return "\n".join(trainer_report(con, run)[1])
-
-
-def gate_verdict_text(result) -> str:
-    """The verdict in words for a gate's result (`evaluator.gate.judge.GateResult`): each judged run's
-    engine floor and the safe staleness of the methods its checks gate, or that it has no ground truth."""
-    methods = tuple(sorted({v.check.method for v in result.verdicts if v.check.method}))
-    runs = sorted({v.run_id for v in result.verdicts if v.run_id and v.verdict != "skip"})
-    with open_store(result.db) as con:
-        lines, without = [loss_line(con)], runs_without_truth(con)
-        for run in runs:
-            blind = [no_truth_message(run, without[run])] if run in without else None  # no verdict to say
-            lines += blind or verdict_lines(con, DEFAULT_TOLERANCE, methods, run)
-    return "\n".join(lines)
 
 
 def truth_notes(db_path: str | os.PathLike, run: str | None = None) -> list[str]:
@@ -171,70 +167,40 @@ def require_rows(table: pa.Table, notes: list[str]) -> None:
         raise NoGroundTruthError("; ".join(notes))
 
 
-READ_ONLY_SQL = "SELECT (also WITH ..., FROM ..., VALUES, TABLE, DESCRIBE, SHOW, SUMMARIZE)"
-"""The one kind of statement `query` runs: a statement of another kind (DROP, CREATE, SET, ...) would only
-change the reader's own throw-away views, never the store, and must not read as done."""
-
-
-def read_only_statement(sql: str) -> None:
-    """A `UsageError` unless `sql` is one statement that only reads (`READ_ONLY_SQL`), naming what it is."""
-    try:
-        kinds = [s.type.name for s in duckdb.extract_statements(sql)]
-    except duckdb.Error as error:
-        raise UsageError(f"query failed: {error}") from None
-    if kinds != ["SELECT"]:
-        found = f"{len(kinds)} statements ({', '.join(kinds)})" if kinds else "no statement"
-        found = f"one {kinds[0]} statement" if len(kinds) == 1 else found
-        raise UsageError(
-            f"query runs one statement that reads the store, a {READ_ONLY_SQL}; this is {found}, "
-            "not run. Only `proxaudit replay` writes the store"
-        )
-
-
-def query_table(db_path: str | os.PathLike, sql: str) -> pa.Table:
-    """The rows of one SQL statement that reads (`read_only_statement`) on the store, opened read-only. A
-    missing database is a `StoreError`, another statement or a query DuckDB rejects a `UsageError`."""
-    read_only_statement(sql)
-    with open_store(db_path) as con:
-        try:
-            return con.sql(sql).to_arrow_table()
-        except duckdb.Error as error:
-            raise UsageError(f"query failed: {error}") from None
-
-
 def _cell(value: object) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.6g}"
     return str(value)
 
 
-def _with_interval(value: object, lower: object, upper: object) -> str:
-    if value is None:
-        return "None"
-    if lower is None or upper is None:
-        return _cell(value)
-    return f"{_cell(value)} [{_cell(lower)}, {_cell(upper)}]"
+def _display(column: str) -> str:
+    """How a column of a figure reads (the catalogue's display; a number when it is no figure)."""
+    try:
+        return lookup(column.removeprefix(EXCESS) if column.startswith(EXCESS) else column)[0].display
+    except KeyError:
+        return "number"
 
 
 def compact(table: pa.Table, by: str) -> pa.Table:
-    """The terminal's view of a wide table: its `COMPACT` columns, each figure with its interval (the
-    safe staleness as `point [95% confidence, at most]`)."""
+    """The terminal's view of a wide table: its `COMPACT` columns, each figure with its interval as it
+    reads (`Observed.format`: '2.33% (95%: 1.80-2.91%)'; the safe staleness '0 (95%: 0 to 5)')."""
     if by not in COMPACT:
         return table
     rows, names = table.to_pylist(), table.column_names
     out = {}
     for column in (c for c in COMPACT[by] if c in names):
-        if f"{column}_lower" in names:
-            out[column] = [
-                _with_interval(r[column], r[f"{column}_lower"], r[f"{column}_upper"]) for r in rows
-            ]
+        low, high = bounds(column)
+        if low in names:
+            display = _display(column)
+            out[column] = [Observed(r[column], r[low], r[high], display=display).format() for r in rows]
         else:
             out[column] = table.column(column)
     return pa.table(out)
 
 
-def render(table: pa.Table, fmt: str = "table") -> str:
-    """The rows as an aligned text table, JSON (a list of objects) or CSV."""
+def render(table: pa.Table, fmt: str = "table", width: int | None = None) -> str:
+    """The rows as an aligned text table within `width` characters (columns that do not fit are left out,
+    and said), JSON (a list of objects) or CSV."""
     rows = table.to_pylist()
     if fmt == "json":
         return json.dumps(rows, indent=1)
@@ -249,4 +215,8 @@ def render(table: pa.Table, fmt: str = "table") -> str:
     cells = [table.column_names] + [[_cell(r[c]) for c in table.column_names] for r in rows]
     types = table.schema.types
     numeric = {i for i, t in enumerate(types) if pa.types.is_integer(t) or pa.types.is_floating(t)}
-    return "\n".join(aligned_lines(cells, right=numeric))
+    lines, dropped = fitted_lines(cells, width, right=numeric)
+    if dropped:
+        note = f"(left out to fit {width} characters: {', '.join(dropped)}; --format json or csv has them)"
+        lines += wrapped(note, width).splitlines()
+    return "\n".join(lines)

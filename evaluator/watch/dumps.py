@@ -1,0 +1,64 @@
+"""A trainer's dump files, once complete, imported into token logs (the importers of `proxaudit import`),
+which `watch` then replays. An import writes the same bytes for the same dump file, and a log imported
+before (newer than its dump file) is kept, so a restart of `watch` converts nothing twice and replay finds
+each log's digest already in the store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+from evaluator.importers import FORMATS
+from evaluator.importers.rows import ImportFormatError
+from evaluator.importers.slime_versions import Versions
+from evaluator.watch.completeness import Entry
+
+
+class DumpImporter:
+    """Imports dump files of format `fmt` into `out` under `run_id` (`trust_pickle`: SkyRL's pickles may
+    be read; `versions`: slime's weight pushes)."""
+
+    def __init__(
+        self,
+        fmt: str,
+        out: Path,
+        run_id: str,
+        *,
+        trust_pickle: bool = False,
+        versions: Versions | None = None,
+    ) -> None:
+        module = FORMATS[fmt]
+        self.fmt, self.out, self.run_id, self.module = fmt, Path(out), run_id, module
+        self._convert = module.convert
+        if fmt == "skyrl":
+            self._convert = partial(module.convert, trust_pickle=trust_pickle)
+        elif fmt == "slime":
+            self._convert = partial(module.convert, versions=versions or Versions())
+        self._sources: dict[str, Path] = {}
+
+    def convert(self, entries: Sequence[Entry]) -> tuple[list[Path], list[str]]:
+        """(the token logs of `entries`, in order; a line per dump file that failed or was skipped)."""
+        logs, lines = [], []
+        for entry in entries:
+            path = entry.path
+            name = self.module.out_name(path, self.run_id)
+            first = self._sources.setdefault(name, path)
+            if first != path:
+                lines.append(f"{path}: not imported: its log would replace that of {first} (two runs' dumps)")
+                continue
+            log = self.out / name
+            if log.exists() and log.stat().st_mtime_ns >= entry.mtime_ns:
+                logs.append(log)  # imported by an earlier watch: the same bytes
+                continue
+            try:
+                result = self._convert(path, self.out, self.run_id)
+            except (ImportFormatError, OSError) as error:
+                lines.append(f"{path}: not imported: {str(error).removeprefix(f'{path}: ')}")
+                continue
+            if result.out is None:
+                lines.append(f"{path}: nothing to import (no token in the loss)")
+                continue
+            lines += [f"{path}: note: {note}" for note in sorted(result.notes)]
+            logs.append(result.out)
+        return logs, lines

@@ -1,0 +1,201 @@
+"""The watch loop: every `interval` seconds, list the watched folders, replay each newly complete file into
+the store (a trainer's dump imported to a token log first), judge the runs again, and turn every change of
+state into an alert; stop at the first `do_not_ship` (or drift) when asked, or once the folders fall idle.
+
+Each complete file is handed to replay once per version of it (its size and time); replay skips a file
+whose digest the store holds, so a restarted watch hands every file again and ingests only what is new,
+and a file that other `replay` processes ingested is not counted twice. The alerts already written are
+read back at start, so a restart repeats none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from evaluator.errors import NothingReadableError, UsageError
+from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from evaluator.replay import replay
+from evaluator.store import StoreBusy
+from evaluator.validate.report import findings_lines
+from evaluator.watch.alerts import Alert, AlertMachine
+from evaluator.watch.completeness import Entry, Split, split
+from evaluator.watch.dumps import DumpImporter
+from evaluator.watch.judge import RunVerdict, default_thresholds, gated, judge_runs
+from evaluator.watch.listing import Lister
+from evaluator.watch.progress import Status, progress_text
+from evaluator.watch.sinks import AlertsFile, Webhook, state
+from evaluator.watch.trends import RunTrend, run_trends
+from schemas.thresholds import Thresholds
+
+EXIT_ON = ("fail", "trend")
+"""`fail`: stop at the first `do_not_ship` verdict; `trend`: at the first drift found (exit code 1)."""
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    paths: tuple[Path, ...]
+    db: Path
+    importer: DumpImporter | None = None
+    """a trainer's dump format to import (None: the folders hold token logs)"""
+    alerts: Path | None = None
+    webhook: str | None = None
+    exit_on: frozenset[str] = frozenset()
+    interval: float = 10.0
+    """seconds between two looks at the folders"""
+    idle_after: float = 600.0
+    """no file changed for this long: an `idle` alert, and the run counts as ended"""
+    until_idle: bool = False
+    """stop once the run has ended and its last files are in"""
+    thresholds: Thresholds | None = None
+    """the gate's checks each run is judged by (None: the default thresholds)"""
+    max_staleness: int | None = None
+    """S, the trainer's maximum staleness: judged 1..S, recorded with the store (None: the log's)"""
+    loss: Loss = DEFAULT_LOSS
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Watcher:
+    """The loop's state between two polls (`poll`), and the loop (`run`)."""
+
+    def __init__(self, options: WatchOptions, status: Status, clock: Callable[[], float] = time.time) -> None:
+        self.options, self.status, self.clock = options, status, clock
+        self.fmt = options.importer.fmt if options.importer else "token-log"
+        self.lister = Lister(options.paths)
+        self.sink = AlertsFile(options.alerts) if options.alerts else None
+        self.webhook = Webhook(options.webhook) if options.webhook else None
+        self.machine = AlertMachine(state(options.alerts) if options.alerts else {})
+        self.handed: dict[Path, tuple[int, int]] = {}
+        self.signature: frozenset = frozenset()
+        self.changed_at = clock()
+        self.judged = False
+        self.ingested, self.as_of = 0, None
+        self.verdicts: list[RunVerdict] = []
+        self.trends: list[RunTrend] = []
+
+    def run(self) -> int:
+        """Poll until an exit condition holds; its exit code (0: the run ended, 1: `exit_on` fired)."""
+        while True:
+            started = self.clock()
+            code = self.poll()
+            if code is not None:
+                return code
+            time.sleep(max(0.0, self.options.interval - (self.clock() - started)))
+
+    def poll(self) -> int | None:
+        """One look at the folders: ingest, judge, alert; an exit code when watch should stop."""
+        o, now = self.options, self.clock()
+        entries = self.lister.scan()
+        files = split(self.fmt, entries, ended=False)
+        signature = frozenset((e.path, e.size, e.mtime_ns) for e in (*files.complete, *files.incomplete))
+        if signature != self.signature:
+            self.signature, self.changed_at = signature, now
+        ended = now - self.changed_at >= o.idle_after
+        parts = split(self.fmt, entries, ended=True) if ended else files
+        new = [e for e in parts.complete if self.handed.get(e.path) != (e.size, e.mtime_ns)]
+        ingested = self._ingest(new) if new else 0
+        alerts: list[Alert] = []
+        if (ingested or not self.judged) and o.db.exists():
+            alerts += self._judge()
+        alerts += self.machine.on_activity(ended, utc_now(), o.idle_after, [str(p) for p in o.paths])
+        for alert in alerts:
+            self._emit(alert)
+        self._show(parts, now)
+        if "fail" in o.exit_on and any(v.action == "do_not_ship" for v in self.verdicts):
+            return 1
+        if "trend" in o.exit_on and any(t.trend.drifting for t in self.trends):
+            return 1
+        if o.until_idle and ended and not new:
+            return 0
+        return None
+
+    def _ingest(self, new: Sequence[Entry]) -> int:
+        """Replay the newly complete files (imported first for a dump); how many went into the store."""
+        o = self.options
+        logs = [e.path for e in new]
+        if o.importer is not None:
+            logs, lines = o.importer.convert(new)
+            for line in lines:
+                self.status.echo(line)
+        report = None
+        if logs:
+            try:
+                report = replay(
+                    logs,
+                    o.db,
+                    on_file=self._outcome,
+                    progress=False,
+                    loss=o.loss,
+                    max_staleness=o.max_staleness,
+                )
+            except StoreBusy as error:  # another replay holds the store: the files wait for the next poll
+                self.status.echo(f"{error}; trying again in {o.interval:g} s", err=True)
+                return 0
+            except UsageError as error:  # a file vanished between the listing and the replay
+                self.status.echo(f"{error}; looking again in {o.interval:g} s", err=True)
+                return 0
+            except NothingReadableError as error:  # reported; each is tried again when it changes
+                self.status.echo(str(error), err=True)
+        self.handed.update({e.path: (e.size, e.mtime_ns) for e in new})
+        if report is None:
+            return 0
+        warnings = [f for f in report.findings if f.severity == "warning"]
+        if warnings:  # stored with the run too (the gate and the dashboard show them)
+            self.status.echo("\n".join(findings_lines(warnings)))
+        return report.n_ingested
+
+    def _outcome(self, outcome) -> None:
+        self.status.echo(outcome.line())
+        if outcome.status == "ingested":
+            self.ingested += 1
+            self.as_of = str(outcome.path)
+
+    def _judge(self) -> list[Alert]:
+        o = self.options
+        try:
+            thresholds = o.thresholds or default_thresholds()
+            self.verdicts = judge_runs(o.db, thresholds, o.max_staleness)
+            gate = gated(thresholds)
+            self.trends = (
+                run_trends(o.db, gate.method, gate.tolerance, o.max_staleness) if gate.method else []
+            )
+        except StoreBusy as error:  # judged again at the next look
+            self.status.echo(f"{error}; judging again in {o.interval:g} s", err=True)
+            self.judged = False
+            return []
+        self.judged = True
+        now = utc_now()
+        return self.machine.on_verdicts(self.verdicts, now, self.as_of) + self.machine.on_trends(
+            self.trends, now, self.as_of
+        )
+
+    def _emit(self, alert: Alert) -> None:
+        self.status.echo(f"alert: {alert.text()}")
+        if self.sink is not None:
+            self.sink.append(alert)
+        if self.webhook is not None:
+            failed = self.webhook.post(alert)
+            if failed:
+                self.status.echo(f"warning: --webhook: the alert was not delivered: {failed}", err=True)
+
+    def _show(self, parts: Split, now: float) -> None:
+        complete, incomplete = len(parts.complete), len(parts.incomplete)
+        since = now - self.changed_at if self.signature else None
+        text, key = progress_text(self.options.paths, self.fmt, complete, incomplete, self.ingested, since)
+        self.status.show(text, key)
+
+
+def watch(options: WatchOptions, status: Status | None = None) -> int:
+    """Follow `options.paths` into `options.db` until an exit condition (Ctrl-C raises KeyboardInterrupt):
+    1 when `exit_on` fired, 0 when the run ended (`until_idle`)."""
+    status = status or Status()
+    try:
+        return Watcher(options, status).run()
+    finally:
+        status.close()

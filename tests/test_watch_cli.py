@@ -1,0 +1,125 @@
+"""`proxaudit watch` as a user runs it, beside a simulated run written by another process: it alerts
+`do_not_ship` on the planted drift while files still arrive and exits 1 with `--exit-on fail`; killed mid-run
+(kill -9) and restarted, it ingests nothing twice, and its store equals a clean replay's, table by table
+(but for the outcome of each finding check, which is the latest call's)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from evaluator.replay import replay
+from evaluator.trainer.simulated_run import SimulatedRun
+from evaluator.watch import read_alerts
+
+PROXAUDIT = [sys.executable, "-m", "evaluator.cli"]
+RUN = SimulatedRun(run_id="sim", tokens_per_step=4096, drift_from_step=4, drift_rate=0.03)
+HANG_GUARD_S = 480  # only against a hang: no assertion is about time
+
+
+def writer(out: Path) -> subprocess.Popen:
+    """The simulated trainer: a file every second, until stopped."""
+    args = ["--interval", "1", "--run-id", RUN.run_id, "--tokens-per-step", str(RUN.tokens_per_step),
+            "--drift-from-step", str(RUN.drift_from_step), "--drift-rate", str(RUN.drift_rate)]  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "evaluator.trainer.simulated_run", str(out), *args],
+        stdout=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.slow
+def test_exit_on_fail_stops_watch_while_the_run_still_writes(tmp_path):
+    trainer = writer(tmp_path / "logs")
+    args = [*PROXAUDIT, "watch", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"),
+            "--alerts", str(tmp_path / "alerts.jsonl"), "--exit-on", "fail", "--interval", "0.5"]  # fmt: skip
+    with open(tmp_path / "stdout", "w") as out, open(tmp_path / "stderr", "w") as err:
+        watch = subprocess.Popen(args, stdout=out, stderr=err)
+        try:
+            deadline = time.monotonic() + HANG_GUARD_S
+            while watch.poll() is None and trainer.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            still_writing = trainer.poll() is None
+        finally:
+            watch.kill()
+            trainer.kill()
+            trainer.wait()
+    stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    assert watch.returncode == 1, stderr
+    assert still_writing  # the writer never stops on its own: watch stopped first, during the run
+    verdicts = [r for r in read_alerts(tmp_path / "alerts.jsonl") if r["kind"] == "verdict"]
+    assert verdicts[-1]["run_id"] == "sim" and verdicts[-1]["state"] == "do_not_ship"
+    assert all(v["state"] != "do_not_ship" for v in verdicts[:-1])
+    assert f"alert: proxaudit watch: run sim: verdict {verdicts[-2]['state']} -> do_not_ship" in stdout
+    assert "waiting for token logs in" in stderr  # the progress line
+
+
+TIMESTAMPS = {"ingested_file": "ingested_at", "run_finding": "found_at", "run_check": "checked_at"}
+
+
+def tables(db: Path) -> dict[str, list]:
+    """Every table's rows in order, timestamps left out."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+        return {
+            t: con.execute(f"SELECT * EXCLUDE ({TIMESTAMPS[t]}) FROM {t} ORDER BY ALL" if t in TIMESTAMPS
+                           else f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+            for t in names
+        }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "m.duckdb"
+    for i in range(6):
+        RUN.write_file(logs, i)
+    args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2"]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in first.stdout:  # kill -9 once the first file is in, the others on their way
+            if ": ingested (" in line:
+                break
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.kill()
+        first.wait()
+    for i in range(6, 10):  # the run goes on while watch is down
+        RUN.write_file(logs, i)
+    again = subprocess.run([*args, "--until-idle", "--idle-after", "2"], capture_output=True, text=True,
+                           timeout=HANG_GUARD_S)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    ingested = [line.split(": ")[0] for line in again.stdout.splitlines() if ": ingested (" in line]
+    before = [
+        line.split(": ")[0]
+        for line in again.stdout.splitlines()
+        if line.endswith("already ingested, unchanged")
+    ]
+    assert len(before) >= 1 and sorted(ingested + before) == sorted(str(p) for p in logs.glob("*.parquet"))
+    clean = tmp_path / "clean.duckdb"
+    replay([logs], clean, progress=False)
+    watched, replayed = tables(db), tables(clean)
+    # run_check keeps what each finding check made of the files of the latest replay call (watch's: the
+    # files new at its last look; a clean replay's: all): the same checks, each with the call's outcome
+    assert [r[:2] for r in watched.pop("run_check")] == [r[:2] for r in replayed.pop("run_check")]
+    assert watched == replayed and watched["ingested_file"] and watched["metric_moments"]
+    assert not [p for p in tmp_path.glob(".m.duckdb.*") if p.name != ".m.duckdb.lock"]  # no working copy left
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        (["--out", "x"], "--out only with --import FORMAT"),
+        (["--import", "skyrl", "--out", "x"], "give --trust-pickle"),
+        (["--import", "nemo-rl"], "--import nemo-rl needs --out DIR"),
+        (["--webhook", "file:///etc/passwd"], "not an http:// or https:// URL"),
+    ],
+)
+def test_bad_options_are_usage_errors(tmp_path, extra, why):
+    args = [*PROXAUDIT, "watch", str(tmp_path), "--db", str(tmp_path / "m.duckdb"), *extra]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2 and why in result.stderr

@@ -1,0 +1,166 @@
+"""The watch loop (evaluator.watch.loop) in this process, poll by poll on a clock of its own: files arrive and
+go in once, each change of state is one alert, idle folders end the run, `exit_on` stops at the first
+do_not_ship, a restart ingests and repeats nothing, a busy store makes files wait, and a trainer's dumps are
+imported once complete."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evaluator.importers import nemo_rl
+from evaluator.store import StoreWriter
+from evaluator.trainer.simulated_run import SimulatedRun
+from evaluator.watch import read_alerts
+from evaluator.watch.dumps import DumpImporter
+from evaluator.watch.listing import Lister
+from evaluator.watch.loop import Watcher, WatchOptions
+from evaluator.watch.progress import Status
+from tests.conftest import FIXTURES
+
+RUN = SimulatedRun(run_id="sim", tokens_per_step=4096, drift_from_step=4, drift_rate=0.03)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Lines(Status):
+    """The status without a terminal, keeping every printed line."""
+
+    def __init__(self) -> None:
+        super().__init__(enabled=False)
+        self.lines: list[str] = []
+        self.shown: list[str] = []
+
+    def echo(self, line: str, err: bool = False) -> None:
+        self.lines.append(line)
+
+    def show(self, text: str, key: tuple) -> None:
+        self.shown.append(text)
+
+
+def watcher(tmp_path: Path, clock: Clock, **keys) -> tuple[Watcher, Lines]:
+    options = WatchOptions(
+        paths=(tmp_path / "logs",), db=tmp_path / "metrics.duckdb", alerts=tmp_path / "alerts.jsonl",
+        idle_after=60.0, **keys,
+    )  # fmt: skip
+    lines = Lines()
+    return Watcher(options, lines, clock), lines
+
+
+def kinds(path: Path) -> list[tuple]:
+    return [(r["kind"], r["state"]) for r in read_alerts(path)]
+
+
+def test_files_go_in_as_they_arrive_and_idle_folders_end_the_run(tmp_path):
+    clock = Clock()
+    watch, lines = watcher(tmp_path, clock, until_idle=True)
+    assert watch.poll() is None and lines.shown[-1].startswith(f"waiting for {tmp_path / 'logs'} to appear")
+    RUN.write_file(tmp_path / "logs", 0)
+    temporary = tmp_path / "logs" / ".sim-step000001-000001-0001.parquet.x1y2.tmp"
+    temporary.write_bytes(b"PAR1 half")  # the hook's next file, being written
+    assert watch.poll() is None
+    ingested = [line for line in lines.lines if ": ingested (" in line]
+    assert len(ingested) == 1 and ingested[0].startswith(str(tmp_path / "logs" / RUN.file_name(0)))
+    assert "1 complete (1 ingested by this watch), 1 being written" in lines.shown[-1]
+    # step 0 holds staleness 0 alone: judged at S = 0, where every estimate is behave_logp (the gate's rule)
+    assert kinds(tmp_path / "alerts.jsonl") == [("verdict", "ship")]
+    temporary.unlink()
+    RUN.write_file(tmp_path / "logs", 1)
+    clock.now += 5
+    assert watch.poll() is None and watch.ingested == 2
+    clock.now += 59  # 59 s since the last change: not idle yet
+    assert watch.poll() is None
+    clock.now += 1
+    assert watch.poll() == 0  # idle, nothing left to ingest: the run ended
+    assert kinds(tmp_path / "alerts.jsonl")[-1] == ("idle", "idle")
+    first = read_alerts(tmp_path / "alerts.jsonl")[0]
+    assert first["as_of"] == str(tmp_path / "logs" / RUN.file_name(0))  # judged after the file went in
+
+
+def test_exit_on_fail_stops_at_the_first_do_not_ship(tmp_path):
+    clock = Clock()
+    watch, _ = watcher(tmp_path, clock, exit_on=frozenset({"fail"}))
+    codes = []
+    for i in range(14):  # the approximation fails by file 13 (tests/test_watch_judge.py: the same run)
+        RUN.write_file(tmp_path / "logs", i)
+        clock.now += 10
+        codes.append(watch.poll())
+        if codes[-1] is not None:
+            break
+    assert codes[-1] == 1 and codes[:-1] == [None] * (len(codes) - 1)
+    states = [state for kind, state in kinds(tmp_path / "alerts.jsonl") if kind == "verdict"]
+    assert states[-1] == "do_not_ship" and "do_not_ship" not in states[:-1]
+    assert len(set(states)) > 1  # it changed state on the way
+
+
+def test_a_restart_ingests_nothing_twice_and_repeats_no_alert(tmp_path):
+    clock = Clock()
+    for i in range(3):
+        RUN.write_file(tmp_path / "logs", i)
+    first, _ = watcher(tmp_path, clock)
+    first.poll()
+    alerts = read_alerts(tmp_path / "alerts.jsonl")
+    again, lines = watcher(tmp_path, clock)
+    assert again.poll() is None
+    assert [line.split(": ")[-1] for line in lines.lines] == ["already ingested, unchanged"] * 3
+    assert read_alerts(tmp_path / "alerts.jsonl") == alerts
+
+
+def test_a_busy_store_makes_the_files_wait(tmp_path, monkeypatch):
+    monkeypatch.setattr("evaluator.store.writer.LOCK_WAIT_S", 0.2)
+    clock = Clock()
+    RUN.write_file(tmp_path / "logs", 0)
+    watch, lines = watcher(tmp_path, clock)
+    with StoreWriter(tmp_path / "metrics.duckdb"):  # another replay holds the store
+        assert watch.poll() is None
+    assert watch.ingested == 0 and any("another replay is writing this store" in line for line in lines.lines)
+    watch.poll()
+    assert watch.ingested == 1
+
+
+@pytest.fixture
+def nemo_dump(tmp_path) -> Path:
+    """NeMo-RL's real dump (fixtures/importers/nemo-rl), its step 1 written, step 2 not yet."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "importers" / "nemo-rl" / "train_data_step1.jsonl", folder)
+    return folder
+
+
+def test_a_dump_is_imported_once_complete(nemo_dump, tmp_path):
+    clock = Clock()
+    importer = DumpImporter("nemo-rl", tmp_path / "imported", "nemo")
+    watch, lines = watcher(tmp_path, clock, importer=importer, until_idle=True)
+    assert watch.poll() is None and watch.ingested == 0  # step 1 may still be written
+    assert "waiting for NeMo-RL dumps" in lines.shown[-1] and "0 complete" in lines.shown[-1]
+    shutil.copy(FIXTURES / "importers" / "nemo-rl" / "train_data_step2.jsonl", nemo_dump)
+    assert watch.poll() is None and watch.ingested == 1  # step 2 appeared: step 1 is whole
+    log = tmp_path / "imported" / "nemo-train_data_step1.parquet"
+    assert lines.lines[0].startswith(f"{log}: ingested (")
+    by_import = nemo_rl.convert(nemo_dump / "train_data_step1.jsonl", tmp_path / "by-import", "nemo").out
+    first_bytes = log.read_bytes()
+    assert first_bytes == by_import.read_bytes()  # what `proxaudit import nemo-rl` writes
+    clock.now += 60
+    assert watch.poll() is None and watch.ingested == 2  # the run ended: step 2 ends with a newline
+    assert watch.poll() == 0
+    # a restart imports nothing again: the logs are newer than their dumps (and the bytes are the same)
+    again, lines = watcher(tmp_path, clock, importer=DumpImporter("nemo-rl", tmp_path / "imported", "nemo"))
+    clock.now += 60
+    again.poll()
+    assert log.read_bytes() == first_bytes and lines.lines[0].endswith("already ingested, unchanged")
+
+
+def test_an_import_makes_the_same_bytes_twice(nemo_dump, tmp_path):
+    importer = DumpImporter("nemo-rl", tmp_path / "a", "nemo")
+    (entry,) = Lister([nemo_dump]).scan()
+    (a,), _ = importer.convert([entry])
+    (b,), _ = DumpImporter("nemo-rl", tmp_path / "b", "nemo").convert([entry])
+    assert a.read_bytes() == b.read_bytes()
