@@ -96,10 +96,47 @@ def test_prime_rl_toml(tmp_path):
     assert same(default, Loss(policy="dppo_tv", kl_penalty=5e-4, behave_weight="none", rules=()))
 
 
+def test_prime_rl_rl_config_as_shipped(tmp_path):
+    """prime-rl's shipped rl configs set no [trainer.loss]: prime-rl runs its default loss, said in a note;
+    the orchestrator's max_off_policy_steps is the maximum staleness the gate judges up to."""
+    text = "[trainer.optim]\nlr = 1e-6\n\n[orchestrator]\nbatch_size = 512\nmax_off_policy_steps = 8\n"
+    choice = read(tmp_path, text, "rl.toml")
+    assert same(choice.loss, Loss(policy="dppo_tv", kl_penalty=1e-3, behave_weight="none", rules=()))
+    assert any("no [trainer.loss]: prime-rl's default loss (DefaultLossConfig)" in n for n in choice.notes)
+    where = f"orchestrator.max_off_policy_steps = 8 in {tmp_path / 'rl.toml'} (prime-rl)"
+    assert choice.max_staleness == (8, where, "max_off_policy_steps")
+    assert f"  max staleness: {where}: the gate judges staleness 1 to it" in choice.lines()
+    with_loss = read(
+        tmp_path, '[trainer.loss]\ntype = "ipo"\n[orchestrator]\nmax_off_policy_steps = 2\n', "rl.toml"
+    )
+    assert with_loss.loss.policy == "ipo" and with_loss.max_staleness[0] == 2
+    assert not any("DefaultLossConfig" in n for n in with_loss.notes)
+
+
+def test_trl_max_staleness_is_read_not_ignored(tmp_path):
+    choice = read(tmp_path, "loss_type: dapo\nmax_staleness: 4\nbeta: 0.04\n", "trl.yaml")
+    assert choice.max_staleness == (4, f"max_staleness = 4 in {tmp_path / 'trl.yaml'} (TRL)", "max_staleness")
+    assert [i.split(" (")[0] for i in choice.ignored] == ["beta"]
+
+
+def test_the_maximum_staleness_is_read_by_the_config_s_own_trainer(tmp_path):
+    """A key of another trainer's (TRL's top-level max_staleness in an AReaL config) is not its maximum."""
+    choice = read(tmp_path, "actor:\n  eps_clip: 0.2\nmax_staleness: 4\n", "areal.yaml")
+    assert choice.max_staleness is None
+    areal = read(tmp_path, "actor:\n  eps_clip: 0.2\nrollout:\n  max_head_offpolicyness: 2\n", "areal.yaml")
+    assert areal.max_staleness[0] == 2
+
+
 @pytest.mark.parametrize(
     "text, name, message",
     [
         ("actor_rollout_ref:\n  actor:\n    policy_loss:\n      loss_mode: dro\n", "c.yaml", "dro_beta"),
+        ("[trainer]\nloss = 5\n", "c.toml", "trainer.loss: 5 must be a table of keys"),
+        (
+            "[trainer.loss]\n[orchestrator]\nmax_off_policy_steps = -1\n",
+            "c.toml",
+            "orchestrator.max_off_policy_steps: -1 must be an integer >= 0",
+        ),
         ("actor:\n  m2_threshold: -1\n", "c.yaml", "m2_threshold"),
         ('[loss]\ntype = "custom"\n', "c.toml", "type"),
         ("[optimizer]\nlr = 1\n", "c.toml", "[loss]"),

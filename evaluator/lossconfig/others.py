@@ -19,9 +19,9 @@ parameter allows (`evaluator.formulas.loss`), renamed to the trainer's key.
 
 from __future__ import annotations
 
-from evaluator.errors import ParameterError
+from evaluator.errors import ParameterError, UsageError
 from evaluator.formulas.loss import DUAL_CLIP, KL_PENALTY, SAPO_TAU, UPPER, Loss, Rule, eps_ranges
-from evaluator.inputs import Range
+from evaluator.inputs import Range, shown
 from evaluator.lossconfig.keys import Reader
 from evaluator.lossconfig.known import check_known, trainer_keys
 
@@ -61,12 +61,15 @@ Read = tuple[Loss, list[str], list[str], list[str]]
 
 
 def prime_rl_loss(config: dict, file: str) -> Read:
-    """(the loss, the keys used, the keys ignored, notes) of a prime-rl trainer or rl config."""
+    """(the loss, the keys used, the keys ignored, notes) of a prime-rl trainer config (`[loss]`) or rl
+    config (`[trainer.loss]`; without it, prime-rl's default loss, `DefaultLossConfig`)."""
     check_known(config, trainer_keys("prime_rl"), file)
-    at_top = isinstance(config.get("loss"), dict)
-    loss = Reader(
-        config["loss"] if at_top else config["trainer"]["loss"], file, "loss" if at_top else "trainer.loss"
-    )
+    top, trainer = config.get("loss"), config.get("trainer")
+    section = "loss" if top is not None or not isinstance(trainer, dict) else "trainer.loss"
+    table = top if section == "loss" else trainer.get("loss")
+    if table is not None and not isinstance(table, dict):
+        raise UsageError(f"{file}: {section}: {shown(table)} must be a table of keys")
+    loss = Reader(table or {}, file, section)
     kind = loss.text("type", ("default", "ipo", "custom"), "default")
     if kind == "custom":
         raise loss.fail("type", "'custom' imports a loss proxaudit cannot read: describe it in a TOML file")
@@ -85,6 +88,11 @@ def prime_rl_loss(config: dict, file: str) -> Read:
     except ParameterError as error:
         raise loss.fail(PRIME_RL_FIELDS.get(error.key, error.key), error.why) from None
     notes = ["prime-rl's ratio and mask are on the inference log-probs: its estimate of prox is `rollout`"]
+    if table is None:
+        notes.append(
+            "no [trainer.loss]: prime-rl's default loss (DefaultLossConfig); a loss set elsewhere (another "
+            "@ config, a --trainer.loss.* flag) is not seen here"
+        )
     return out, loss.used, loss.ignored(), notes
 
 
