@@ -23,7 +23,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "trainer_configs"
 AREAL, AREAL_M2PO, NEMO_RL, VERL = (
     CONFIGS / "areal-gsm8k_grpo.yaml",
     CONFIGS / "areal-gsm8k_m2po.yaml",
-    CONFIGS / "nemo-rl-grpo_math_1B.yaml",
+    CONFIGS / "nemo-rl" / "examples" / "configs" / "grpo_math_1B.yaml",
     CONFIGS / "verl-_generated_ppo_trainer.yaml",
 )
 

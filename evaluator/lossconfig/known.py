@@ -1,8 +1,10 @@
 """The keys a trainer's config may hold in the sections proxaudit reads, from the trainer's own schema at
 a pinned commit (`trainer_keys/{trainer}.json`, made from the trainer's source by
-`trainer_keys/make_keys.py`). A key outside them, at any depth, is a usage error naming the nearest known
-key: a typo (`eps_clp`, `uper`) or a key of another version of the trainer, never a default silently
-used instead. Keys a reader maps from older versions of its trainer are added by that reader (`extra`).
+`trainer_keys/make_keys.py`), with, where its schema does not declare every key it ships (NeMo-RL's
+TypedDicts), the keys its own example configs at that commit hold (`from_examples`). A key outside them,
+at any depth, is a usage error naming the nearest known key: a typo (`eps_clp`, `uper`) or a key of
+another version of the trainer, never a default silently used instead. Keys a reader maps from older
+versions of its trainer are added by that reader (`extra`).
 """
 
 from __future__ import annotations
@@ -30,17 +32,21 @@ class TrainerKeys:
     repository: str
     commit: str
     sections: dict
+    from_examples: tuple[str, ...] = ()
+    """the dotted keys known from the trainer's example configs, not its schema"""
 
     @property
     def schema(self) -> str:
-        return f"{self.trainer}'s config schema at {self.repository}@{self.commit[:8]}"
+        examples = " or its example configs" if self.from_examples else ""
+        return f"{self.trainer}'s config schema{examples} at {self.repository}@{self.commit[:8]}"
 
 
 @cache
 def trainer_keys(name: str) -> TrainerKeys:
     """The keys of `name` (areal, verl, nemo_rl, prime_rl, trl)."""
     document = json.loads((files("evaluator.lossconfig") / "trainer_keys" / f"{name}.json").read_text())
-    return TrainerKeys(document["trainer"], document["repository"], document["commit"], document["sections"])
+    fields = ("trainer", "repository", "commit", "sections")
+    return TrainerKeys(*(document[f] for f in fields), tuple(document.get("from_examples", ())))
 
 
 def check_known(

@@ -12,6 +12,7 @@ from evaluator.errors import ParameterError, UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.inputs import read_text
 from evaluator.lossconfig.areal import areal_loss
+from evaluator.lossconfig.inherit import inherited, parents
 from evaluator.lossconfig.others import TRL_KEYS, Read, prime_rl_loss, trl_loss
 from evaluator.lossconfig.presets import PRESETS
 from evaluator.lossconfig.staleness import DOTTED_KEYS, max_staleness
@@ -61,13 +62,15 @@ def _prime_rl_toml(path: str | Path) -> LossChoice:
 
 def trainer_config(path: str | Path) -> LossChoice:
     """The loss of a trainer's experiment config (YAML or JSON): AReaL's (an `actor:` section), verl's
-    (`algorithm` / `actor_rollout_ref`), NeMo-RL's (`loss_fn`) or TRL's (GRPOConfig keys at the top);
-    prime-rl's TOML."""
+    (`algorithm` / `actor_rollout_ref`), NeMo-RL's (`loss_fn`, merged over the parents its `defaults`
+    names) or TRL's (GRPOConfig keys at the top); prime-rl's TOML."""
     if Path(path).suffix == ".toml":
         return _prime_rl_toml(path)
     config = load_yaml(path, "--loss-from config")
     if not isinstance(config, dict):
         raise UsageError(f"--loss-from {path}: not a mapping of config keys")
+    names = parents(config)
+    config = inherited(config, path)
     if isinstance(config.get("actor"), dict):
         reader, trainer = areal_loss, "AReaL"
     elif isinstance(config.get("actor_rollout_ref"), dict) or isinstance(config.get("algorithm"), dict):
@@ -82,14 +85,16 @@ def trainer_config(path: str | Path) -> LossChoice:
             "NeMo-RL's (loss_fn:), TRL's (loss_type:, epsilon:, vllm_importance_sampling_*:) nor prime-rl's "
             "(a TOML [loss] table) config; describe the loss in a TOML file for --loss instead"
         )
-    return _choice(reader(config, str(path)), config, path, trainer)
+    merge = f"defaults: {', '.join(names)}: read merged over it as NeMo-RL loads it" if names else None
+    return _choice(reader(config, str(path)), config, path, trainer, merge)
 
 
-def _choice(read: Read, config: dict, path: str | Path, trainer: str) -> LossChoice:
+def _choice(read: Read, config: dict, path: str | Path, trainer: str, note: str | None = None) -> LossChoice:
     """A reader's loss with the maximum staleness `trainer`'s config has (`staleness.max_staleness`): its
-    key is read, hence not listed as ignored."""
+    key is read, hence not listed as ignored; `note` first among the notes."""
     loss, used, ignored, notes = read
     ignored = [key for key in ignored if key.split(" (")[0] not in DOTTED_KEYS]
+    notes = [note, *notes] if note else notes
     return LossChoice(loss, used, ignored, notes, max_staleness(config, str(path), trainer))
 
 

@@ -16,7 +16,12 @@ mapping of any keys: a `dict` field, or a section proxaudit does not read), a ma
   the dataclass its `_target_` names (any dataclass of `verl/`); the other subsections of
   `actor_rollout_ref` and `algorithm` (not read) take any keys.
 - NeMo-RL: `loss_fn` is `ClippedPGLossConfig` of `nemo_rl/algorithms/loss/loss_functions.py`, `grpo`
-  `GRPOConfig` of `nemo_rl/algorithms/grpo.py`, `ppo` `PPOConfig` of `nemo_rl/algorithms/ppo.py`.
+  `GRPOConfig` of `nemo_rl/algorithms/grpo.py`, `ppo` `PPOConfig` of `nemo_rl/algorithms/ppo.py`; joined
+  with the keys those sections hold in NeMo-RL's own GRPO and PPO example configs (the YAML files under
+  `examples/` with a `grpo` or `ppo` section, whose `loss_fn` is a `ClippedPGLossConfig`): its
+  TypedDicts are not total and do not declare every key its examples ship (`grpo.penalize_invalid_tool_call`,
+  `zero_variance_prompt_filtering`, ...), and refusing a trainer's shipped example would be a false alarm.
+  The keys so added are listed under `from_examples`.
 - prime-rl: `loss` (a trainer config) and `trainer.loss` (an rl config) are the `LossConfig` union of
   `packages/prime-rl-configs/src/prime_rl/configs/trainer.py`: the keys of any of its loss configs.
 - TRL: the top level of a `trl grpo --config` YAML holds the fields of the dataclasses `trl/scripts/grpo.py`
@@ -140,6 +145,49 @@ def dataclass_sections(trainer: str, roots: dict[str, tuple[str, str]]) -> Calla
     return read
 
 
+def with_examples(
+    read: Callable[[str, str], dict], folder: str, kinds: tuple[str, ...]
+) -> Callable[[str, str], dict]:
+    """`read`, its sections joined with the keys they hold in the trainer's example configs at the commit:
+    the YAML files under `folder` whose top level holds one of `kinds` (the algorithms whose configs the
+    sections describe). The keys added are listed, dotted, in `from_examples`."""
+
+    def joined_read(repo: str, commit: str) -> dict:
+        keys = read(repo, commit)
+        files = git(repo, "ls-tree", "-r", "--name-only", commit).split()
+        paths = [p for p in files if p.startswith(f"{folder}/") and p.endswith((".yaml", ".yml"))]
+        configs = [yaml.safe_load(git(repo, "show", f"{commit}:{p}")) for p in paths]
+        examples = [c for c in configs if isinstance(c, dict) and any(k in c for k in kinds)]
+        added: list[str] = []
+        for config in examples:
+            for section, tree in keys["sections"].items():
+                values = config.get(section)
+                if isinstance(values, dict) and isinstance(tree, dict):
+                    added += add_keys(tree, values, section)
+        keys["read_from"] += (
+            f"; with the keys of these sections in its {len(examples)} example configs that hold "
+            f"{' or '.join(kinds)} ({folder}/)"
+        )
+        keys["from_examples"] = sorted(set(added))
+        return keys
+
+    return joined_read
+
+
+def add_keys(tree: dict, values: dict, path: str) -> list[str]:
+    """Add to `tree` the keys of the config mapping `values` it lacks (a mapping's keys below it, any other
+    value a leaf), at any depth; the dotted paths of those added."""
+    added = []
+    for key, value in values.items():
+        name = f"{path}.{key}"
+        if key not in tree:
+            tree[key] = {} if isinstance(value, dict) else LEAF
+            added.append(name)
+        if isinstance(tree[key], dict) and isinstance(value, dict):
+            added += add_keys(tree[key], value, name)
+    return added
+
+
 def prime_rl(repo: str, commit: str) -> dict:
     path = "packages/prime-rl-configs/src/prime_rl/configs/trainer.py"
     source = git(repo, "show", f"{commit}:{path}")
@@ -209,13 +257,17 @@ def verl(repo: str, commit: str) -> dict:
 READERS = {
     "areal": dataclass_sections("AReaL", {"actor": ("areal/api/cli_args.py", "PPOActorConfig")}),
     "verl": verl,
-    "nemo_rl": dataclass_sections(
-        "NeMo-RL",
-        {
-            "loss_fn": ("nemo_rl/algorithms/loss/loss_functions.py", "ClippedPGLossConfig"),
-            "grpo": ("nemo_rl/algorithms/grpo.py", "GRPOConfig"),
-            "ppo": ("nemo_rl/algorithms/ppo.py", "PPOConfig"),
-        },
+    "nemo_rl": with_examples(
+        dataclass_sections(
+            "NeMo-RL",
+            {
+                "loss_fn": ("nemo_rl/algorithms/loss/loss_functions.py", "ClippedPGLossConfig"),
+                "grpo": ("nemo_rl/algorithms/grpo.py", "GRPOConfig"),
+                "ppo": ("nemo_rl/algorithms/ppo.py", "PPOConfig"),
+            },
+        ),
+        "examples",
+        ("grpo", "ppo"),
     ),
     "prime_rl": prime_rl,
     "trl": trl,
