@@ -24,5 +24,5 @@ def render(ctx: Context) -> None:
     )
     figures = [TrainerFigure(**row) for row in frame.to_dict("records")]
     for sentence in trainer_sentences(figures):
-        st.markdown(f"- {sentence.split(': ', 1)[1]}")
+        st.markdown(f"- {sentence.removeprefix(f'{ctx.run_id}: ')}")
     st.dataframe(frame.drop(columns=["run_id"]), width="stretch", hide_index=True)

@@ -35,16 +35,26 @@ class TrainerFigure:
     definition: str
     source: str
 
+    def value_text(self) -> str:
+        """The figure to 4 significant digits, or `unmeasured`."""
+        return "unmeasured" if self.value is None or math.isnan(self.value) else f"{self.value:.4g}"
+
+    def side(self) -> str:
+        """`within` or `beyond` its line; empty without a line or a figure."""
+        if self.line is None or self.within_line is None:
+            return ""
+        return "within" if self.within_line else "beyond"
+
     def phrase(self) -> str:
         """The figure and its line, e.g. `token_mult_prob_error 1.037 (its line 1.05: within it)`."""
-        value = "unmeasured" if self.value is None or math.isnan(self.value) else f"{self.value:.4g}"
+        value = self.value_text()
         if (self.trainer, self.metric) in CHECKS:
             verdict = "would pass" if self.within_line else "would fail"
             return f"{CHECKS[self.trainer, self.metric]} {verdict} at {self.line:g} ({self.metric} {value})"
         if self.line is None:
             return f"{self.metric} {value}"
-        side = "within it" if self.within_line else "beyond it"
-        return f"{self.metric} {value} (its line {self.line:g}: {side})"
+        side = f": {self.side()} it" if self.side() else ""
+        return f"{self.metric} {value} (its line {self.line:g}{side})"
 
 
 def trainer_figures(con: duckdb.DuckDBPyConnection, run: str | None = None) -> list[TrainerFigure]:
