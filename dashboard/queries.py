@@ -28,6 +28,7 @@ from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
 from evaluator.store.figures import engine_floors, minibatches
 from evaluator.store.reader import version_stamp
+from evaluator.store.trainers import trainer_report
 from evaluator.verdict import Judgement, judge_db
 from evaluator.verdict.floor import FloorVerdict
 from evaluator.verdict.judging import floor_bounds
@@ -246,6 +247,21 @@ def engine_floor(db: Path, run_id: str) -> pd.DataFrame:
     """`engine_floor` of one run: `rollout`'s decision figures at staleness 0 (the inference engine against
     the trainer) and the drift there, each with its 95% interval; no row without a token at staleness 0."""
     return _frame(db, "SELECT * FROM engine_floor WHERE run_id = ?", [run_id])
+
+
+def trainer_mismatch(db: Path, run_id: str) -> pd.DataFrame:
+    """`trainer_mismatch` of one run: each trainer's own mismatch figure at staleness 0 and its line,
+    proxaudit's engine floor first."""
+    order = "ORDER BY trainer <> 'proxaudit', trainer, metric"
+    return _frame(db, f"SELECT * FROM trainer_mismatch WHERE run_id = ? {order}", [run_id])
+
+
+def trainer_sentences(db: Path, run_id: str) -> list[str]:
+    """What each trainer would log on one run at staleness 0, one sentence each, the run's id left off
+    (`evaluator.store.trainers.trainer_report`); none without a token at staleness 0 with prox_logp."""
+    with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
+        _, sentences = trainer_report(con, run_id)
+    return [s.removeprefix(f"{run_id}: ") for s in sentences]
 
 
 def steps_with_prox(db: Path, run_id: str) -> list[int]:

@@ -8,7 +8,7 @@ from importlib.resources import files
 
 from schemas.figures import EXCESS, EXCESS_FIGURES, INTERVAL_FIGURES, bounds, with_bounds
 
-STORE_SCHEMA_VERSION = "6"
+STORE_SCHEMA_VERSION = "7"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (
@@ -47,6 +47,8 @@ class Metric:
     at the staleness of its stalest token"""
     when: str | None = None
     """the loss property it needs (`evaluator.formulas.loss.Loss`): a loss without that decision has none"""
+    by_sequence: bool = False
+    """a token metric whose value depends on its sequence's other tokens (per-sequence metrics all do)"""
 
 
 def _flag(name: str, formula: str, of: str = "all", **keys) -> Metric:
@@ -64,15 +66,24 @@ VERL_SEQUENCE_K: tuple[tuple[str, str], ...] = tuple(
 _K_FORMULAS = {"k1": "(b - a)", "k2": "d^2 / 2", "k3": "(exp(d) - 1 - d)"}
 
 
-def _verl(name: str, formula: str, per: str = "token", binary: bool = False) -> Metric:
-    return Metric(name, formula, False, binary=binary, sketch=False, per=per)
+def _verl(
+    name: str, formula: str, per: str = "token", binary: bool = False, by_sequence: bool = False
+) -> Metric:
+    return Metric(name, formula, False, binary=binary, sketch=False, per=per, by_sequence=by_sequence)
 
 
-# verl's rollout-correction diagnostics (`verl/trainer/ppo/rollout_corr_helper.py` at b178a3cd), with a - b
-# as verl's log ratio of the training policy to the rollout's, d = clamp(a - b, -20, 20) its safety bound.
+# verl's rollout-correction diagnostics (`verl/trainer/ppo/rollout_corr_helper.py` and
+# `verl/utils/debug/metrics.py` at verl-project/verl 1dda039), with a - b as verl's log ratio of the training
+# policy to the rollout's, d = clamp(a - b, -20, 20) its safety bound.
 VERL_DIAGNOSTICS: tuple[Metric, ...] = (
     _verl("is_weight", "exp(d)"),
-    _verl("is_weight_clamped", "clamp(exp(d), 1/T, T)"),
+    _verl("is_weight_truncated", "min(exp(d), T)"),
+    _verl(
+        "is_seq_weight_truncated",
+        "min(exp(clamp(sum_S (a - b), -20, 20)), T) on each token of S",
+        by_sequence=True,
+    ),
+    _verl("prob_diff", "abs(exp(a) - exp(b))"),
     _verl("is_weight_high", "exp(d) > T", binary=True),
     _verl("is_weight_low", "exp(d) < 1/T", binary=True),
     _verl("approx_prob", "exp(a)"),
@@ -81,6 +92,16 @@ VERL_DIAGNOSTICS: tuple[Metric, ...] = (
     _verl("seq_is_weight", "exp(clamp(sum_S (a - b), -20, 20))", "sequence"),
     _verl("seq_geo_weight", "exp(mean_S (a - b))", "sequence"),
     _verl("seq_is_weight_low", "sum_S (a - b) < -log T", "sequence", binary=True),
+    _verl("seq_is_weight_high", "sum_S (a - b) > log T", "sequence", binary=True),
+    _verl("seq_log_ratio", "sum_S (a - b)", "sequence"),
+    _verl("seq_is_weight_truncated", "min(exp(clamp(sum_S (a - b), -20, 20)), T)", "sequence"),
+    _verl("seq_token_weight_mean", "mean_S min(exp(d), T)", "sequence"),
+    _verl("seq_token_weight_high", "mean_S exp(d) > T", "sequence", binary=True),
+    _verl("seq_token_weight_low", "mean_S exp(d) < 1/T", "sequence", binary=True),
+    _verl("seq_log_ppl", "-mean_S a", "sequence"),
+    _verl("seq_ppl", "w(-mean_S a)", "sequence"),
+    _verl("seq_behave_log_ppl", "-mean_S b", "sequence"),
+    _verl("seq_behave_ppl", "w(-mean_S b)", "sequence"),
     _verl("seq_token_outside", "a token of S with exp(d) outside [1/T, T]", "sequence", binary=True),
     _verl("seq_log_ppl_diff", "mean_S (b - a)", "sequence"),
     _verl("seq_log_ppl_abs_diff", "abs(mean_S (b - a))", "sequence"),
@@ -113,6 +134,7 @@ METRIC_TABLE: tuple[Metric, ...] = (
     Metric("drift", "abs(g - b)", True, "ground_truth"),
     Metric("prob_drift", "abs(exp(g) - exp(b))", True, "ground_truth"),
     Metric("exp_abs_drift", "w(abs(g - b))", True, "ground_truth"),
+    Metric("seq_drift", "mean_S abs(g - b)", True, "ground_truth", sketch=False, per="sequence"),
     _flag("sequence_clip_active", "C(s(a))", per="sequence", when="has_sequence_clip"),
     _flag("sequence_clip_flip", "C(s(a)) != C(s(g))", "estimators", per="sequence", when="has_sequence_clip"),
     _flag(
@@ -172,29 +194,20 @@ FLOOR_COLUMNS = (*EXCESS_FIGURES, "prob_drift", "exp_abs_drift")
 and the drift at staleness 0."""
 WEIGHT_COLUMNS = ("method", "n", "ess_fraction", "chi2", "kl_k1", "kl_k2", "kl_k3")
 ROLLOUT_CORR_COLUMNS = (
-    "method",
-    "n",
-    "n_sequences",
-    "rollout_is_mean",
-    "rollout_is_std",
-    "rollout_is_eff_sample_size",
-    "rollout_is_ratio_fraction_high",
-    "rollout_is_ratio_fraction_low",
-    "chi2_token",
-    "chi2_seq",
-    "rollout_is_seq_fraction_low",
-    "seq_is_ess_fraction",
-    "seq_geo_weight_mean",
-    "seq_geo_ess_fraction",
-    "log_ppl_diff",
-    "log_ppl_abs_diff",
-    "log_ppl_diff_max",
-    "log_ppl_diff_min",
-    "ppl_ratio",
-    "rollout_rs_token_k1_seq_masked_fraction",
-    "rollout_actor_probs_pearson_corr",
-    *(f"rollout_rs_seq_{agg}_{k}_seq_{stat}" for k, agg in VERL_SEQUENCE_K for stat in ("mean", "max")),
-)
+    "method", "rollout_is", "n", "n_sequences",
+    *(f"rollout_is_{key}" for key in (
+        "mean", "std", "eff_sample_size", "max", "min", "ratio_fraction_high", "ratio_fraction_low",
+        "seq_mean", "seq_std", "seq_max", "seq_min", "seq_max_deviation", "seq_fraction_high",
+        "seq_fraction_low", "batch_norm_factor",
+    )),
+    "training_ppl", "training_log_ppl", "rollout_ppl", "rollout_log_ppl", "kl", "k3_kl", "log_ppl_diff",
+    "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq",
+    "seq_is_ess_fraction", "seq_geo_weight_mean", "seq_geo_ess_fraction",
+    "rollout_rs_token_k1_seq_masked_fraction", "rollout_probs_diff_mean", "rollout_probs_diff_max",
+    "rollout_probs_diff_std", "rollout_actor_probs_pearson_corr",
+    *(f"rollout_rs_seq_{agg}_{k}_{stat}" for k, agg in VERL_SEQUENCE_K
+      for stat in ("seq_mean", "seq_std", "seq_max", "seq_min", "seq_max_deviation", "max", "min")),
+)  # fmt: skip
 """verl's names (its `rollout_corr/` keys without the prefix), with verl's definitions."""
 # The public views of views.sql, a stable interface, with their columns (a test checks them).
 PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
@@ -224,6 +237,17 @@ PUBLIC_VIEWS: dict[str, tuple[str, ...]] = {
         *(column for f in FLOOR_COLUMNS for column in with_bounds(f)),
     ),
     "run_findings": ("run_id", "rule", "column_name", "n_rows", "message", "found_at"),
+    "trainer_mismatch": (
+        "run_id",
+        "trainer",
+        "metric",
+        "value",
+        "line",
+        "within_line",
+        "n",
+        "definition",
+        "source",
+    ),
 }
 
 

@@ -250,6 +250,65 @@ SELECT * EXCLUDE (staleness) FROM decision_with_intervals() ORDER BY run_id, met
 CREATE OR REPLACE VIEW decision_staleness_summary AS
 SELECT * FROM decision_with_intervals(by_staleness := true) ORDER BY run_id, staleness, method;
 
+-- Each trainer's own train/inference mismatch figure, by its own definition, computed on the log at staleness
+-- 0 (behave and prox one version: the engine against the trainer) from the ground truth g = prox_logp and
+-- b = behave_logp, with the line the trainer publishes (NULL: none) and whether the figure is within it,
+-- beside proxaudit's engine floor. The sources (file, function or doc) are in the `source` column.
+CREATE OR REPLACE VIEW trainer_mismatch AS
+WITH floor AS (
+    SELECT run_id,
+           sum(n) FILTER (WHERE metric = 'drift')::BIGINT AS n,
+           sum(sum) FILTER (WHERE metric = 'drift') / sum(n) FILTER (WHERE metric = 'drift') AS drift,
+           sum(sum) FILTER (WHERE metric = 'exp_abs_drift') / sum(n) FILTER (WHERE metric = 'exp_abs_drift') AS exp_abs_drift,
+           sum(sum) FILTER (WHERE metric = 'prob_drift') / sum(n) FILTER (WHERE metric = 'prob_drift') AS prob_drift,
+           sum(sum) FILTER (WHERE metric = 'behave_approx_kl') / sum(n) FILTER (WHERE metric = 'behave_approx_kl') AS r,
+           sum(sum) FILTER (WHERE metric = 'behave_imp_weight') / sum(n) FILTER (WHERE metric = 'behave_imp_weight') AS w,
+           sum(sum) FILTER (WHERE metric = 'approx_logp') / sum(n) FILTER (WHERE metric = 'approx_logp') AS logp,
+           sum(sum) FILTER (WHERE metric = 'seq_drift') / sum(n) FILTER (WHERE metric = 'seq_drift') AS seq_drift,
+           sum(sum) FILTER (WHERE metric = 'seq_log_ppl_diff') / sum(n) FILTER (WHERE metric = 'seq_log_ppl_diff')
+               AS log_ppl_diff
+    FROM metric_moments
+    WHERE method = 'ground_truth' AND staleness = 0
+      AND metric IN ('drift', 'exp_abs_drift', 'prob_drift', 'behave_approx_kl', 'behave_imp_weight', 'approx_logp',
+                     'seq_drift', 'seq_log_ppl_diff')
+    GROUP BY run_id
+), lines(position, trainer, metric, line, definition, source) AS (VALUES
+    (1, 'NeMo-RL', 'token_mult_prob_error', 1.05, 'mean exp(|g - b|) over tokens',
+     'nemo_rl/algorithms/loss/loss_functions.py ClippedPGLossFn; docs/guides/dtensor-tp-accuracy.md: above 1.05 investigate'),
+    (2, 'NeMo-RL', 'gen_kl_error', 0.001, 'mean exp(g - b) - 1 - (g - b) over tokens (k3)',
+     'nemo_rl/algorithms/loss/loss_functions.py, utils.py calculate_kl; docs/guides/grpo.md: below 1e-3 acceptable'),
+    (3, 'prime-rl', 'mismatch_kl', NULL, 'mean exp(g - b) - (g - b) - 1 over tokens',
+     'src/prime_rl/trainer/rl/loss.py compute_importance_ratio_and_mismatch_kl, train.py mismatch_kl/all/mean'),
+    (4, 'prime-rl', 'kl_ent_ratio', NULL, 'mismatch_kl / entropy, the entropy estimated as mean(-g) over the sampled tokens',
+     'src/prime_rl/trainer/rl/train.py kl_ent_ratio/mean'),
+    (5, 'slime', 'train_rollout_logprob_abs_diff', 0.1, 'mean over sequences of mean |g - b|',
+     'slime/backends/megatron_utils/loss.py; model.py asserts it under --ci-test, arguments.py --ci-train-rollout-logprob-abs-diff-threshold 0.1'),
+    (6, 'Miles', 'train_rollout_logprob_abs_diff', NULL, 'mean over sequences of mean |g - b|',
+     'miles/backends/training_utils/loss_hub/losses.py (its CI gates it against its own history)'),
+    (7, 'Miles', 'rollout/log_probs - rollout/rollout_log_probs', 0.03, '|mean over sequences of mean (g - b)|',
+     'miles/backends/training_utils/log_utils.py: isclose(..., abs_tol=0.03) under --ci-test'),
+    (8, 'SkyRL', 'rollout_train_logprobs_abs_diff_mean', NULL, 'mean |b - g| over tokens',
+     'skyrl/train/trainer.py policy/rollout_train_logprobs_abs_diff_mean'),
+    (9, 'OpenRLHF', 'vllm_kl', NULL, 'mean (b - g) over tokens', 'openrlhf/models/loss.py PolicyLoss vllm_kl'),
+    (10, 'AReaL', 'logp_abs_diff', NULL, 'mean |b - g| over tokens (AReaL: against theta; prox at minibatch 0)',
+     'areal/trainer/ppo/actor.py grpo_loss_fn logp_abs_diff'),
+    (11, 'verl', 'training/rollout_probs_diff_mean', 0.01, 'mean |exp(g) - exp(b)| over tokens',
+     'verl/utils/debug/metrics.py calculate_debug_metrics; verl FAQ: below 0.005 normal, above 0.01 a precision problem'),
+    (12, 'proxaudit', 'floor_gradient_mass_error', 0.01, 'rollout''s gradient mass error at staleness 0 (view engine_floor)',
+     'the default tolerance of the gate')
+)
+SELECT f.run_id, l.trainer, l.metric,
+       CASE l.position
+           WHEN 1 THEN f.exp_abs_drift WHEN 2 THEN f.w - 1 - f.r WHEN 3 THEN f.w - 1 - f.r
+           WHEN 4 THEN (f.w - 1 - f.r) / nullif(0 - f.logp, 0) WHEN 5 THEN f.seq_drift WHEN 6 THEN f.seq_drift
+           WHEN 7 THEN abs(f.log_ppl_diff) WHEN 8 THEN f.drift WHEN 9 THEN 0 - f.r WHEN 10 THEN f.drift
+           WHEN 11 THEN f.prob_drift WHEN 12 THEN e.gradient_mass_error
+       END AS value,
+       l.line::DOUBLE AS line, (value <= l.line) AS within_line, f.n, l.definition, l.source
+FROM floor f CROSS JOIN lines l LEFT JOIN engine_floor e ON e.run_id = f.run_id
+WHERE f.n > 0
+ORDER BY f.run_id, l.trainer <> 'proxaudit', l.trainer, l.metric;
+
 -- Weight diagnostics (DOMAIN.md 3b) of every method, the ground truth too, over a step and a staleness
 -- range, from the exact sums of w = behave_imp_weight and r = behave_approx_kl = log w:
 -- ess_fraction = (sum w)^2 / (n sum w^2), chi2 = n sum w^2 / (sum w)^2 - 1, and the KL estimators' means
@@ -282,89 +341,123 @@ SELECT * EXCLUDE (step, staleness) FROM weight_over() ORDER BY run_id, method;
 CREATE OR REPLACE VIEW weight_staleness_summary AS
 SELECT * EXCLUDE (step) FROM weight_over(by_staleness := true) ORDER BY run_id, staleness, method;
 
--- verl's rollout-correction diagnostics (`rollout_corr/...` keys of verl b178a3cd's rollout_corr_helper.py)
--- of every method's estimate a, the ground truth's too, against behave_logp, over a step and a staleness
--- range: d = clamp(a - b, -20, 20), T = 2 (verl's rollout_is_threshold), sequences counted as in
--- decision_over. Token figures are means over the method's tokens, sequence figures over its whole
--- sequences (verl's "seq_" forms). seq_is_ess_fraction and seq_geo_ess_fraction (sum w)^2 / (n sum w^2)
--- of the product and geometric-mean sequence weights are proxaudit's (verl logs no such ESS).
+-- verl's rollout-correction diagnostics (the `rollout_corr/...` keys of verl-project/verl 1dda039
+-- `rollout_corr_helper.py`: compute_is_metrics, compute_rs_metrics, compute_offpolicy_metrics; and the
+-- `training/rollout_probs_diff_*` and `rollout_actor_probs_pearson_corr` of `verl/utils/debug/metrics.py`) of
+-- every method's estimate a, the ground truth's too, against behave_logp, over a step and a staleness range,
+-- as if the selection were one verl batch: d = clamp(a - b, -20, 20), T = 2 (verl's rollout_is_threshold
+-- default, TIS), sequences counted as in decision_over. One row per `rollout_is` mode: the `rollout_is_*`
+-- columns are that mode's (token: each token's weight min(exp(d), T); sequence: the sequence's
+-- min(exp(clamp(sum (a - b), -20, 20)), T) on each of its tokens); the other columns are the same in both.
+-- seq_is_ess_fraction, seq_geo_weight_mean and seq_geo_ess_fraction are proxaudit's (verl logs no such ESS).
+CREATE OR REPLACE MACRO proxaudit_sample_std(n, s, q) AS  -- torch's std: unbiased, 0 for one value
+    CASE WHEN n > 1 THEN sqrt(greatest(q - s * s / n, 0) / (n - 1)) WHEN n = 1 THEN 0.0 END;
+
 CREATE OR REPLACE MACRO rollout_corr_over(first_step := -9223372036854775808, last_step := 9223372036854775807,
     lo := -2147483648, hi := 2147483647, by_step := false, by_staleness := false) AS TABLE
 WITH m AS (
     SELECT run_id, CASE WHEN by_step THEN step END AS step, CASE WHEN by_staleness THEN staleness END AS staleness,
            method, metric, sum(n) AS n, sum(sum) AS s, sum(sum_sq) AS q, max(max) AS mx, min(min) AS mn
     FROM metric_moments
-    WHERE (metric LIKE 'seq\_%' ESCAPE '\' OR metric IN ('is_weight', 'is_weight_clamped', 'is_weight_high',
-                                                 'is_weight_low', 'approx_prob', 'behave_prob', 'prob_product'))
-      AND step BETWEEN first_step AND last_step AND staleness BETWEEN lo AND hi
+    WHERE (metric LIKE 'seq\_%' ESCAPE '\' OR metric IN ('is_weight', 'is_weight_truncated', 'is_weight_high',
+                 'is_weight_low', 'is_seq_weight_truncated', 'approx_prob', 'behave_prob', 'prob_product',
+                 'prob_diff', 'behave_approx_kl', 'behave_imp_weight'))
+      AND method IS NOT NULL AND step BETWEEN first_step AND last_step AND staleness BETWEEN lo AND hi
     GROUP BY ALL
 ), f AS (
     SELECT run_id, step, staleness, method,
            sum(n) FILTER (WHERE metric = 'is_weight')::BIGINT AS n,
-           sum(n) FILTER (WHERE metric = 'seq_is_weight')::BIGINT AS n_sequences,
-           sum(s) FILTER (WHERE metric = 'is_weight') AS w, sum(q) FILTER (WHERE metric = 'is_weight') AS w2,
-           sum(s) FILTER (WHERE metric = 'is_weight_clamped') AS v, sum(q) FILTER (WHERE metric = 'is_weight_clamped') AS v2,
+           sum(n) FILTER (WHERE metric = 'seq_is_weight')::BIGINT AS ns,
            sum(s) FILTER (WHERE metric = 'is_weight_high') AS high, sum(s) FILTER (WHERE metric = 'is_weight_low') AS low,
+           sum(q) FILTER (WHERE metric = 'is_weight') AS w2,
+           sum(s) FILTER (WHERE metric = 'is_weight_truncated') AS tv, sum(q) FILTER (WHERE metric = 'is_weight_truncated') AS tv2,
+           max(mx) FILTER (WHERE metric = 'is_weight_truncated') AS tv_max,
+           min(mn) FILTER (WHERE metric = 'is_weight_truncated') AS tv_min,
+           sum(s) FILTER (WHERE metric = 'is_seq_weight_truncated') AS sv,
+           sum(q) FILTER (WHERE metric = 'is_seq_weight_truncated') AS sv2,
+           sum(s) FILTER (WHERE metric = 'seq_token_weight_mean') AS tm, sum(q) FILTER (WHERE metric = 'seq_token_weight_mean') AS tm2,
+           max(mx) FILTER (WHERE metric = 'seq_token_weight_mean') AS tm_max,
+           min(mn) FILTER (WHERE metric = 'seq_token_weight_mean') AS tm_min,
+           sum(s) FILTER (WHERE metric = 'seq_token_weight_high') AS tm_high,
+           sum(s) FILTER (WHERE metric = 'seq_token_weight_low') AS tm_low,
+           sum(s) FILTER (WHERE metric = 'seq_is_weight_truncated') AS st, sum(q) FILTER (WHERE metric = 'seq_is_weight_truncated') AS st2,
+           max(mx) FILTER (WHERE metric = 'seq_is_weight_truncated') AS st_max,
+           min(mn) FILTER (WHERE metric = 'seq_is_weight_truncated') AS st_min,
+           max(mx) FILTER (WHERE metric = 'seq_log_ratio') AS lr_max, min(mn) FILTER (WHERE metric = 'seq_log_ratio') AS lr_min,
+           sum(s) FILTER (WHERE metric = 'seq_is_weight_high') AS seq_high,
+           sum(s) FILTER (WHERE metric = 'seq_is_weight_low') AS seq_low,
+           sum(s) FILTER (WHERE metric = 'seq_ppl') AS ppl, sum(s) FILTER (WHERE metric = 'seq_log_ppl') AS log_ppl,
+           sum(s) FILTER (WHERE metric = 'seq_behave_ppl') AS behave_ppl,
+           sum(s) FILTER (WHERE metric = 'seq_behave_log_ppl') AS behave_log_ppl,
+           sum(s) FILTER (WHERE metric = 'behave_approx_kl') AS r, sum(s) FILTER (WHERE metric = 'behave_imp_weight') AS iw,
            sum(s) FILTER (WHERE metric = 'approx_prob') AS pa, sum(q) FILTER (WHERE metric = 'approx_prob') AS pa2,
            sum(s) FILTER (WHERE metric = 'behave_prob') AS pb, sum(q) FILTER (WHERE metric = 'behave_prob') AS pb2,
            sum(s) FILTER (WHERE metric = 'prob_product') AS pab,
+           sum(s) FILTER (WHERE metric = 'prob_diff') AS pd, sum(q) FILTER (WHERE metric = 'prob_diff') AS pd2,
+           max(mx) FILTER (WHERE metric = 'prob_diff') AS pd_max,
            sum(s) FILTER (WHERE metric = 'seq_is_weight') AS sw, sum(q) FILTER (WHERE metric = 'seq_is_weight') AS sw2,
            sum(s) FILTER (WHERE metric = 'seq_geo_weight') AS gw, sum(q) FILTER (WHERE metric = 'seq_geo_weight') AS gw2,
-           sum(s) FILTER (WHERE metric = 'seq_is_weight_low') AS seq_low,
            sum(s) FILTER (WHERE metric = 'seq_token_outside') AS seq_outside,
            sum(s) FILTER (WHERE metric = 'seq_log_ppl_diff') AS ppl_diff,
            max(mx) FILTER (WHERE metric = 'seq_log_ppl_diff') AS ppl_diff_max,
            min(mn) FILTER (WHERE metric = 'seq_log_ppl_diff') AS ppl_diff_min,
            sum(s) FILTER (WHERE metric = 'seq_log_ppl_abs_diff') AS ppl_abs_diff,
-           sum(s) FILTER (WHERE metric = 'seq_ppl_ratio') AS ppl_ratio,
-           sum(s) FILTER (WHERE metric = 'seq_k1_sum') / sum(n) FILTER (WHERE metric = 'seq_k1_sum') AS rollout_rs_seq_sum_k1_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k1_sum') AS rollout_rs_seq_sum_k1_seq_max,
-           sum(s) FILTER (WHERE metric = 'seq_k1_mean') / sum(n) FILTER (WHERE metric = 'seq_k1_mean') AS rollout_rs_seq_mean_k1_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k1_mean') AS rollout_rs_seq_mean_k1_seq_max,
-           sum(s) FILTER (WHERE metric = 'seq_k2_sum') / sum(n) FILTER (WHERE metric = 'seq_k2_sum') AS rollout_rs_seq_sum_k2_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k2_sum') AS rollout_rs_seq_sum_k2_seq_max,
-           sum(s) FILTER (WHERE metric = 'seq_k2_mean') / sum(n) FILTER (WHERE metric = 'seq_k2_mean') AS rollout_rs_seq_mean_k2_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k2_mean') AS rollout_rs_seq_mean_k2_seq_max,
-           sum(s) FILTER (WHERE metric = 'seq_k2_max') / sum(n) FILTER (WHERE metric = 'seq_k2_max') AS rollout_rs_seq_max_k2_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k2_max') AS rollout_rs_seq_max_k2_seq_max,
-           sum(s) FILTER (WHERE metric = 'seq_k3_sum') / sum(n) FILTER (WHERE metric = 'seq_k3_sum') AS rollout_rs_seq_sum_k3_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k3_sum') AS rollout_rs_seq_sum_k3_seq_max,
-           sum(s) FILTER (WHERE metric = 'seq_k3_mean') / sum(n) FILTER (WHERE metric = 'seq_k3_mean') AS rollout_rs_seq_mean_k3_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k3_mean') AS rollout_rs_seq_mean_k3_seq_max,
-           sum(s) FILTER (WHERE metric = 'seq_k3_max') / sum(n) FILTER (WHERE metric = 'seq_k3_max') AS rollout_rs_seq_max_k3_seq_mean,
-           max(mx) FILTER (WHERE metric = 'seq_k3_max') AS rollout_rs_seq_max_k3_seq_max
+           sum(s) FILTER (WHERE metric = 'seq_ppl_ratio') AS ppl_ratio
     FROM m GROUP BY run_id, step, staleness, method
+), rs AS (  -- compute_rs_metrics' statistics of each sequence-level option that need no threshold
+    PIVOT (SELECT run_id, step, staleness, method,
+                  'rollout_rs_seq_' || split_part(metric, '_', 3) || '_' || split_part(metric, '_', 2) AS option,
+                  s / n AS seq_mean, proxaudit_sample_std(n, s, q) AS seq_std, mx AS seq_max, mn AS seq_min,
+                  greatest(abs(mx), abs(mn)) AS seq_max_deviation, mx AS max, mn AS min
+           FROM m WHERE regexp_matches(metric, '^seq_k[123]_(sum|mean|max)$'))
+    ON option IN ('rollout_rs_seq_sum_k1', 'rollout_rs_seq_mean_k1', 'rollout_rs_seq_sum_k2', 'rollout_rs_seq_mean_k2', 'rollout_rs_seq_max_k2', 'rollout_rs_seq_sum_k3', 'rollout_rs_seq_mean_k3', 'rollout_rs_seq_max_k3')
+    USING first(seq_mean) AS seq_mean, first(seq_std) AS seq_std, first(seq_max) AS seq_max,
+          first(seq_min) AS seq_min, first(seq_max_deviation) AS seq_max_deviation, first(max) AS max,
+          first(min) AS min
+    GROUP BY run_id, step, staleness, method
+), modes AS (  -- each mode's weights: v per token, u per sequence (the mean of its tokens' v)
+    SELECT f.*, mode.rollout_is,
+           if(token, tv, sv) AS v, if(token, tv2, sv2) AS v2, if(token, tm, st) AS u, if(token, tm2, st2) AS u2,
+           if(token, tv_max, exp(least(lr_max, 20))) AS v_max, if(token, tv_min, exp(lr_min)) AS v_min,
+           if(token, tm_max, st_max) AS u_max, if(token, tm_min, st_min) AS u_min,
+           if(token, high / n, seq_high / ns) AS v_high, if(token, low / n, seq_low / ns) AS v_low,
+           if(token, tm_high, seq_high) / ns AS u_high, if(token, tm_low, seq_low) / ns AS u_low
+    FROM f CROSS JOIN (SELECT unnest(['token', 'sequence']) AS rollout_is) mode,
+         LATERAL (SELECT mode.rollout_is = 'token' AS token)
 )
-SELECT run_id, step, staleness, method, n, n_sequences,
-       w / n AS rollout_is_mean,
-       sqrt(greatest(v2 / n - (v / n) * (v / n), 0)) AS rollout_is_std,
-       (v / n + 1e-8) * (v / n + 1e-8) / nullif(v2 / n, 0) AS rollout_is_eff_sample_size,
-       high / n AS rollout_is_ratio_fraction_high,
-       low / n AS rollout_is_ratio_fraction_low,
-       w2 / n - 1 AS chi2_token,
-       sw2 / n_sequences - 1 AS chi2_seq,
-       seq_low / n_sequences AS rollout_is_seq_fraction_low,
-       sw * sw / nullif(n_sequences * sw2, 0) AS seq_is_ess_fraction,
-       gw / n_sequences AS seq_geo_weight_mean,
-       gw * gw / nullif(n_sequences * gw2, 0) AS seq_geo_ess_fraction,
-       ppl_diff / n_sequences AS log_ppl_diff,
-       ppl_abs_diff / n_sequences AS log_ppl_abs_diff,
-       ppl_diff_max AS log_ppl_diff_max,
-       ppl_diff_min AS log_ppl_diff_min,
-       ppl_ratio / n_sequences AS ppl_ratio,
-       seq_outside / n_sequences AS rollout_rs_token_k1_seq_masked_fraction,
-       (n * pab - pa * pb) / nullif(sqrt((n * pa2 - pa * pa) * (n * pb2 - pb * pb)), 0)
+SELECT o.run_id, o.step, o.staleness, o.method, o.rollout_is, o.n, o.ns AS n_sequences,
+       v / o.n AS rollout_is_mean, sqrt(greatest(v2 / o.n - (v / o.n) * (v / o.n), 0)) AS rollout_is_std,
+       (v / o.n + 1e-8) * (v / o.n + 1e-8) / nullif(v2 / o.n, 0) AS rollout_is_eff_sample_size,
+       v_max AS rollout_is_max, v_min AS rollout_is_min,
+       v_high AS rollout_is_ratio_fraction_high, v_low AS rollout_is_ratio_fraction_low,
+       u / ns AS rollout_is_seq_mean, proxaudit_sample_std(ns, u, u2) AS rollout_is_seq_std,
+       u_max AS rollout_is_seq_max, u_min AS rollout_is_seq_min,
+       greatest(u_max - 1, 1 - u_min) AS rollout_is_seq_max_deviation,
+       u_high AS rollout_is_seq_fraction_high, u_low AS rollout_is_seq_fraction_low,
+       if(o.rollout_is = 'token', v / o.n, u / ns) AS rollout_is_batch_norm_factor,
+       ppl / ns AS training_ppl, log_ppl / ns AS training_log_ppl,
+       behave_ppl / ns AS rollout_ppl, behave_log_ppl / ns AS rollout_log_ppl,
+       (0 - r) / o.n AS kl, (iw - r) / o.n - 1 AS k3_kl,
+       ppl_diff / ns AS log_ppl_diff, ppl_abs_diff / ns AS log_ppl_abs_diff,
+       ppl_diff_max AS log_ppl_diff_max, ppl_diff_min AS log_ppl_diff_min, ppl_ratio / ns AS ppl_ratio,
+       w2 / o.n - 1 AS chi2_token, sw2 / ns - 1 AS chi2_seq,
+       sw * sw / nullif(ns * sw2, 0) AS seq_is_ess_fraction,
+       gw / ns AS seq_geo_weight_mean, gw * gw / nullif(ns * gw2, 0) AS seq_geo_ess_fraction,
+       seq_outside / ns AS rollout_rs_token_k1_seq_masked_fraction,
+       pd / o.n AS rollout_probs_diff_mean, pd_max AS rollout_probs_diff_max,
+       proxaudit_sample_std(o.n, pd, pd2) AS rollout_probs_diff_std,
+       (o.n * pab - pa * pb) / nullif(sqrt((o.n * pa2 - pa * pa) * (o.n * pb2 - pb * pb)), 0)
            AS rollout_actor_probs_pearson_corr,
-       * EXCLUDE (run_id, step, staleness, method, n, n_sequences, w, w2, v, v2, high, low, pa, pa2, pb, pb2,
-                  pab, sw, sw2, gw, gw2, seq_low, seq_outside, ppl_diff, ppl_diff_max, ppl_diff_min,
-                  ppl_abs_diff, ppl_ratio)
-FROM f;
+       rs.* EXCLUDE (run_id, step, staleness, method)
+FROM modes o
+LEFT JOIN rs ON rs.run_id = o.run_id AND rs.step IS NOT DISTINCT FROM o.step
+            AND rs.staleness IS NOT DISTINCT FROM o.staleness AND rs.method = o.method;
 
 CREATE OR REPLACE VIEW rollout_corr_summary AS
-SELECT * EXCLUDE (step, staleness) FROM rollout_corr_over() ORDER BY run_id, method;
+SELECT * EXCLUDE (step, staleness) FROM rollout_corr_over() ORDER BY run_id, method, rollout_is DESC;
 
 CREATE OR REPLACE VIEW rollout_corr_staleness_summary AS
-SELECT * EXCLUDE (step) FROM rollout_corr_over(by_staleness := true) ORDER BY run_id, staleness, method;
+SELECT * EXCLUDE (step) FROM rollout_corr_over(by_staleness := true) ORDER BY run_id, staleness, method, rollout_is DESC;
 
 -- The safe staleness for a tolerance: the largest staleness s such that every staleness <= s with at
 -- least min_tokens tokens has gradient_mass_error <= max_gradient_mass_error and clip_flip_rate <=

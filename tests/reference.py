@@ -114,7 +114,9 @@ def reference_values(
         d = np.clip(a - b, -20, 20)  # verl's diagnostics: its safety bound, T = 2
         metrics |= {
             "is_weight": (np.exp(d), covered),
-            "is_weight_clamped": (np.clip(np.exp(d), 0.5, 2.0), covered),
+            "is_weight_truncated": (np.minimum(np.exp(d), 2.0), covered),
+            "prob_diff": (np.abs(np.exp(a) - np.exp(b)), covered),
+            "is_seq_weight_truncated": (sequence_weight_on_tokens(df, a, b), covered),
             "is_weight_high": ((np.exp(d) > 2).astype(float), covered),
             "is_weight_low": ((np.exp(d) < 0.5).astype(float), covered),
             "approx_prob": (np.exp(a), covered),
@@ -129,6 +131,13 @@ def reference_values(
     return pd.concat(parts, ignore_index=True)
 
 
+def sequence_weight_on_tokens(df: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """verl's truncated sequence weight min(exp(clip(sum (a - b), -20, 20)), 2) on each token, the sum over
+    the tokens of its sequence that have the estimate (NaN on the others)."""
+    raw = pd.Series(a - b).groupby([df["run_id"], df["seq_id"], df["minibatch"]]).transform("sum")
+    return np.where(np.isnan(a), np.nan, np.minimum(np.exp(np.clip(raw.to_numpy(), -20, 20)), 2.0))
+
+
 def sequence_values(df: pd.DataFrame, method: str, a: np.ndarray, b: np.ndarray) -> pd.DataFrame:
     """verl's per-response diagnostics, one row per (sequence, metric), for the sequences whose every loss
     token has the estimate; a sequence counts at its step and the staleness of its stalest token."""
@@ -138,11 +147,15 @@ def sequence_values(df: pd.DataFrame, method: str, a: np.ndarray, b: np.ndarray)
     frame["k1"], frame["k2"] = -frame["d"], frame["d"] ** 2 / 2
     frame["k3"] = np.exp(frame["d"]) - 1 - frame["d"]
     frame["outside"] = np.abs(frame["d"]) > np.log(2)
+    frame["w"], frame["neg_a"], frame["neg_b"], frame["abs"] = np.exp(frame["d"]), -a, -b, np.abs(a - b)
+    frame["truncated"] = np.minimum(frame["w"], 2.0)
     by = frame.groupby(["run_id", "seq_id", "minibatch"])
     k_stats = {f"{k}_{agg}": (k, agg) for k in ("k1", "k2", "k3") for agg in ("sum", "mean", "max")}
     seq = by.agg(
         step=("step", "first"), staleness=("staleness", "max"), missing=("missing", "any"),
-        raw_sum=("raw", "sum"), raw_mean=("raw", "mean"), outside=("outside", "any"), **k_stats,
+        raw_sum=("raw", "sum"), raw_mean=("raw", "mean"), outside=("outside", "any"), w_mean=("w", "mean"),
+        truncated_mean=("truncated", "mean"), neg_a=("neg_a", "mean"), neg_b=("neg_b", "mean"),
+        abs_mean=("abs", "mean"), **k_stats,
     )  # fmt: skip
     seq = seq[~seq["missing"]].reset_index()
     values = {
@@ -153,6 +166,17 @@ def sequence_values(df: pd.DataFrame, method: str, a: np.ndarray, b: np.ndarray)
         "seq_log_ppl_diff": -seq["raw_mean"],
         "seq_log_ppl_abs_diff": np.abs(seq["raw_mean"]),
         "seq_ppl_ratio": np.exp(-seq["raw_mean"]),
+        "seq_is_weight_high": (seq["raw_sum"] > np.log(2)).astype(float),
+        "seq_log_ratio": seq["raw_sum"],
+        "seq_is_weight_truncated": np.minimum(np.exp(np.clip(seq["raw_sum"], -20, 20)), 2.0),
+        "seq_token_weight_mean": seq["truncated_mean"],
+        "seq_token_weight_high": (seq["w_mean"] > 2).astype(float),
+        "seq_token_weight_low": (seq["w_mean"] < 0.5).astype(float),
+        "seq_log_ppl": seq["neg_a"],
+        "seq_ppl": np.exp(seq["neg_a"]),
+        "seq_behave_log_ppl": seq["neg_b"],
+        "seq_behave_ppl": np.exp(seq["neg_b"]),
+        **({"seq_drift": seq["abs_mean"]} if method == "ground_truth" else {}),
         **{
             f"seq_{k}": seq[k]
             for k in ("k1_sum", "k1_mean", "k2_sum", "k2_mean", "k2_max", "k3_sum", "k3_mean", "k3_max")

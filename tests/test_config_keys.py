@@ -20,9 +20,10 @@ from evaluator.lossconfig.known import ANY, trainer_keys
 from evaluator.lossconfig.resolve import trainer_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "trainer_configs"
-AREAL, NEMO_RL, VERL = (
+AREAL, AREAL_M2PO, NEMO_RL, VERL = (
     CONFIGS / "areal-gsm8k_grpo.yaml",
-    CONFIGS / "nemo-rl-grpo_math_1B.yaml",
+    CONFIGS / "areal-gsm8k_m2po.yaml",
+    CONFIGS / "nemo-rl" / "examples" / "configs" / "grpo_math_1B.yaml",
     CONFIGS / "verl-_generated_ppo_trainer.yaml",
 )
 
@@ -69,6 +70,17 @@ class TestRealConfigs:
         assert "actor.optimizer" in result.output  # known, read by nothing: listed as ignored
         assert trainer_config(AREAL).loss == Loss(eps_low=0.4, eps_high=0.4, rules=(Rule(upper=5.0),))
 
+    def test_areal_m2po_example_loads_as_ppo_clipped_at_1(self):
+        """AReaL's own M2PO example sets eps_clip 0.0: AReaL clamps the ratio to [1, 1] (no range check),
+        and m2_threshold is read, not listed as ignored."""
+        result = loss_from(AREAL_M2PO)
+        assert result.exit_code == EXIT_OK, result.output
+        read, ignored = result.output.split("ignored")
+        assert "actor.eps_clip = 0.0" in read and "actor.m2_threshold = 0.04" in read
+        assert "m2_threshold" not in ignored.split("note:")[0] and "[1, 1]" in ignored
+        expected = Loss(eps_low=0.0, eps_high=0.0, m2_threshold=0.04, rules=(Rule(upper=5.0),))
+        assert trainer_config(AREAL_M2PO).loss == expected
+
     def test_nemo_rl_example_loads_as_shipped(self):
         result = loss_from(NEMO_RL)
         assert result.exit_code == EXIT_OK, result.output
@@ -105,6 +117,9 @@ class TestRealConfigs:
         (VERL, ("algorithm", "rollout_correction"), "rollout_is", "rollout_iss",
          "algorithm.rollout_correction.rollout_iss", "rollout_is"),
         (NEMO_RL, ("loss_fn",), "ratio_clip_max", "ratio_clip_mx", "loss_fn.ratio_clip_mx", "ratio_clip_max"),
+        (NEMO_RL, ("grpo",), "seq_logprob_error_threshold", "seq_logprob_eror_threshold",
+         "grpo.seq_logprob_eror_threshold", "seq_logprob_error_threshold"),
+        (AREAL_M2PO, ("actor",), "m2_threshold", "m2_treshold", "actor.m2_treshold", "m2_threshold"),
     ],
 )  # fmt: skip
 def test_a_misspelt_key_at_any_depth_names_it_and_its_nearest_known_key(
@@ -119,9 +134,19 @@ def test_the_known_keys_are_the_trainers_schemas():
     """Each tree names its trainer's repository and a full commit, holds the keys proxaudit reads, and
     some it does not (read from the trainer's schema, not listed by hand)."""
     for name, section, read, other in (
-        ("areal", "actor", ("eps_clip", "rejection_sampling", "use_cispo_loss"), ("optimizer", "mb_spec")),
+        ("areal", "actor", ("eps_clip", "rejection_sampling", "m2_threshold"), ("optimizer", "mb_spec")),
         ("verl", "actor_rollout_ref", ("actor",), ("rollout", "ref")),
         ("nemo_rl", "loss_fn", ("ratio_clip_min", "use_cispo"), ("reference_policy_kl_penalty",)),
+        ("nemo_rl", "grpo", ("seq_logprob_error_threshold",), ("num_prompts_per_step",)),
+        ("nemo_rl", "ppo", ("seq_logprob_error_threshold",), ("ppo_epochs",)),
+        ("prime_rl", "loss", ("dppo_mask_low", "kl_tau", "ipo_threshold"), ("import_path",)),
+        ("prime_rl", "trainer.loss", ("type", "adv_tau"), ("kwargs",)),
+        (
+            "trl",
+            "",
+            ("loss_type", "epsilon_high", "vllm_importance_sampling_mode"),
+            ("learning_rate", "model_name_or_path", "dataset_name"),
+        ),  # TrainingArguments', ModelConfig's...
     ):
         keys = trainer_keys(name)
         assert len(keys.commit) == 40 and "/" in keys.repository
@@ -178,7 +203,7 @@ def test_older_keys_no_areal_version_accepts_are_usage_errors(tmp_path, actor, k
 @pytest.mark.parametrize(
     "config, line",
     [
-        ({"actor": {"m2_threshold": 0.04, "eps_clip": 0.2}}, "actor.m2_threshold (not modelled: M2PO"),
+        ({"loss_type": "dapo", "beta": 0.04}, "beta (compares theta with the sampling or reference"),
         ({"algorithm": {"rollout_correction": {"rollout_is": "token", "rollout_is_batch_normalize": True}}},
          "algorithm.rollout_correction.rollout_is_batch_normalize (not modelled"),
         ({"loss_fn": {"disable_ppo_ratio": True}}, "loss_fn.disable_ppo_ratio (not modelled"),
@@ -188,6 +213,45 @@ def test_a_known_key_not_modelled_is_listed_with_its_reason(tmp_path, config, li
     result = loss_from(write(tmp_path, config))
     assert result.exit_code == EXIT_OK, result.output
     assert line in result.output.split("ignored")[1]
+
+
+@pytest.mark.parametrize(
+    "name, text, named, nearest",
+    [
+        ("trl.yaml", "loss_type: dapo\nlearning_rate: 1.0e-6\nepsilon_hihg: 0.28\n", "epsilon_hihg",
+         "epsilon_high"),
+        ("trl.yaml", "epsilon: 0.2\nvllm_importance_sampling_mod: token_mask\n",
+         "vllm_importance_sampling_mod", "vllm_importance_sampling_mode"),
+        ("trainer.toml", "[loss]\ndppo_mask_hi = 0.3\n", "loss.dppo_mask_hi", "dppo_mask_high"),
+        ("rl.toml", "[trainer.loss]\ntype = 'ipo'\nkl_ta = 0.001\n", "trainer.loss.kl_ta", "kl_tau"),
+        ("verl.yaml", "actor_rollout_ref:\n  actor:\n    policy_loss:\n      loss_mode: dro\n"
+         "      dro_bta: 0.1\n", "actor_rollout_ref.actor.policy_loss.dro_bta", "dro_beta"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_of_the_newer_readers_names_its_nearest_known_key(
+    tmp_path, name, text, named, nearest
+):
+    """TRL's and prime-rl's keys (from their source at the pinned commit) and verl's newer keys (an explicit
+    extra with its commit) are checked like the others."""
+    path = tmp_path / name
+    path.write_text(text)
+    result = loss_from(path)
+    assert_usage_error(result, str(path), f"{named}: unknown key")
+    assert result.output.rstrip().endswith(f"the nearest known key is {nearest}")
+
+
+def test_newer_keys_and_the_maximum_off_policyness_are_known(tmp_path):
+    """verl's dro_beta (ddfbf4e), NeMo-RL's grpo.seq_logprob_error_threshold (14f9f38) and TRL's
+    max_staleness load."""
+    for name, config in (
+        (
+            "verl.yaml",
+            {"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "dro", "dro_beta": 0.1}}}},
+        ),
+        ("nemo.yaml", {"loss_fn": {}, "grpo": {"seq_logprob_error_threshold": 2.0}}),
+        ("trl.yaml", {"loss_type": "dapo", "max_staleness": 4}),
+    ):
+        assert loss_from(write(tmp_path, config, name)).exit_code == EXIT_OK, name
 
 
 def _sections(tree: dict, path: str = "") -> list[tuple[str, dict]]:
@@ -228,6 +292,9 @@ NAMES = sorted(
         "rollout_correction",
         "policy_loss",
         "rejection_sampling",
+        "loss_mode",
+        "dro_beta",
+        "seq_logprob_error_threshold",
     }
     | set(trainer_keys("areal").sections["actor"])
     | set(trainer_keys("verl").sections["algorithm"]["rollout_correction"])
@@ -235,10 +302,23 @@ NAMES = sorted(
 )
 SCALARS = st.one_of(
     st.none(), st.booleans(), st.floats(), st.integers(-(10**30), 10**30), st.text(max_size=12),
-    st.sampled_from(["token", "sequence", "seq_sum_k1,token_k2", "1.5_2", "gspo", "${x}", "clamp"]),
+    st.sampled_from(["token", "sequence", "seq_sum_k1,token_k2", "1.5_2", "gspo", "${x}", "clamp", "dro",
+                     "dppo_tv", "geo_mean", "cispo", "sequence_truncate"]),
 )  # fmt: skip
 CONFIGS_OF_ANY_SHAPE = st.dictionaries(
-    st.sampled_from(["actor", "algorithm", "actor_rollout_ref", "loss_fn", "rollout"]),
+    st.sampled_from(
+        [
+            "actor",
+            "algorithm",
+            "actor_rollout_ref",
+            "loss_fn",
+            "rollout",
+            "grpo",
+            "loss_type",
+            "epsilon",
+            "vllm_importance_sampling_mode",
+        ]
+    ),
     st.recursive(
         SCALARS,
         lambda inner: (

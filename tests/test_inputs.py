@@ -107,6 +107,11 @@ class TestNonsenseLossesAreRefused:
             ("dual_clip = 1.0\n", "dual_clip: 1.0 must be > 1"),
             ("bound = -1\n", "bound: -1.0 must be > 0"),
             ("eps_high = 1e400\n", "eps_high: inf must be a finite number"),
+            ("policy = 'dppo_tv'\nkl_penalty = -0.001\n", "kl_penalty: -0.001 must be >= 0"),
+            ("kl_penalty = 0.001\n", "kl_penalty: ppo has no (theta - prox)^2 term"),
+            ("m2_threshold = 0\n", "m2_threshold: 0.0 must be > 0"),
+            ("policy = 'gmpo'\n", "ratio_level: gmpo is sequence-level"),
+            ("[[rule]]\nstatistic = 'mult_prob_error'\nupper = 1.0\n", "rule 1.upper: 1.0 must be > 1"),
         ],
     )
     def test_loss_files(self, log, tmp_path, flag, text, named):
@@ -139,6 +144,17 @@ class TestNonsenseLossesAreRefused:
                           "truncated_importance_sampling_type": "tis",
                           "truncated_importance_sampling_ratio": 0}},
              "loss_fn.truncated_importance_sampling_ratio: 0 must be > 0"),
+            ({"actor": {"m2_threshold": 0.04, "eps_clip": -0.1}}, "actor.eps_clip: -0.1 must be in [0, 1)"),
+            ({"actor": {"m2_threshold": -1}}, "actor.m2_threshold: -1 must be > 0"),
+            ({"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "dro", "dro_beta": -0.1}}}},
+             "actor_rollout_ref.actor.policy_loss.dro_beta: -0.1 must be > 0"),
+            ({"actor_rollout_ref": {"actor": {"clip_ratio": -0.2, "policy_loss": {"loss_mode": "dppo_tv"}}}},
+             "actor_rollout_ref.actor.clip_ratio: -0.2 must be >= 0"),
+            ({"loss_fn": {}, "grpo": {"seq_logprob_error_threshold": 1.0}},
+             "grpo.seq_logprob_error_threshold: 1.0 must be > 1"),
+            ({"loss_type": "cispo", "epsilon_high": 0.5}, "epsilon_high: 0.5 must be > 1"),
+            ({"loss_type": "dapo", "vllm_importance_sampling_clip_max": 0},
+             "vllm_importance_sampling_clip_max: 0 must be > 0"),
         ],
     )  # fmt: skip
     def test_trainer_configs(self, log, tmp_path, config, named):

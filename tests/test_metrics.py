@@ -41,9 +41,10 @@ def test_drift_belongs_to_ground_truth_only():
     assert "drift" not in {m.name for m in metrics_for("loglinear", Loss())}
     # 14 for every method (10 of section 3, behave_approx_kl, clip_active, bound_active, grad_weight)
     # + 2 flips, the gradient weight's error and the true weight on the same tokens for the estimators,
-    # + 3 drifts for the ground truth; no dual clip, lower bound or sequence decision in the default loss
+    # + 3 drifts and slime's per-sequence drift for the ground truth; no dual clip, lower bound or sequence
+    # decision in the default loss
     core = lambda method: [m for m in metrics_for(method, Loss()) if m not in VERL_DIAGNOSTICS]  # noqa: E731
-    assert len(core("linear")) == 18 and len(core("ground_truth")) == 17
+    assert len(core("linear")) == 18 and len(core("ground_truth")) == 18
     sequence = Loss(
         ratio_level="sequence", dual_clip=2.0, rules=(Rule("sequence", "ratio", lower=0.5, upper=2),)
     )
@@ -87,7 +88,8 @@ def test_hand_worked_values_on_one_token():
         "true_grad_weight": 0.0,
         # verl's diagnostics of d = a - b = 0.5: exp(0.5) = 1.65 is inside [1/2, 2]
         "is_weight": math.exp(0.5),
-        "is_weight_clamped": math.exp(0.5),
+        "is_weight_truncated": math.exp(0.5),
+        "prob_diff": math.exp(-1.0) - math.exp(-1.5),
         "is_weight_high": 0.0,
         "is_weight_low": 0.0,
         "approx_prob": math.exp(-1.0),

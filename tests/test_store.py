@@ -23,10 +23,11 @@ from evaluator.store.maintenance import compact, convert
 from evaluator.store.reader import ingested_files, stored_max_staleness
 from evaluator.store.writer import file_id_of
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
-from schemas.store import PUBLIC_VIEWS
+from schemas.store import METRICS, PUBLIC_VIEWS
 
-OLD_STORE = Path(__file__).parent / "data" / "store-v5.duckdb.gz"
-"""A single-file store (schema version 5) made by proxaudit at 1ab5605: see tests/data/README.md."""
+OLD_STORES = {v: Path(__file__).parent / "data" / f"store-v{v}.duckdb.gz" for v in ("5", "6")}
+"""Single-file stores of schema version 5 (proxaudit at 1ab5605) and 6 (at 978ced2, with the newer losses'
+metrics) of one toy log: see tests/data/README.md."""
 
 
 @pytest.fixture
@@ -40,9 +41,9 @@ def logs(tmp_path: Path, n: int) -> list[Path]:
     return [write_log_atomic(synthetic_steps(spec, 2 * i, 2), tmp_path / f"{i}.parquet") for i in range(n)]
 
 
-def old_store(tmp_path: Path) -> Path:
+def old_store(tmp_path: Path, version: str = "5") -> Path:
     path = tmp_path / "old.duckdb"
-    path.write_bytes(gzip.decompress(OLD_STORE.read_bytes()))
+    path.write_bytes(gzip.decompress(OLD_STORES[version].read_bytes()))
     return path
 
 
@@ -203,15 +204,24 @@ def test_compaction_merges_files_and_keeps_every_row(tmp_path):
     assert on_disk <= {p for (p,) in known} and len(on_disk) < done.files_before  # no file left untracked
 
 
-def test_an_old_store_converts_with_its_numbers(tmp_path):
-    old = old_store(tmp_path)
+@pytest.mark.parametrize("version", ["5", "6"])
+def test_an_old_store_converts_with_its_numbers(tmp_path, version):
+    """Every row of the metrics this proxaudit computes, as the old store's own views gave them; version 5's
+    `is_weight_clamped` (verl's clamp to [1/T, T], replaced by its truncation) is the only row left out."""
+    old = old_store(tmp_path, version)
     assert convert(old, tmp_path / "new") == 1
     views = {
-        v: f"SELECT * FROM {v} ORDER BY ALL" for v in ("run_summary", "step_summary", "staleness_summary")
+        v: f"SELECT * FROM {v} WHERE metric IN (SELECT unnest($known)) ORDER BY ALL"
+        for v in ("run_summary", "step_summary", "staleness_summary")
     }
     with duckdb.connect(str(old), read_only=True) as was, open_store(tmp_path / "new") as now:
         for view, sql in views.items():
-            pd.testing.assert_frame_equal(now.execute(sql).df(), was.execute(sql).df(), rtol=1e-12, obj=view)
+            got, expected = (c.execute(sql, {"known": list(METRICS)}).df() for c in (now, was))
+            pd.testing.assert_frame_equal(got, expected, rtol=1e-12, obj=view)
+        metrics = "SELECT DISTINCT metric FROM metric_moments"
+        left_out = {m for (m,) in was.execute(metrics).fetchall()} - set(METRICS)
+        assert left_out == ({"is_weight_clamped"} if version == "5" else set())
+        assert {m for (m,) in now.execute(metrics).fetchall()} <= set(METRICS)
         for table in ("run_finding", "run_check"):
             stamp = "found_at" if table == "run_finding" else "checked_at"
             sql = f"SELECT * EXCLUDE ({stamp}) FROM {table} ORDER BY ALL"

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, drift_charts
+from dashboard.views import trainers
 from dashboard.views.common import ERROR_METRICS, Context, choice, load, note_missing_ground_truth, seed, show
 
 CONVENTION_PAIRS = (("loglinear", "loglinear_exact"), ("linear", "linear_exact"))
@@ -87,6 +88,7 @@ def render(ctx: Context) -> None:
     st.subheader("Numbers")
     st.dataframe(staleness_table(frame[frame["method"] != "ground_truth"], metric), width="stretch")
     st.dataframe(staleness_table(drift, "drift"), width="stretch")
+    trainers.render(ctx)  # after the numbers: each trainer's own figure of the floor above
 
 
 def _pairs(ctx: Context, metric: str, log_y: bool, title: str, pairs, kinds, caption: str) -> None:

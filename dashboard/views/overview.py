@@ -1,7 +1,7 @@
 """Overview: the verdict banner (the gate, the method it gates, the engine floor, the safe staleness beyond
-it, the loss), the run's data-driven warnings if any (with their evidence, and the checks that could not
-decide), the decision (may I ship this estimator?), then what is in the store and the headline error of
-each method on the selected run."""
+it, the loss), what each trainer would log on the run as its own mismatch figure, the run's data-driven
+warnings if any (with their evidence, and the checks that could not decide), the decision (may I ship
+this estimator?), then what is in the store and the headline error of each method on the selected run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from dashboard import charts, drift_charts
 from dashboard.views import banner, decision
 from dashboard.views.common import Context, load, plain, show
 
+TRAINERS_INTRO = (
+    "What your trainer would log on this run (its own mismatch figure, engine against trainer, at "
+    "staleness 0), against the line it publishes; the Drift page has each definition and source:"
+)
 HEADLINE_METRICS = ("abs_error", "drift", "behave_imp_weight_abs_error", "importance_weight_abs_error")
 
 
@@ -78,8 +82,17 @@ def _pairing(ctx: Context) -> None:
     )
 
 
+def _trainers(ctx: Context) -> None:
+    """Under the decision: what the user's own trainer would log on this run, against its published line,
+    as plain text (no Markdown: nothing from the store is parsed)."""
+    sentences = load(ctx.db, "trainer_sentences", ctx.run_id)
+    if sentences:
+        st.text("\n".join([TRAINERS_INTRO, *(f"- {s}" for s in sentences)]))
+
+
 def render(ctx: Context) -> None:
     banner.render(ctx, decision.tolerance())
+    _trainers(ctx)
     _findings(ctx)
     decision.render(ctx)
     st.subheader("What is in the store")

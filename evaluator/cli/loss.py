@@ -30,18 +30,19 @@ def loss_options(command: Callable) -> Callable:
         click.option(
             "--loss-from",
             type=click.Path(dir_okay=False),
-            help="The trainer's own config (AReaL's YAML actor: section, verl's, NeMo-RL's loss_fn): its "
-            "loss keys are read, the others listed as ignored.",
+            help="The trainer's own config (AReaL's YAML actor: section, verl's, NeMo-RL's loss_fn, a TRL "
+            "GRPOConfig YAML, prime-rl's TOML [loss]): its loss keys are read, the others listed as ignored.",
         ),
         click.option("--params", "params_file", type=click.Path(dir_okay=False), hidden=True),
         click.option(
             "--eps-low",
-            type=Number(lambda: loss_ranges().EPS_LOW["cispo"]),  # the widest: a PPO loss refuses 1
-            help="The ratio is clipped below 1 - eps_low, 0 < eps_low < 1 (wins over --loss).",
+            type=Number(lambda: loss_ranges().AT_LEAST_ZERO),  # then the range of the loss's policy
+            help="The ratio is clipped below 1 - eps_low, 0 < eps_low < 1 under PPO (each policy loss has "
+            "its range; wins over --loss).",
         ),
         click.option(
             "--eps-high",
-            type=Number(lambda: loss_ranges().EPS_HIGH),
+            type=Number(lambda: loss_ranges().AT_LEAST_ZERO),
             help="... and above 1 + eps_high, eps_high > 0.",
         ),
         click.option(

@@ -23,6 +23,7 @@ SUMMARY_VIEWS = {
     "rollout-corr": "verl's rollout_corr diagnostics of each method's weights, by verl's names",
     "rollout-corr-staleness": "... per staleness",
     "mismatch": "the engine mismatch floor and its share of each staleness's drift",
+    "trainers": "each trainer's own mismatch figure at staleness 0, against its published line",
 }
 
 TOLERANCE = Range(0, low_open=False)
@@ -99,6 +100,7 @@ def summary(
         require_rows,
         stored_runs,
         summary_table,
+        trainers_text,
         truth_notes,
     )
     from schemas.store import Tolerance
@@ -117,6 +119,8 @@ def summary(
         lines = decision_lines(db, thresholds or DEFAULT_THRESHOLDS, run_id, max_staleness, tolerance)
         say(wrapped("\n".join(lines), width) + "\n")
     say(render(compact(table, by) if fmt == "table" else table, fmt, width), fmt)
+    if fmt == "table" and by == "trainers":
+        say("\n" + wrapped(trainers_text(db, run_id), width))
     if by in NOTES and fmt == "table":
         click.echo("\n" + wrapped(NOTES[by], width))
     if notes:

@@ -39,8 +39,8 @@ def compact_cmd(db: str, hours: float | None) -> None:
 @library_errors
 def convert_cmd(old: str, new: str, data_path: str | None) -> None:
     """Convert OLD, a single-file metrics database of proxaudit before stores were folders (store schema
-    version 5), into the store NEW: every file's metrics, findings and checks (kept as they were: judging
-    them again needs the token logs replayed)."""
+    version 5 or 6), into the store NEW: every file's metrics, findings and checks (kept as they were:
+    judging them again needs the token logs replayed)."""
     from evaluator.store.lake import require_local_or_uri
     from evaluator.store.maintenance import convert
 

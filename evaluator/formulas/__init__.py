@@ -1,8 +1,9 @@
 """The math of DOMAIN.md as pure functions over arrays: `estimators` (section 2, the proximal log-prob
-estimates), `metrics` (section 3, their error metrics), `decisions` (section 3b, the loss's clip and bound
-decisions and the gradient weights), `sketch` (the quantile sketch's bucket code), `bootstrap` (95%
-intervals over steps), `trend` (a figure's slope over steps and the drift test). Here: the array type
-and the one shape check they share.
+estimates), `metrics` (section 3, their error metrics, from each estimate's `terms`), `diagnostics` (verl's
+rollout_corr series and the trainers' own mismatch series), `loss`, `gradients` and `policies` (sections 3b
+and 3c, the loss's decisions and gradient weights; `sequences` the weight w(d) and the tokens' sequences
+they share), `sketch` (the quantile sketch's bucket code), `bootstrap` (95% intervals over steps), `trend`
+(a figure's slope over steps and the drift test). Here: the array type and the one shape check they share.
 
 May import: numpy, `schemas`, the base's named errors and `evaluator.inputs.Range` (the range a
 parameter allows), and each other; nothing that reads or writes a file."""

@@ -14,6 +14,7 @@ sequence in the set). With `d = x - b`, `r = w(t - x)`, `w(z) = exp(min(z, 150))
                       (sequence level: s, Abar and wbar as for GSPO)
     C(r, A) = (A > 0 and r > 1 + eps_high) or (A < 0 and r < 1 - eps_low)     (no A: r outside the band)
     D(r, A) = A < 0 and r > dual_clip
+    DPPO, IPO, GMPO, REINFORCE; M2PO and OPSM     `evaluator.formulas.policies`
 
 `W` is the per-token gradient coefficient `|d loss / d theta_logp|` with the loss's normalisation by the
 minibatch's token count taken out (S' = the sequence's kept tokens; means over them). An estimate that
@@ -23,61 +24,15 @@ flips no decision of a token-level loss with a token weight has exactly the true
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
-from numpy.typing import NDArray
 
-from evaluator.formulas import F64, Flags
+from evaluator.formulas import F64, Flags, policies
 from evaluator.formulas.loss import Loss, Rule
+from evaluator.formulas.sequences import LOG_WEIGHT_MAX as LOG_WEIGHT_MAX  # re-exported
+from evaluator.formulas.sequences import Sequences, weight
 
-LOG_WEIGHT_MAX = 150.0
-"""A weight exp(d) is computed as exp(min(d, 150)): 1.4e65 at most, so that a product of two weights and
-its square still fit a float64 sum. A token whose log-ratio passes 150 nats (a probability ratio beyond
-1e65) is counted at that weight: its clip and bound decisions are unchanged (far past any threshold),
-only the size is capped."""
 BINARY_KL_EPS = 1e-8
-
-
-def weight(log_ratio: F64) -> F64:
-    """exp(min(log_ratio, LOG_WEIGHT_MAX)): a probability ratio, finite whatever the log-probs."""
-    return np.exp(np.minimum(log_ratio, LOG_WEIGHT_MAX))
-
-
-@dataclass(frozen=True)
-class Sequences:
-    """The sequence `(run_id, seq_id, minibatch)` of each token: codes `[n_tokens]` in 0..n-1."""
-
-    code: NDArray[np.int64]
-    n: int
-
-    def take(self, mask: Flags | None) -> Sequences:
-        return self if mask is None else Sequences(self.code[mask], self.n)
-
-    def sum(self, values: F64 | Flags) -> F64:
-        """`[n]` per-sequence sums."""
-        return np.bincount(self.code, weights=values, minlength=self.n)
-
-    def max(self, values: F64) -> F64:
-        out = np.full(self.n, -np.inf)
-        np.maximum.at(out, self.code, values)
-        return out
-
-    def min(self, values: F64) -> F64:
-        out = np.full(self.n, np.inf)
-        np.minimum.at(out, self.code, values)
-        return out
-
-    @cached_property
-    def counts(self) -> F64:
-        """`[n]` each sequence's number of tokens."""
-        return np.bincount(self.code, minlength=self.n).astype(np.float64)
-
-    def mean(self, values: F64, where: Flags | None = None) -> tuple[F64, F64]:
-        """(`[n]` means over the tokens `where` (all), `[n]` their counts); a sequence with none: mean 0."""
-        count = self.counts if where is None else self.sum(where)
-        total = self.sum(values if where is None else np.where(where, values, 0.0))
-        return total / np.maximum(count, 1.0), count
 
 
 @dataclass(frozen=True)
@@ -203,42 +158,46 @@ def decide(
 ) -> Decisions:  # fmt: skip
     """The decisions and gradient weight of `loss` with `x` as log pi_prox (module docstring).
     `abs_advantage` (|A|, 1 where none) and `off_policy_weight` (w(t - b)) are the same for every x;
-    `behave_weight` (w(x - b)) and `ratio` (w(t - x)) may be given when already known."""
+    `behave_weight` (w(x - b)) and `ratio` (w(t - x)) may be given when already known.
+
+    A clip decision counts where the trainer counts it: under GSPO, CISPO and the losses of
+    `evaluator.formulas.policies` only on the tokens the rules keep (AReaL cbff54d `functional.py`: GSPO's
+    ratio and advantage are zeroed off the post-rejection mask, CISPO's `clip_mask` is taken on it; verl
+    takes its clip fractions over its post-rejection `response_mask`); under token-level PPO on every token
+    (AReaL's `clip_mask` there is on the pre-rejection mask); never on a token M2PO drops (AReaL passes the
+    post-M2PO mask as the loss's mask)."""
     if loss.needs_sequences and seq is None:
         raise ValueError("this loss decides per sequence: give the tokens' Sequences")
+    if loss.m2_threshold is not None:
+        return _after_m2po(x, t=t, b=b, advantage=advantage, abs_advantage=abs_advantage,
+                           off_policy_weight=off_policy_weight, seq=seq, loss=loss)  # fmt: skip
+    return _decide(x, t=t, b=b, advantage=advantage, abs_advantage=abs_advantage,
+                   off_policy_weight=off_policy_weight, seq=seq, loss=loss, behave_weight=behave_weight,
+                   ratio=ratio)  # fmt: skip
+
+
+def _decide(
+    x: F64, *, t: F64, b: F64, advantage: F64 | None, abs_advantage: F64 | float, off_policy_weight: F64,
+    seq: Sequences | None, loss: Loss, behave_weight: F64 | None = None, ratio: F64 | None = None,
+) -> Decisions:  # fmt: skip
+    """`decide` past M2PO's mask: the tokens are the ones it keeps (all of them without M2PO)."""
     fix = correct(x, b, seq, loss, behave_weight)
     kept, omega = fix.kept, fix.omega
-    if loss.ratio_level == "sequence":
-        ratio, signed, magnitude, mean_weight = _sequence_terms(t, x, advantage, omega, kept, seq)
-        cancels = False
+    if loss.policy in ("ppo", "sapo", "cispo"):
+        grad, clip, dual = _clipped(x, t, advantage, abs_advantage, off_policy_weight, seq, loss, fix, ratio)
+    elif loss.policy == "gmpo":
+        (grad, clip), dual = policies.gmpo(t, x, advantage, omega, kept, seq, loss), None
+    elif loss.policy == "pg":
+        grad, clip, dual = policies.reinforce(t, x, advantage, omega, kept, loss), None, None
     else:
-        ratio = weight(t - x) if ratio is None else ratio
-        signed, magnitude, mean_weight = advantage, abs_advantage, 1.0 if omega is None else omega
-        cancels = loss.behave_weight == "token"  # omega r = w(t - b) where neither is clamped: prox cancels
-    clip = dual = None
-    if loss.policy == "sapo":
-        positive = np.zeros(len(x), dtype=bool) if signed is None else signed > 0
-        tau = np.where(positive, loss.sapo_tau_pos, loss.sapo_tau_neg)
-        gate = 1 / (1 + np.exp(-tau * (ratio - 1)))
-        grad = np.where(kept, magnitude * mean_weight * 4 * ratio * gate * (1 - gate), 0.0)
-    else:
-        if loss.policy == "ppo":
-            clip = clip_active(ratio, signed, loss)
-            if loss.dual_clip is not None:
-                dual = (np.zeros(len(x), dtype=bool) if signed is None else signed < 0) & (
-                    ratio > loss.dual_clip
-                )
-            off, changed, size = clip if dual is None else clip | dual, fix.clamped, ratio
-        else:  # cispo: the weight clip(r) is clamped outside the band, never zero
-            clip = clip_active(ratio, None, loss)
-            off, changed = np.zeros(len(x), dtype=bool), clip | fix.clamped
-            size = np.clip(ratio, 1 - loss.eps_low, 1 + loss.eps_high)
-        weighted = mean_weight * size
-        if cancels:
-            weighted = np.where(changed, weighted, off_policy_weight)
-        grad = np.where(kept & ~off, magnitude * weighted, 0.0)
-    bound = (~kept | fix.clamped) if loss.rules else None
-    by_sequence = loss.ratio_level == "sequence" and clip is not None
+        grad, clip, dual = policies.dppo(t, x, advantage, omega, kept, loss)
+    if loss.ratio_level == "sequence" or loss.policy != "ppo":  # counted on the kept tokens only
+        clip, dual = (None if f is None else f & kept for f in (clip, dual))
+    if loss.opsm_delta is not None:  # slime multiplies the clipped loss by its mask: the clip still counts
+        kept = kept & policies.opsm_kept(x, t, advantage, seq, loss.opsm_delta)
+        grad = np.where(kept, grad, 0.0)
+    bound = (~kept | fix.clamped) if loss.has_rules else None
+    by_sequence = loss.has_sequence_clip
     return Decisions(
         grad_weight=grad,
         clip=clip,
@@ -247,6 +206,72 @@ def decide(
         bound_lower=fix.below if loss.has_lower_bound else None,
         sequence_clip=_per_sequence(clip, seq) if by_sequence else None,
         sequence_bound=_per_sequence(bound, seq) if loss.sequence_rules else None,
+    )
+
+
+def _clipped(
+    x: F64, t: F64, advantage: F64 | None, abs_advantage: F64 | float, off_policy_weight: F64,
+    seq: Sequences | None, loss: Loss, fix: Correction, ratio: F64 | None,
+) -> tuple[F64, Flags | None, Flags | None]:  # fmt: skip
+    """(W, clip, dual clip) of PPO, SAPO and CISPO, per token or per sequence (module docstring)."""
+    kept, omega = fix.kept, fix.omega
+    if loss.ratio_level == "sequence":
+        ratio, signed, magnitude, mean_weight = _sequence_terms(t, x, advantage, omega, kept, seq)
+        cancels = False
+    else:
+        ratio = weight(t - x) if ratio is None else ratio
+        signed, magnitude, mean_weight = advantage, abs_advantage, 1.0 if omega is None else omega
+        cancels = loss.behave_weight == "token"  # omega r = w(t - b) where neither is clamped: prox cancels
+    if loss.policy == "sapo":
+        positive = np.zeros(len(x), dtype=bool) if signed is None else signed > 0
+        tau = np.where(positive, loss.sapo_tau_pos, loss.sapo_tau_neg)
+        gate = 1 / (1 + np.exp(-tau * (ratio - 1)))
+        return np.where(kept, magnitude * mean_weight * 4 * ratio * gate * (1 - gate), 0.0), None, None
+    dual = None
+    if loss.policy == "ppo":
+        clip = clip_active(ratio, signed, loss)
+        if loss.dual_clip is not None:
+            negative = np.zeros(len(x), dtype=bool) if signed is None else signed < 0
+            dual = negative & (ratio > loss.dual_clip)
+        off, changed, size = clip if dual is None else clip | dual, fix.clamped, ratio
+    else:  # cispo: the weight clip(r) is clamped outside the band, never zero
+        clip = clip_active(ratio, None, loss)
+        off, changed = np.zeros(len(x), dtype=bool), clip | fix.clamped
+        size = np.clip(ratio, 1 - loss.eps_low, 1 + loss.eps_high)
+    weighted = mean_weight * size
+    if cancels:
+        weighted = np.where(changed, weighted, off_policy_weight)
+    return np.where(kept & ~off, magnitude * weighted, 0.0), clip, dual
+
+
+def _after_m2po(
+    x: F64, *, t: F64, b: F64, advantage: F64 | None, abs_advantage: F64 | float, off_policy_weight: F64,
+    seq: Sequences, loss: Loss,
+) -> Decisions:  # fmt: skip
+    """The decisions of `loss` on the tokens M2PO keeps (AReaL applies M2PO first, then the loss with the
+    narrowed mask); a dropped token has W 0, no clip, and counts as bound."""
+    keep = policies.m2po_kept(x, b, seq.minibatch(), loss.m2_threshold)
+    part = lambda v: v if v is None or np.ndim(v) == 0 else v[keep]  # noqa: E731
+    inner = _decide(
+        x[keep], t=t[keep], b=b[keep], advantage=part(advantage), abs_advantage=part(abs_advantage),
+        off_policy_weight=off_policy_weight[keep], seq=seq.take(keep), loss=loss,
+    )  # fmt: skip
+
+    def whole(flags: F64 | Flags | None, fill: float | bool) -> F64 | Flags | None:
+        if flags is None:
+            return None
+        out = np.full(len(x), fill, dtype=flags.dtype)
+        out[keep] = flags
+        return out
+
+    return Decisions(
+        grad_weight=whole(inner.grad_weight, 0.0),
+        clip=whole(inner.clip, False),
+        dual_clip=whole(inner.dual_clip, False),
+        bound=~keep if inner.bound is None else whole(inner.bound, True),
+        bound_lower=whole(inner.bound_lower, False),
+        sequence_clip=inner.sequence_clip,
+        sequence_bound=inner.sequence_bound,
     )
 
 

@@ -15,101 +15,19 @@ metric of it on its set.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
 from evaluator.formulas import F64, Flags, check_shapes
-from evaluator.formulas.gradients import Decisions, Sequences, decide, weight
+from evaluator.formulas.diagnostics import DIAGNOSTICS
+from evaluator.formulas.gradients import Sequences, weight
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from schemas.store import METRIC_TABLE, VERL_SEQUENCE_K, VERL_T, Metric, metrics_for
+from evaluator.formulas.terms import ProxTerms, Tokens, prox_terms
+from schemas.store import METRIC_TABLE, Metric, metrics_for
 
 EPS = 1e-8
-VERL_LOG_BOUND = 20.0
-"""verl bounds its log ratios to [-20, 20] before exp (`rollout_corr_helper.py`)."""
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Tokens:
-    """The log's columns on one set of loss tokens, float64 `[n]`: `b` = `behave_logp`, `t` =
-    `theta_logp`, `g` = `prox_logp` (NaN where not recomputed), `advantage` (None: the log has none), and
-    each token's sequence (None when no metric or decision needs it)."""
-
-    b: F64
-    t: F64
-    g: F64
-    advantage: F64 | None = None
-    sequences: Sequences | None = None
-    off_policy_weight: F64 = field(init=False)  # w(t - b): the same for every estimate
-    abs_advantage: F64 | float = field(init=False)  # |A|, 1 where there is none
-
-    def __post_init__(self) -> None:
-        code = None if self.sequences is None else self.sequences.code
-        check_shapes(b=self.b, t=self.t, g=self.g, advantage=self.advantage, sequences=code)
-        object.__setattr__(self, "off_policy_weight", weight(self.t - self.b))
-        a = self.advantage
-        object.__setattr__(self, "abs_advantage", 1.0 if a is None else np.where(np.isnan(a), 1.0, np.abs(a)))
-
-    def take(self, mask: Flags | None) -> Tokens:
-        """These tokens where `mask` is true (all of them for None)."""
-        if mask is None:
-            return self
-        out = object.__new__(Tokens)
-        for name in ("b", "t", "g", "advantage", "off_policy_weight", "abs_advantage"):
-            value = getattr(self, name)
-            object.__setattr__(out, name, value if value is None or np.ndim(value) == 0 else value[mask])
-        object.__setattr__(out, "sequences", None if self.sequences is None else self.sequences.take(mask))
-        return out
-
-
-@dataclass(frozen=True)
-class ProxTerms:
-    """What follows from one log pi_prox `x` (an estimate, or the truth `g`) on a set of tokens: the
-    behaviour weight w(x - b), the ratio w(t - x), and the loss's decisions and gradient weights."""
-
-    x: F64
-    tokens: Tokens
-    behave_weight: F64
-    ratio: F64
-    decisions: Decisions
-    memo: dict[str, F64] = field(default_factory=dict, init=False, repr=False, compare=False)
-    """terms that several metrics share, computed once (`_memo`)"""
-
-    def take(self, mask: Flags | None) -> ProxTerms:
-        """These terms where `mask` is true (all of them for None); per-sequence decisions stay whole."""
-        if mask is None:
-            return self
-        d = self.decisions
-        token_flags = {
-            name: None if getattr(d, name) is None else getattr(d, name)[mask]
-            for name in ("grad_weight", "clip", "dual_clip", "bound", "bound_lower")
-        }
-        arrays = (self.x, self.behave_weight, self.ratio)
-        return ProxTerms(
-            arrays[0][mask],
-            self.tokens.take(mask),
-            arrays[1][mask],
-            arrays[2][mask],
-            replace(d, **token_flags),
-        )
-
-
-def prox_terms(
-    x: F64, tokens: Tokens, loss: Loss, *, behave_weight: F64 | None = None, ratio: F64 | None = None,
-) -> ProxTerms:  # fmt: skip
-    """The terms of `x` on `tokens` under `loss`; `behave_weight` and `ratio` may be given when already
-    known (for x = b they are 1 and the tokens' off-policy weight)."""
-    behave_weight = weight(x - tokens.b) if behave_weight is None else behave_weight
-    ratio = weight(tokens.t - x) if ratio is None else ratio
-    decisions = decide(
-        x, t=tokens.t, b=tokens.b, advantage=tokens.advantage, abs_advantage=tokens.abs_advantage,
-        off_policy_weight=tokens.off_policy_weight, seq=tokens.sequences, loss=loss,
-        behave_weight=behave_weight, ratio=ratio,
-    )  # fmt: skip
-    return ProxTerms(x, tokens, behave_weight, ratio, decisions)
 
 
 def _flag(x: Flags) -> F64:
@@ -157,66 +75,7 @@ VALUES: dict[str, Value] = {
 }
 
 
-def _memo(e: ProxTerms, key: str, compute: Callable[[], F64]) -> F64:
-    """The term `key` of `e`, computed once."""
-    if key not in e.memo:
-        e.memo[key] = compute()
-    return e.memo[key]
-
-
-def _d(e: ProxTerms) -> F64:
-    """verl's safety-bounded log ratio d = clamp(a - b, -20, 20)."""
-    return _memo(e, "d", lambda: np.clip(e.x - e.tokens.b, -VERL_LOG_BOUND, VERL_LOG_BOUND))
-
-
-def _exp_d(e: ProxTerms) -> F64:
-    """verl's token importance weight exp(d)."""
-    return _memo(e, "exp d", lambda: np.exp(_d(e)))
-
-
-def _k(name: str, e: ProxTerms) -> F64:
-    """verl's per-token k1 (b - a), k2 (d^2 / 2) and k3 (exp(d) - 1 - d)."""
-    d = _d(e)
-    terms = {"k1": lambda: -d, "k2": lambda: d * d / 2, "k3": lambda: _exp_d(e) - 1 - d}
-    return _memo(e, name, terms[name])
-
-
-SEQUENCE_TERMS: dict[str, Callable[[ProxTerms], F64]] = {
-    "log_ratio": lambda e: e.x - e.tokens.b,
-    "log_ppl_diff": lambda e: e.tokens.b - e.x,
-    "token_outside": lambda e: _flag(np.abs(_d(e)) > np.log(VERL_T)),
-    **{k: partial(_k, k) for k in ("k1", "k2", "k3")},
-}
-"""The token series that per-sequence metrics sum, average or take the maximum of."""
-
-
-def _per_sequence(e: ProxTerms, term: str, agg: str = "sum") -> F64:
-    """`[n_sequences]` sums, means or maxima of the token series `SEQUENCE_TERMS[term]` over each sequence's
-    tokens (a sequence with none: mean 0); a term's sums are computed once for its sum and mean."""
-    seq = e.tokens.sequences
-    if agg == "max":
-        return seq.max(SEQUENCE_TERMS[term](e))
-    total = _memo(e, f"sum {term}", lambda: seq.sum(SEQUENCE_TERMS[term](e)))
-    return total if agg == "sum" else total / np.maximum(seq.counts, 1.0)
-
-
-VALUES |= {
-    "is_weight": lambda e, g: _exp_d(e),
-    "is_weight_clamped": lambda e, g: np.clip(_exp_d(e), 1 / VERL_T, VERL_T),
-    "is_weight_high": lambda e, g: _flag(_exp_d(e) > VERL_T),
-    "is_weight_low": lambda e, g: _flag(_exp_d(e) < 1 / VERL_T),
-    "approx_prob": lambda e, g: np.exp(e.x),
-    "behave_prob": lambda e, g: np.exp(e.tokens.b),
-    "prob_product": lambda e, g: np.exp(e.x) * np.exp(e.tokens.b),
-    "seq_is_weight": lambda e, g: np.exp(np.clip(_per_sequence(e, "log_ratio"), -20, 20)),
-    "seq_geo_weight": lambda e, g: weight(_per_sequence(e, "log_ratio", "mean")),
-    "seq_is_weight_low": lambda e, g: _flag(_per_sequence(e, "log_ratio") < -np.log(VERL_T)),
-    "seq_token_outside": lambda e, g: _flag(_per_sequence(e, "token_outside") > 0),
-    "seq_log_ppl_diff": lambda e, g: _per_sequence(e, "log_ppl_diff", "mean"),
-    "seq_log_ppl_abs_diff": lambda e, g: np.abs(_per_sequence(e, "log_ppl_diff", "mean")),
-    "seq_ppl_ratio": lambda e, g: weight(_per_sequence(e, "log_ppl_diff", "mean")),
-    **{f"seq_{k}_{agg}": lambda e, g, k=k, agg=agg: _per_sequence(e, k, agg) for k, agg in VERL_SEQUENCE_K},
-}
+VALUES |= DIAGNOSTICS
 assert set(VALUES) == {m.name for m in METRIC_TABLE}, "every metric of the table has one formula here"
 
 
@@ -283,8 +142,8 @@ def method_metrics(
         judged_of_estimated = on.judged if on.estimated is None else on.judged[on.estimated]
     est_judged, truth_judged = est.take(judged_of_estimated), truth.take(on.judged)
     for metric in metrics_for(method, loss):
-        if metric.per == "sequence" and tokens.sequences is None:
-            continue  # no sequences given: per-token metrics only
+        if (metric.per == "sequence" or metric.by_sequence) and tokens.sequences is None:
+            continue  # no sequences given: the metrics of single tokens only
         if metric.needs_truth:
             values = VALUES[metric.name](est_judged, truth_judged)
         else:

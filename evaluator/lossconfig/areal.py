@@ -1,10 +1,12 @@
 """AReaL's experiment YAML (its `actor:` section) as a `Loss`, at AReaL cbff54d (areal-project/AReaL):
 `areal/api/cli_args.py` PPOActorConfig (eps_clip, eps_clip_higher, c_clip, importance_sampling_level,
-use_sapo_loss, sapo_tau_pos/neg, use_cispo_loss, rejection_sampling) and RejectionSamplingConfig (level,
-action, metric, agg, upper, lower; `clamp` with no lower sets lower 0), read the way
-`areal/utils/functional/functional.py` ppo_actor_loss_fn uses them: with `rejection_sampling` unset there
-is no behaviour weight at all; a sequence-level `ratio` rule replaces the weight by the sequence's
-geometric mean. Every key of `actor:` must be one of PPOActorConfig's (`known`), at any depth.
+use_sapo_loss, sapo_tau_pos/neg, use_cispo_loss, rejection_sampling, m2_threshold) and
+RejectionSamplingConfig (level, action, metric, agg, upper, lower; `clamp` with no lower sets lower 0),
+read the way `areal/utils/functional/functional.py` ppo_actor_loss_fn uses them: with `rejection_sampling`
+unset there is no behaviour weight at all; a sequence-level `ratio` rule replaces the weight by the
+sequence's geometric mean; M2PO's mask (`areal/trainer/ppo/actor.py` _apply_m2po_masking) comes before the
+rejection, and with it PPO's eps_clip may be 0 (`evaluator.formulas.loss.M2PO_EPS`). Every key of
+`actor:` must be one of PPOActorConfig's (`known`), at any depth.
 
 Older AReaL's keys are read as AReaL's own migration maps them (`LEGACY`): `behave_imp_weight_cap` and
 `behave_imp_weight_mode` (03d71153a to bc9f00988), which cbff54d refuses with the mapping of
@@ -15,7 +17,7 @@ Older AReaL's keys are read as AReaL's own migration maps them (`LEGACY`): `beha
 from __future__ import annotations
 
 from evaluator.errors import ParameterError
-from evaluator.formulas.loss import DUAL_CLIP, EPS_HIGH, EPS_LOW, SAPO_TAU, Loss, Rule
+from evaluator.formulas.loss import DUAL_CLIP, SAPO_TAU, SCREEN, Loss, Rule, eps_ranges
 from evaluator.inputs import FINITE, Range
 from evaluator.lossconfig.keys import Reader
 from evaluator.lossconfig.known import check_known, trainer_keys
@@ -27,11 +29,6 @@ LEGACY = {
 }
 """The keys of older AReaL that `actor:` may hold (AReaL's migration maps them to rejection_sampling)."""
 LEGACY_MODES = ("disabled", "token_mask", "token_truncate", "sequence_mask", "sequence_truncate")
-NOT_MODELLED = {
-    "m2_threshold": "not modelled: M2PO masks tokens by the second moment of prox - behave "
-    "(_apply_m2po_masking), a mask the figures leave out",
-}
-"""Keys AReaL uses in the loss that proxaudit does not model, with what that leaves out."""
 UPPER = {"ratio": Range(1), "kl_k2": Range(0), "kl_k3": Range(0)}
 LOWER = {"ratio": Range(0)}
 """RejectionSamplingConfig.__post_init__'s own rules: a ratio's upper > 1 and lower > 0, a k2 or k3
@@ -132,11 +129,14 @@ def areal_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], lis
     actor = Reader(config["actor"], file, "actor")
     sapo, cispo = actor.flag("use_sapo_loss"), actor.flag("use_cispo_loss")
     policy = "sapo" if sapo else "cispo" if cispo else "ppo"
-    eps = actor.number("eps_clip", 0.2, EPS_LOW[policy])
+    m2_threshold = actor.number("m2_threshold", None, SCREEN)
+    eps_low, eps_high = eps_ranges(policy, m2po=m2_threshold is not None)
+    eps = actor.number("eps_clip", 0.2, eps_low)
     keys: dict = {
         "policy": policy,
         "eps_low": eps,
-        "eps_high": actor.number("eps_clip_higher", eps, EPS_HIGH),
+        "eps_high": actor.number("eps_clip_higher", eps, eps_high),
+        "m2_threshold": m2_threshold,
     }
     keys["dual_clip"] = actor.number("c_clip", None, DUAL_CLIP)
     keys["ratio_level"] = actor.text("importance_sampling_level", ("token", "sequence"), "token")
@@ -148,7 +148,13 @@ def areal_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], lis
         loss = Loss(**keys, name=f"AReaL actor config {file}")
     except ParameterError as error:
         raise actor.fail(FIELDS.get(error.key, error.key), error.why) from None
-    return loss, actor.used, actor.ignored(NOT_MODELLED), actor.notes
+    if m2_threshold is not None and not (loss.eps_low and loss.eps_high):
+        actor.notes.append(
+            "M2PO with an eps of 0: AReaL clamps the ratio to [1, 1] on that side (ppo_actor_loss_fn), so an "
+            "unclipped token is one whose ratio is on the side against its advantage; with prox recomputed "
+            "and one minibatch the ratio is 1 and M2PO's mask is the trust region, with an estimate it bites"
+        )
+    return loss, actor.used, actor.ignored(), actor.notes
 
 
 def _notes(actor: Reader, sapo: bool) -> None:

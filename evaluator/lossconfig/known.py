@@ -1,8 +1,10 @@
 """The keys a trainer's config may hold in the sections proxaudit reads, from the trainer's own schema at
 a pinned commit (`trainer_keys/{trainer}.json`, made from the trainer's source by
-`trainer_keys/make_keys.py`). A key outside them, at any depth, is a usage error naming the nearest known
-key: a typo (`eps_clp`, `uper`) or a key of another version of the trainer, never a default silently
-used instead. Keys a reader maps from older versions of its trainer are added by that reader (`extra`).
+`trainer_keys/make_keys.py`), with, where its schema does not declare every key it ships (NeMo-RL's
+TypedDicts), the keys its own example configs at that commit hold (`from_examples`). A key outside them,
+at any depth, is a usage error naming the nearest known key: a typo (`eps_clp`, `uper`) or a key of
+another version of the trainer, never a default silently used instead. Keys a reader maps from older
+versions of its trainer are added by that reader (`extra`).
 """
 
 from __future__ import annotations
@@ -23,24 +25,28 @@ ANY = "*"
 
 @dataclass(frozen=True)
 class TrainerKeys:
-    """One trainer's sections: each key maps to None (a value), `ANY`, the keys below it (a dict), or a
-    list holding the keys of each of its items."""
+    """One trainer's sections, by their dotted path in the config ("" the top level): each key maps to None
+    (a value), `ANY`, the keys below it (a dict), or a list holding the keys of each of its items."""
 
     trainer: str
     repository: str
     commit: str
     sections: dict
+    from_examples: tuple[str, ...] = ()
+    """the dotted keys known from the trainer's example configs, not its schema"""
 
     @property
     def schema(self) -> str:
-        return f"{self.trainer}'s config schema at {self.repository}@{self.commit[:8]}"
+        examples = " or its example configs" if self.from_examples else ""
+        return f"{self.trainer}'s config schema{examples} at {self.repository}@{self.commit[:8]}"
 
 
 @cache
 def trainer_keys(name: str) -> TrainerKeys:
-    """The keys of `name` (areal, verl, nemo_rl)."""
+    """The keys of `name` (areal, verl, nemo_rl, prime_rl, trl)."""
     document = json.loads((files("evaluator.lossconfig") / "trainer_keys" / f"{name}.json").read_text())
-    return TrainerKeys(document["trainer"], document["repository"], document["commit"], document["sections"])
+    fields = ("trainer", "repository", "commit", "sections")
+    return TrainerKeys(*(document[f] for f in fields), tuple(document.get("from_examples", ())))
 
 
 def check_known(
@@ -49,7 +55,8 @@ def check_known(
     """A `UsageError` naming `file`, the dotted key and its nearest known key for the first key of the
     sections of `keys` that `config` holds and the trainer does not know (`extra`: more known keys, by
     the dotted path of their mapping)."""
-    pending = [(config[s], tree, s) for s, tree in keys.sections.items() if isinstance(config.get(s), dict)]
+    pending = [(_at(config, s), tree, s) for s, tree in keys.sections.items()]
+    pending = [(values, tree, path) for values, tree, path in pending if isinstance(values, dict)]
     while pending:
         values, tree, path = pending.pop()
         if tree == ANY:
@@ -58,13 +65,26 @@ def check_known(
         for key, value in values.items():
             if key not in known:
                 label = key if isinstance(key, str) and len(key) <= 60 else shown(key)
-                raise UsageError(f"{file}: {path}.{label}: {_unknown(key, known, keys)}")
+                raise UsageError(f"{file}: {_join(path, label)}: {_unknown(key, known, keys)}")
             below = known[key]
             if isinstance(below, dict | str) and isinstance(value, dict):
-                pending.append((value, below, f"{path}.{key}"))
+                pending.append((value, below, _join(path, key)))
             elif isinstance(below, list) and isinstance(value, list):
                 items = enumerate(value)
-                pending += [(v, below[0], f"{path}.{key}[{i}]") for i, v in items if isinstance(v, dict)]
+                pending += [
+                    (v, below[0], f"{_join(path, key)}[{i}]") for i, v in items if isinstance(v, dict)
+                ]
+
+
+def _at(config: dict, section: str) -> object:
+    """The value at the dotted path `section` of `config` (`config` itself for "")."""
+    for key in filter(None, section.split(".")):
+        config = config.get(key) if isinstance(config, dict) else None
+    return config
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
 
 
 def _unknown(key: object, known: dict, keys: TrainerKeys) -> str:

@@ -8,7 +8,15 @@ compute_policy_loss_vanilla, `verl/trainer/ppo/rollout_corr_helper.py`), slime 6
 icepop_function, `examples/train_infer_mismatch_helper/mis.yaml`), NeMo-RL 7ea279a
 (`nemo_rl/algorithms/loss/loss_functions.py` ClippedPGLossConfig, `examples/configs/*.yaml`), SkyRL
 a956457 (`skyrl/train/config/config.py` OffPolicyCorrectionConfig,
-`skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py`).
+`skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py`). The losses of `NEWER` at: AReaL cbff54d
+(`examples/math/gsm8k_m2po.yaml`, `areal/trainer/ppo/actor.py` _apply_m2po_masking), verl 1dda039
+(`verl/trainer/ppo/core_algos.py` compute_policy_loss_dppo_tv, _dppo_kl, _geo_mean, _dro;
+`examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh`, `examples/gmpo_trainer/run_qwen3_8b_fsdp.sh`),
+prime-rl 559b447 (`src/prime_rl/trainer/rl/loss.py` default_loss_fn, ipo_loss_fn;
+`packages/prime-rl-configs/src/prime_rl/configs/trainer.py` DefaultLossConfig, IPOLossConfig), slime 624b824
+(`slime/utils/ppo_utils.py` compute_opsm_mask, `--use-opsm`, `--opsm-delta` 1e-4), TRL f2cd577
+(`trl/trainer/grpo_config.py` GRPOConfig, `grpo_trainer.py` the vLLM importance sampling), NeMo-RL 7ea279a
+(`nemo_rl/algorithms/grpo.py` compute_and_apply_seq_logprob_error_masking).
 """
 
 from __future__ import annotations
@@ -74,6 +82,48 @@ def _verl() -> dict[str, Loss]:
     return {name: replace(ppo, **keys, name=f"verl preset {name}") for name, keys in presets.items()}
 
 
+NEWER: dict[str, Loss] = {
+    "areal-m2po": Loss(
+        eps_low=0.0, eps_high=0.0, m2_threshold=0.04,
+        name="AReaL M2PO (gsm8k_m2po.yaml: eps_clip 0.0, rejection_sampling ratio 5.0, m2_threshold 0.04)",
+    ),
+    "verl-dppo-tv": Loss(
+        policy="dppo_tv", eps_low=0.15, eps_high=0.15, dual_clip=10000.0, behave_weight="none", rules=(),
+        name="verl dppo_tv (examples/dppo_trainer: clip_ratio 0.15, clip_ratio_c 10000)",
+    ),
+    "verl-dppo-kl": Loss(
+        policy="dppo_kl", eps_low=0.05, eps_high=0.05, dual_clip=10000.0, behave_weight="none", rules=(),
+        name="verl dppo_kl (examples/dppo_trainer: clip_ratio 0.05, clip_ratio_c 10000)",
+    ),
+    "verl-geo-mean": Loss(
+        policy="gmpo", ratio_level="sequence", eps_low=0.4, eps_high=0.4, behave_weight="none", rules=(),
+        name="verl geo_mean, GMPO (examples/gmpo_trainer: clip_ratio 0.4)",
+    ),
+    "prime-rl-default": Loss(
+        policy="dppo_tv", kl_penalty=1e-3, behave_weight="none", rules=(),
+        name="prime-rl default loss (DPPO-Binary-TV mask 0.2, kl_tau 1e-3); it anchors on behave_logp: "
+        "judge the method rollout",
+    ),
+    "prime-rl-ipo": Loss(
+        policy="ipo", eps_low=0.1, eps_high=0.1, kl_penalty=1e-3, behave_weight="none", rules=(),
+        name="prime-rl ipo (ipo_threshold 0.1, kl_tau 1e-3); it anchors on behave_logp: judge the method "
+        "rollout",
+    ),
+    "slime-opsm": Loss(
+        behave_weight="none", rules=(), opsm_delta=1e-4, name="slime PPO with --use-opsm (--opsm-delta 1e-4)"
+    ),
+    "trl-grpo": Loss(
+        behave_weight="sequence_product", rules=(Rule("sequence", "ratio", "sum", upper=3.0),),
+        name="TRL GRPOConfig defaults (loss_type dapo, epsilon 0.2, vllm_importance_sampling_correction: "
+        "sequence_mask, clip_max 3.0)",
+    ),
+    "nemo-rl-seq-logprob-mask": Loss(
+        behave_weight="none", rules=(Rule("sequence", "mult_prob_error", "mean", upper=2.0),),
+        name="NeMo-RL grpo.seq_logprob_error_threshold 2 (nemotron-3-nano recipes), IS correction off",
+    ),
+}  # fmt: skip
+"""The losses the trainers shipped since the presets above were read (issue 36)."""
+
 PRESETS: dict[str, Loss] = {
     "default": DEFAULT_LOSS,
     "areal-ppo": Loss(behave_weight="none", rules=(), name="AReaL PPO as shipped (rejection_sampling unset)"),
@@ -133,4 +183,5 @@ PRESETS: dict[str, Loss] = {
     "skyrl-token-tis": Loss(
         rules=(Rule(upper=2.0, action="clamp"),), name="SkyRL tis_ratio_type token, clip_high 2.0"
     ),
+    **NEWER,
 }

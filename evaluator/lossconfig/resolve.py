@@ -4,14 +4,18 @@ config, then the shorthands (`--eps-low`, `--eps-high`, `--bound`, `--bound-acti
 from __future__ import annotations
 
 import os
+import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evaluator.errors import ParameterError, UsageError
 from evaluator.formulas.loss import Loss
+from evaluator.inputs import read_text
 from evaluator.lossconfig.areal import areal_loss
+from evaluator.lossconfig.inherit import inherited, parents
+from evaluator.lossconfig.others import TRL_KEYS, Read, prime_rl_loss, trl_loss
 from evaluator.lossconfig.presets import PRESETS
-from evaluator.lossconfig.staleness import max_staleness
+from evaluator.lossconfig.staleness import DOTTED_KEYS, max_staleness
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
 from evaluator.lossconfig.yaml_file import load_yaml
@@ -41,25 +45,57 @@ class LossChoice:
         return out
 
 
+def _prime_rl_toml(path: str | Path) -> LossChoice:
+    """prime-rl's TOML config: a trainer config's `[loss]`, or an rl config's `[trainer.loss]` (none: the
+    default loss, as prime-rl runs it)."""
+    try:
+        config = tomllib.loads(read_text(path, "--loss-from config"))
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"--loss-from {path}: cannot read it as TOML: {error}") from None
+    if config.get("loss") is None and not isinstance(config.get("trainer"), dict):
+        raise UsageError(
+            f"--loss-from {path}: a TOML config needs prime-rl's [loss] table (a trainer config) or "
+            "[trainer] tables (an rl config)"
+        )
+    return _choice(prime_rl_loss(config, str(path)), config, path, "prime-rl")
+
+
 def trainer_config(path: str | Path) -> LossChoice:
     """The loss of a trainer's experiment config (YAML or JSON): AReaL's (an `actor:` section), verl's
-    (`algorithm` / `actor_rollout_ref`) or NeMo-RL's (`loss_fn`)."""
+    (`algorithm` / `actor_rollout_ref`), NeMo-RL's (`loss_fn`, merged over the parents its `defaults`
+    names) or TRL's (GRPOConfig keys at the top); prime-rl's TOML."""
+    if Path(path).suffix == ".toml":
+        return _prime_rl_toml(path)
     config = load_yaml(path, "--loss-from config")
     if not isinstance(config, dict):
         raise UsageError(f"--loss-from {path}: not a mapping of config keys")
+    names = parents(config)
+    config = inherited(config, path)
     if isinstance(config.get("actor"), dict):
-        reader = areal_loss
+        reader, trainer = areal_loss, "AReaL"
     elif isinstance(config.get("actor_rollout_ref"), dict) or isinstance(config.get("algorithm"), dict):
-        reader = verl_loss
+        reader, trainer = verl_loss, "verl"
     elif isinstance(config.get("loss_fn"), dict):
-        reader = nemo_rl_loss
+        reader, trainer = nemo_rl_loss, "NeMo-RL"
+    elif any(key in config for key in TRL_KEYS):
+        reader, trainer = trl_loss, "TRL"
     else:
         raise UsageError(
-            f"--loss-from {path}: neither AReaL's (actor:), verl's (algorithm:, actor_rollout_ref:) nor "
-            "NeMo-RL's (loss_fn:) config; describe the loss in a TOML file for --loss instead"
+            f"--loss-from {path}: neither AReaL's (actor:), verl's (algorithm:, actor_rollout_ref:), "
+            "NeMo-RL's (loss_fn:), TRL's (loss_type:, epsilon:, vllm_importance_sampling_*:) nor prime-rl's "
+            "(a TOML [loss] table) config; describe the loss in a TOML file for --loss instead"
         )
-    loss, used, ignored, notes = reader(config, str(path))
-    return LossChoice(loss, used, ignored, notes, max_staleness(config, str(path)))
+    merge = f"defaults: {', '.join(names)}: read merged over it as NeMo-RL loads it" if names else None
+    return _choice(reader(config, str(path)), config, path, trainer, merge)
+
+
+def _choice(read: Read, config: dict, path: str | Path, trainer: str, note: str | None = None) -> LossChoice:
+    """A reader's loss with the maximum staleness `trainer`'s config has (`staleness.max_staleness`): its
+    key is read, hence not listed as ignored; `note` first among the notes."""
+    loss, used, ignored, notes = read
+    ignored = [key for key in ignored if key.split(" (")[0] not in DOTTED_KEYS]
+    notes = [note, *notes] if note else notes
+    return LossChoice(loss, used, ignored, notes, max_staleness(config, str(path), trainer))
 
 
 FLAGS = {"eps_low": "--eps-low", "eps_high": "--eps-high", "upper": "--bound", "rules": "--bound"}

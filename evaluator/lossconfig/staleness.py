@@ -24,13 +24,17 @@ KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("max_staleness",), "TRL"),
 )
 """(the key's path in the config, the trainer), in the order they are looked for."""
+DOTTED_KEYS = frozenset(".".join(path) for path, _ in KEYS)
+"""The keys read here, dotted: a loss reader that meets one lists it as read, never as ignored."""
 
 
-def max_staleness(config: dict, where: str) -> tuple[int, str, str] | None:
+def max_staleness(config: dict, where: str, of: str | None = None) -> tuple[int, str, str] | None:
     """(the maximum staleness, where it was read, the key to set) of a trainer's config mapping, from the
-    first of `KEYS` it holds; None when it holds none. A value that is not an integer >= 0 is a
-    `UsageError` naming the file and the key."""
+    first of `KEYS` it holds (of the trainer `of` alone where given); None when it holds none. A value that
+    is not an integer >= 0 is a `UsageError` naming the file and the key."""
     for path, trainer in KEYS:
+        if of is not None and trainer != of:
+            continue
         node: object = config
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None

@@ -3,11 +3,14 @@
 
     preset = "areal-gspo"          # optional: start from a named preset
     eps_high = 0.28
-    dual_clip = 3.0
+    dual_clip = 3.0                # PPO's dual clip; DPPO's truncation of its ratio
+    kl_penalty = 0.001             # k of k (theta - prox)^2 (dppo_*, ipo, pg)
+    m2_threshold = 0.04            # AReaL M2PO; opsm_delta: slime OPSM
     behave_weight = "token"        # none | token | sequence_product | sequence_mean
     [[rule]]                       # any [[rule]] replaces the preset's rules
     level = "sequence"             # token | sequence
     statistic = "ratio"            # ratio | kl_k1 | kl_k2 | kl_k3 | kl_k3_reverse | binary_kl
+                                   # | mult_prob_error
     agg = "mean"                   # sum | mean | max | min (sequence level)
     lower = 0.5
     upper = 2.0
@@ -24,16 +27,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from evaluator.errors import ParameterError, UsageError
-from evaluator.formulas.loss import STATISTICS, Loss, Rule
+from evaluator.formulas.loss import POLICIES, STATISTICS, Loss, Rule
 from evaluator.inputs import read_text
 from evaluator.lossconfig.keys import Reader
 from evaluator.lossconfig.known import nearest
 from evaluator.lossconfig.presets import PRESETS
 
 RULE_KEYS = ("level", "statistic", "agg", "lower", "upper", "action")
-NUMBERS = ("eps_low", "eps_high", "dual_clip", "sapo_tau_pos", "sapo_tau_neg")
+NUMBERS = ("eps_low", "eps_high", "dual_clip", "sapo_tau_pos", "sapo_tau_neg", "kl_penalty", "m2_threshold",
+           "opsm_delta")  # fmt: skip
 CHOICES = {
-    "policy": ("ppo", "sapo", "cispo"),
+    "policy": tuple(POLICIES),
     "ratio_level": ("token", "sequence"),
     "behave_weight": ("none", "token", "sequence_product", "sequence_mean"),
 }

@@ -6,28 +6,40 @@ token_k1..k3 / seq_{sum,mean,max}_k1..k3 with rollout_rs_threshold; bypass_mode)
 `actor_rollout_ref.actor` (`verl/workers/config/actor.py`: clip_ratio, clip_ratio_low, clip_ratio_high,
 clip_ratio_c, policy_loss.loss_mode, tau_pos, tau_neg), read as `verl/trainer/ppo/rollout_corr_helper.py`
 and `core_algos.py` compute_policy_loss_vanilla use them (the dual clip is always on for A < 0; verl's k1
-statistic is b - x, its k3 exp(x - b) - 1 - (x - b)).
+statistic is b - x, its k3 exp(x - b) - 1 - (x - b)). The loss modes verl added since (`VERL_MODES`,
+verl-project/verl, read at 1dda039): dppo_tv and dppo_kl (182383b; clip_ratio_low/high are their
+thresholds, clip_ratio_c the truncation of their ratio) and dro with `policy_loss.dro_beta` (ddfbf4e).
 
 NeMo-RL 7ea279a: `loss_fn` (`nemo_rl/algorithms/loss/loss_functions.py` ClippedPGLossConfig:
 ratio_clip_min/max/c, use_importance_sampling_correction, truncated_importance_sampling_type tis|icepop|
 seq-mask-tis with its ratio and ratio_min, sequence_level_importance_ratios, use_cispo,
-force_on_policy_ratio).
+force_on_policy_ratio), and `grpo.seq_logprob_error_threshold` (or `ppo.`; `nemo_rl/algorithms/grpo.py`
+GRPOConfig since 14f9f38, a sequence mask applied before the loss).
 
 Every key of the sections read (`actor_rollout_ref.actor` and `algorithm.rollout_correction` of verl, the
-keys of `actor_rollout_ref` and `algorithm` themselves, NeMo-RL's `loss_fn`) must be one of the trainer's
-own (`known`); a number must be in the range its loss parameter allows, as the trainer itself requires
-(verl's thresholds > 0, `_parse_rollout_rs_thresholds`).
+keys of `actor_rollout_ref` and `algorithm` themselves, NeMo-RL's `loss_fn`, `grpo` and `ppo`) must be one
+of the trainer's own (`known`); a number must be in the range its loss parameter allows, as the trainer
+itself requires (verl's thresholds > 0, `_parse_rollout_rs_thresholds`).
 """
 
 from __future__ import annotations
 
 from evaluator.errors import ParameterError
-from evaluator.formulas.loss import DUAL_CLIP, EPS_HIGH, EPS_LOW, SAPO_TAU, Loss, Rule
+from evaluator.formulas.loss import DUAL_CLIP, SAPO_TAU, Loss, Rule, eps_ranges
 from evaluator.inputs import Range, finite
 from evaluator.lossconfig.keys import Reader
 from evaluator.lossconfig.known import check_known, trainer_keys
 from evaluator.lossconfig.presets import VERL_DUAL_CLIP, verl_k1
 
+VERL_MODES = {
+    "vanilla": "ppo", "gspo": "ppo", "sapo": "sapo", "cispo": "cispo", "geo_mean": "gmpo",
+    "dppo_tv": "dppo_tv", "dppo_kl": "dppo_kl", "dro": "pg",
+}  # fmt: skip
+"""verl's policy_loss.loss_mode values proxaudit models, and the policy of each: vanilla, gspo, sapo, cispo
+and geo_mean are registered at the commit its known keys were read at (b178a3c, `core_algos.py`
+register_policy_loss); dppo_tv and dppo_kl since 182383b, dro since ddfbf4e (verl-project/verl)."""
+VERL_EXTRA_KEYS = {"actor_rollout_ref.actor.policy_loss": ("dro_beta",)}
+"""Keys verl added after b178a3c, known beside `trainer_keys/verl.json`'s: dro_beta (ddfbf4e, for dro)."""
 VERL_RS = {
     "token_k1": ("token", "kl_k1", "mean"),
     "token_k2": ("token", "kl_k2", "mean"),
@@ -47,6 +59,7 @@ VERL_FIELDS = {
     "dual_clip": "clip_ratio_c",
     "policy": "policy_loss.loss_mode",
     "ratio_level": "policy_loss.loss_mode",
+    "kl_penalty": "policy_loss.dro_beta",
 }
 """The key of the actor behind each field of the loss, for a rule between keys the loss refuses."""
 VERL_NOT_MODELLED = {
@@ -96,7 +109,7 @@ def _section(parent: Reader, key: str) -> Reader:
 
 def verl_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], list[str]]:
     """(the loss, the keys used, the keys ignored, notes) of a verl trainer config."""
-    check_known(config, trainer_keys("verl"), file)
+    check_known(config, trainer_keys("verl"), file, extra=VERL_EXTRA_KEYS)
     top = Reader(config, file)
     rc = _section(_section(top, "algorithm"), "rollout_correction")
     actor = _section(_section(top, "actor_rollout_ref"), "actor")
@@ -105,17 +118,23 @@ def verl_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], list
             "bypass_mode", "true: verl's bypass mode uses no proximal policy, there is nothing to audit"
         )
     losses = _section(actor, "policy_loss")
-    mode = losses.text("loss_mode", ("vanilla", "gspo", "sapo", "cispo"), "vanilla")
-    actor.used += losses.used
-    policy = {"vanilla": "ppo", "gspo": "ppo"}.get(mode, mode)
-    clip = actor.number("clip_ratio", 0.2, EPS_LOW[policy])
+    mode = losses.text("loss_mode", tuple(VERL_MODES), "vanilla")
+    policy = VERL_MODES[mode]
+    eps_low, eps_high = eps_ranges(policy)
+    clip = actor.number("clip_ratio", 0.2, eps_low)
     keys: dict = {
         "policy": policy,
-        "eps_low": actor.number("clip_ratio_low", clip, EPS_LOW[policy]),
-        "eps_high": actor.number("clip_ratio_high", clip, EPS_HIGH),
-        "ratio_level": "sequence" if mode == "gspo" else "token",
+        "eps_low": actor.number("clip_ratio_low", clip, eps_low),
+        "eps_high": actor.number("clip_ratio_high", clip, eps_high),
+        "ratio_level": "sequence" if mode in ("gspo", "geo_mean") else "token",
     }
-    keys["dual_clip"] = actor.number("clip_ratio_c", VERL_DUAL_CLIP, DUAL_CLIP) if mode == "vanilla" else None
+    truncates = mode in ("vanilla", "dppo_tv", "dppo_kl")  # PPO's dual clip; DPPO's truncation of its ratio
+    keys["dual_clip"] = actor.number("clip_ratio_c", VERL_DUAL_CLIP, DUAL_CLIP) if truncates else None
+    if mode == "dro":  # core_algos.py compute_policy_loss_dro: - (A log pi - beta / 2 (t - x)^2)
+        if not losses.has("dro_beta"):
+            raise losses.fail("dro_beta", "verl's dro needs it: a number > 0")
+        keys["kl_penalty"] = losses.number("dro_beta", None, POSITIVE) / 2
+    actor.used += losses.used
     keys["sapo_tau_pos"] = actor.number("tau_pos", 1.0, SAPO_TAU)
     keys["sapo_tau_neg"] = actor.number("tau_neg", 1.05, SAPO_TAU)
     level = rc.text("rollout_is", ("token", "sequence"))
@@ -168,8 +187,9 @@ def nemo_rl_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], l
             "force_on_policy_ratio", "true: NeMo-RL replaces prox by theta, no estimate reaches the loss"
         )
     policy = "cispo" if fn.flag("use_cispo") else "ppo"
-    keys: dict = {"policy": policy, "eps_low": fn.number("ratio_clip_min", 0.2, EPS_LOW[policy])}
-    keys["eps_high"] = fn.number("ratio_clip_max", 0.2, EPS_HIGH)
+    eps_low, eps_high = eps_ranges(policy)
+    keys: dict = {"policy": policy, "eps_low": fn.number("ratio_clip_min", 0.2, eps_low)}
+    keys["eps_high"] = fn.number("ratio_clip_max", 0.2, eps_high)
     keys["dual_clip"] = fn.number("ratio_clip_c", None, DUAL_CLIP)
     keys["ratio_level"] = "sequence" if fn.flag("sequence_level_importance_ratios") else "token"
     corrected = fn.flag("use_importance_sampling_correction")
@@ -195,13 +215,13 @@ def nemo_rl_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], l
     except ParameterError as error:
         key = "truncated_importance_sampling_ratio" + ("_min" if error.key == "lower" else "")
         raise fn.fail(key, error.why) from None
+    rules = rules if corrected else ()
+    masks, masks_used = _seq_logprob_error_mask(Reader(config, file))
     weight = "token" if corrected else "none"
     if weight == "token" and keys["ratio_level"] == "sequence":
         weight = "sequence_product"  # NeMo-RL's GSPO weight: exp(sum of the sequence's d)
     try:
-        loss = Loss(
-            **keys, behave_weight=weight, rules=rules if corrected else (), name=f"NeMo-RL config {file}"
-        )
+        loss = Loss(**keys, behave_weight=weight, rules=rules + masks, name=f"NeMo-RL config {file}")
     except ParameterError as error:
         raise fn.fail(NEMO_RL_FIELDS.get(error.key, error.key), error.why) from None
     notes = (
@@ -209,4 +229,21 @@ def nemo_rl_loss(config: dict, file: str) -> tuple[Loss, list[str], list[str], l
         if corrected or kind is None
         else ["use_importance_sampling_correction is false: the truncation is computed for metrics only"]
     )
-    return loss, fn.used, fn.ignored(NEMO_RL_NOT_MODELLED), notes
+    return loss, fn.used + masks_used, fn.ignored(NEMO_RL_NOT_MODELLED), notes
+
+
+def _seq_logprob_error_mask(top: Reader) -> tuple[tuple[Rule, ...], list[str]]:
+    """NeMo-RL's `grpo.seq_logprob_error_threshold` (or `ppo.`; 14f9f38): a sequence whose mean
+    exp(|generation_logprobs - prev_logprobs|) passes it is masked from the loss, whatever the correction
+    (grpo.py compute_and_apply_seq_logprob_error_masking): (its rule on `mult_prob_error`, the key used)."""
+    sections = [_section(top, name) for name in ("grpo", "ppo")]
+    given = [s for s in sections if s.has("seq_logprob_error_threshold")]
+    if len(given) > 1:
+        raise given[1].fail("seq_logprob_error_threshold", "set in grpo and in ppo: give it in one")
+    if not given:
+        return (), []
+    threshold = given[0].number("seq_logprob_error_threshold")
+    try:
+        return (Rule("sequence", "mult_prob_error", "mean", upper=threshold),), given[0].used
+    except ParameterError as error:
+        raise given[0].fail("seq_logprob_error_threshold", error.why) from None

@@ -2,10 +2,14 @@
 (`evaluator.inputs.read_text`), PyYAML's safe loader (plain data, no Python objects; libyaml's, which
 refuses collections nested past 1000 levels, where PyYAML has it), and aliases bounded: a 1 KB "billion
 laughs" (anchors nesting aliases of aliases) is refused before a value is built, as is an alias inside
-its own anchor. Real configs keep their anchors and merge keys (NeMo-RL's `<<: *POLICY_BASE`)."""
+its own anchor. Real configs keep their anchors and merge keys (NeMo-RL's `<<: *POLICY_BASE`). A number
+in exponent form without a dot or an exponent's sign (`3e-4`, `1.0e4`: strings to YAML 1.1) is a float, as
+OmegaConf reads it for AReaL, verl and NeMo-RL (`omegaconf._utils.get_yaml_loader`) and as TRL's parser
+converts it (argparse's `type=float` on a config default)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -16,13 +20,32 @@ from evaluator.inputs import read_text
 VALUES = 1_000_000
 """The bound on the values (scalars, lists, mappings) a config holds once its aliases are expanded: more
 than 1 MiB of YAML holds without aliases; a trainer's whole experiment config holds a few thousand."""
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """PyYAML's safe loader (libyaml's where built), with OmegaConf's floats."""
+
+
+Loader.add_implicit_resolver(  # OmegaConf 2.3's float pattern: YAML 1.1's, with the exponent's sign optional
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:
+         [-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+        |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+        |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(path: str | Path, what: str) -> object:
     """The data of the YAML file `path` (given as `what`); a `UsageError` naming the file for a file that
     is not a regular file of at most 1 MiB, not YAML, or past `VALUES` once its aliases are expanded."""
-    loader = LOADER(read_text(path, what))
+    loader = Loader(read_text(path, what))
     try:
         node = loader.get_single_node()
         if node is None:

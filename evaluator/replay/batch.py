@@ -26,8 +26,9 @@ import pyarrow.compute as pc
 from evaluator.formulas.estimators import estimates
 from evaluator.formulas.gradients import Sequences
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from evaluator.formulas.metrics import Coverage, Tokens, coverage, method_metrics, prox_terms
+from evaluator.formulas.metrics import Coverage, coverage, method_metrics
 from evaluator.formulas.sketch import bucket_code
+from evaluator.formulas.terms import Tokens, prox_terms
 from evaluator.replay.accumulators import Moments, SketchCounts
 from evaluator.replay.pairing import previous_versions
 from schemas.store import METHODS, metrics_for
@@ -209,11 +210,12 @@ def _cell_rows(acc: Summaries, groups: Groups) -> CellRows:
 
 def sequences_of(
     batch: pa.RecordBatch, kept: np.ndarray, run: np.ndarray, step: np.ndarray, staleness: np.ndarray
-) -> tuple[np.ndarray, Groups]:
-    """Each loss token's sequence code and the sequences' groups. `kept`: the loss tokens' rows in file
-    order (a sequence's rows are contiguous: `evaluator.replay.reading`), `run`, `step`, `staleness` theirs.
-    A sequence is counted at its step and the staleness of its stalest token; codes follow the groups'
-    order, so per-sequence arrays are sorted by group."""
+) -> tuple[np.ndarray, Groups, np.ndarray]:
+    """Each loss token's sequence code, the sequences' groups and each sequence's minibatch code (of its
+    `(run, step, minibatch)`). `kept`: the loss tokens' rows in file order (a sequence's rows are
+    contiguous: `evaluator.replay.reading`), `run`, `step`, `staleness` theirs. A sequence is counted at
+    its step and the staleness of its stalest token; codes follow the groups' order, so per-sequence
+    arrays are sorted by group."""
     seq, mb = (_column(batch, k, np.int64)[kept] for k in ("seq_id", "minibatch"))
     new = np.ones(len(kept), dtype=bool)
     new[1:] = (run[1:] != run[:-1]) | (seq[1:] != seq[:-1]) | (mb[1:] != mb[:-1])
@@ -224,7 +226,9 @@ def sequences_of(
     order, groups = group_tokens(run[first], step[first], stalest)
     rank = np.empty(len(first), dtype=np.int64)
     rank[order] = np.arange(len(first))
-    return rank[code], groups
+    keys = np.stack([run[first], step[first], mb[first]])  # (3, S)
+    minibatch = np.unique(keys, axis=1, return_inverse=True)[1].reshape(-1)[order]  # (S,) in code order
+    return rank[code], groups, minibatch
 
 
 def add_batch(
@@ -244,7 +248,7 @@ def add_batch(
     prev_version = previous_versions(batch, run, resumes)  # (rows,) from every row, masked or not
     step = _column(batch, "step", np.int64)[kept]
     staleness = step - _column(batch, "behave_version", np.int64)[kept]
-    sequence, seq_groups = sequences_of(batch, kept, run[kept], step, staleness)
+    sequence, seq_groups, minibatch = sequences_of(batch, kept, run[kept], step, staleness)
     order, groups = group_tokens(run[kept], step, staleness)
     kept = kept[order]  # the loss tokens' rows, sorted by group
     cols = {
@@ -271,7 +275,7 @@ def add_batch(
         prev_version=prev_version[kept],
         proximal_t_logp=cols.get("proximal_t_logp"),
     )
-    sequences = Sequences(sequence[order], len(seq_groups.group))
+    sequences = Sequences(sequence[order], len(seq_groups.group), minibatch)
     tokens = Tokens(b=b, t=t, g=g, advantage=cols.get("advantage"), sequences=sequences)
     truth = prox_terms(g, tokens, loss)
     for method, a in per_method.items():

@@ -1,5 +1,5 @@
 """Keeping a store (`proxaudit store ...`): compaction of the many small Parquet files one commit per file
-makes, and the conversion of a single-file store of an earlier proxaudit (store schema version 5)."""
+makes, and the conversion of a single-file store of an earlier proxaudit (store schema version 5 or 6)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from evaluator.store.commits import committed
 from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate, stored_data_path
 from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY
 from evaluator.store.writer import StoreWriter
+from schemas.store import METRICS
 
 ORPHAN_AGE_H = 1.0
 """Data files no snapshot references are deleted once this old (a younger one may be a writer's commit in
 flight)."""
-CONVERTED_VERSION = "5"
-"""The single-file store `convert` reads: the last before the DuckLake."""
+CONVERTED_VERSIONS = ("5", "6")
+"""The single-file stores `convert` reads: the last two before the DuckLake (6 added the newer losses'
+metrics; 5 lacks them, and holds one this proxaudit no longer computes: `is_weight_clamped`)."""
 
 
 @dataclass
@@ -108,25 +110,28 @@ _COPIES = {
     "FROM old.file_sequences o {join}",
     "file_tokens": "SELECT {fid}, run_id, step, staleness, o.n_tokens, n_prox FROM old.file_tokens o {join}",
     "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, n, sum, sum_sq, min, max "
-    "FROM old.metric_moments o {join}",
+    "FROM old.metric_moments o {join} WHERE {known}",
     "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, count "
-    "FROM old.sketch_by_step o {join}",
+    "FROM old.sketch_by_step o {join} WHERE {known}",
     "sketch_by_staleness": "SELECT 0, run_id, staleness, method, metric, bucket, count "
-    "FROM old.sketch_by_staleness",
+    "FROM old.sketch_by_staleness WHERE {known}",
     "run_finding": "SELECT run_id, rule, column_name, n_rows, message, found_at, figure, threshold, "
     "examples, advice FROM old.run_finding",
     "run_check": "SELECT run_id, check_name, status, why, checked_at FROM old.run_check",
 }
-"""What `convert` copies: every file keeps its rows under its new id (from its digest); the old store had
-merged its staleness sketches over files, so they come as file 0."""
+"""What `convert` copies: every file keeps its rows under its new id (from its digest), of the metrics this
+proxaudit computes; the old store had merged its staleness sketches over files, so they come as file 0."""
 _JOIN = "JOIN old.ingested_file f USING (file_id)"
+_KNOWN = f"metric IN ({', '.join(map(repr, METRICS))})"
 
 
 def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | None = None) -> int:
-    """Copy a single-file store of store schema version 5 into a new store at `new` (made; it must not
-    hold a store yet), in one commit; the number of files it holds. Its findings are kept as they were
+    """Copy a single-file store of store schema version 5 or 6 into a new store at `new` (made; it must
+    not hold a store yet), in one commit; the number of files it holds. Its findings are kept as they were
     (it kept no per-file evidence to judge them again), and so is the trainer's maximum staleness it
-    recorded; its intervals are recomputed."""
+    recorded; its intervals are recomputed. The rows of a metric this proxaudit no longer computes are
+    left out; the metrics a version-5 store lacks (verl's truncated IS weights and sequence statistics,
+    `seq_drift`) stay empty until the token logs are replayed into a new store."""
     old_path = Path(old)
     if not old_path.is_file() or old_path.read_bytes()[8:12] != DUCKDB_MAGIC:
         raise StoreError(f"{old}: not a single-file proxaudit store (a DuckDB database file)")
@@ -134,10 +139,10 @@ def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | Non
         raise StoreError(f"{new}: already holds a store; convert into a new folder")
     with connect(str(old_path), read_only=True) as probe:
         meta = dict(probe.execute("SELECT key, value FROM store_meta").fetchall())
-    if meta.get("store_schema_version") != CONVERTED_VERSION:
+    if meta.get("store_schema_version") not in CONVERTED_VERSIONS:
         raise StoreError(
-            f"{old}: store schema version {meta.get('store_schema_version')!r}; `convert` reads version "
-            f"{CONVERTED_VERSION}: replay the token logs into a new store instead"
+            f"{old}: store schema version {meta.get('store_schema_version')!r}; `convert` reads versions "
+            f"{' and '.join(CONVERTED_VERSIONS)}: replay the token logs into a new store instead"
         )
     loss = Loss.from_dict(json.loads(meta[LOSS_KEY]))
     with StoreWriter(new, loss, data_path=data_path) as writer:
@@ -148,7 +153,7 @@ def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | Non
             for table, sql in _COPIES.items():
                 digest = "o.digest" if table == "ingested_file" else "f.digest"
                 fid = f"('0x' || left({digest}, 15))::UBIGINT::BIGINT"  # evaluator.store.writer.file_id_of
-                con.execute(f"INSERT INTO {table} " + sql.format(fid=fid, join=_JOIN))
+                con.execute(f"INSERT INTO {table} " + sql.format(fid=fid, join=_JOIN, known=_KNOWN))
             if MAX_STALENESS_KEY in meta:  # the trainer's maximum staleness, for the gate
                 limit = meta[MAX_STALENESS_KEY]
                 con.execute("INSERT INTO store_meta VALUES (?, ?)", [MAX_STALENESS_KEY, limit])

@@ -16,6 +16,7 @@ from typing import Literal
 from evaluator.formulas.loss import Loss
 from evaluator.gate import GateResult, StalenessLimit, Verdict
 from evaluator.gate.verdicts import WILL_NOT_DECIDE, MoreSteps
+from evaluator.store.trainers import TrainerFigure
 from evaluator.verdict.floor import FloorVerdict
 from evaluator.verdict.options import TrainerOption, option_of
 from schemas.figures import Observed, Side
@@ -99,11 +100,14 @@ class Decision:
 @dataclass(frozen=True)
 class Judgement:
     """A thresholds file on a store: the gate's result and each judged run's decision, runs sorted, with the
-    loss the store's figures were computed under."""
+    loss the store's figures were computed under and each trainer's own mismatch figure on those runs."""
 
     result: GateResult
     decisions: tuple[Decision, ...]
     loss: Loss
+    trainers: tuple[TrainerFigure, ...] = ()
+    """the rows of `trainer_mismatch` of the judged runs (`evaluator.store.trainers`): what each trainer
+    would log at staleness 0, against its published line"""
 
     def loss_line(self) -> str:
         return f"Under the loss {self.loss.describe()} ({self.loss.name}):"

@@ -1,6 +1,7 @@
 """Each run's decision on a store: the gate's checks judged (`evaluator.gate`), the engine floor read, the
-decision made, and the trainer options that would ship further found. `judge_store` works on an open
-connection (a command that re-judges after each commit keeps one), `judge_db` opens the store itself."""
+decision made, the trainer options that would ship further found, and each trainer's own mismatch figure
+read (`trainer_mismatch`). `judge_store` works on an open connection (a command that re-judges after each
+commit keeps one), `judge_db` opens the store itself."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from evaluator.gate import DEFAULT_THRESHOLDS, evaluate, gate_on, load_threshold
 from evaluator.store import open_store
 from evaluator.store.figures import engine_floors, minibatches
 from evaluator.store.reader import require_run, stored_loss
+from evaluator.store.trainers import trainer_figures
 from evaluator.verdict.decision import Alternative, Decision, Judgement, decide
 from evaluator.verdict.floor import FloorVerdict
 from evaluator.verdict.options import options_for
@@ -63,7 +65,8 @@ def judge_store(
     tolerance: Tolerance = DEFAULT_TOLERANCE,
 ) -> Judgement:
     """The gate's result of `thresholds` on the store of `con` (of `run` alone if given) and each judged
-    run's decision, the engine floor judged against `tolerance` where the thresholds have no floor check."""
+    run's decision, the engine floor judged against `tolerance` where the thresholds have no floor check,
+    with each trainer's own mismatch figure on the judged runs."""
     result = gate_on(con, thresholds, db, run, max_staleness)
     floors, counts = engine_floors(con), minibatches(con)
     bounds = floor_bounds(thresholds, tolerance)
@@ -71,7 +74,9 @@ def judge_store(
     for run_id, limit in sorted(result.limits.items()):
         d = decide(run_id, result.of_run(run_id), limit, FloorVerdict(floors.get(run_id, {}), bounds))
         decisions.append(replace(d, alternatives=_alternatives(con, d, counts.get(run_id), max_staleness)))
-    return Judgement(result, tuple(decisions), stored_loss(con) or DEFAULT_LOSS)
+    judged = {d.run_id for d in decisions}
+    trainers = tuple(f for f in trainer_figures(con, run) if f.run_id in judged)
+    return Judgement(result, tuple(decisions), stored_loss(con) or DEFAULT_LOSS, trainers)
 
 
 def judge_db(

@@ -1,7 +1,8 @@
 """Renderers of a judgement (the gate's result and each run's decision): a terminal report, Markdown for a CI
 job summary, JSON with every field (`evaluator.verdict.junit`: JUnit XML). Pure functions from
-`Judgement` to text. Each opens with the decisions, one sentence per run; each check then shows its
-verdict beside its requirement (a failed requirement never reads as a claim), with what was observed."""
+`Judgement` to text. Each opens with the decisions, one sentence per run, then each trainer's own mismatch
+figure on the runs (`trainer_mismatch`); each check then shows its verdict beside its requirement (a failed
+requirement never reads as a claim), with what was observed."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evaluator.gate import GateResult
+from evaluator.store.trainers import TrainerFigure, trainer_sentences
 from evaluator.text_table import fitted_lines, markdown_code, printable, wrapped
 from evaluator.verdict.decision import Judgement
 from evaluator.verdict.junit import render_junit
 from evaluator.verdict.records import (
+    clean,
     decision_record,
     observed_text,
     selection_text,
@@ -47,6 +50,34 @@ def _rows(result: GateResult) -> list[list[str]]:
     ]  # fmt: skip
 
 
+TRAINERS_TITLE = (
+    "Each trainer's own mismatch figure at staleness 0, against its published line (definitions and "
+    "sources: proxaudit summary --by trainers):"
+)
+_TRAINER_HEADER = ["run", "trainer", "figure", "value", "its line", "", "tokens"]
+
+
+def _trainer_rows(judgement: Judgement) -> list[list[str]]:
+    return [
+        [f.run_id, f.trainer, f.metric, f.value_text(), "-" if f.line is None else f"{f.line:g}", f.side(),
+         f"{f.n:,}"]
+        for f in judgement.trainers
+    ]  # fmt: skip
+
+
+def render_trainers(judgement: Judgement, width: int | None = None) -> list[str]:
+    """The trainers' own mismatch figures of the judged runs: a table where it fits `width`, else one
+    sentence per run and trainer, wrapped; nothing when no run has a token at staleness 0 with prox_logp."""
+    if not judgement.trainers:
+        return []
+    lines, _ = fitted_lines([_TRAINER_HEADER, *_trainer_rows(judgement)], None, {3, 4, 6})
+    if width is not None and max(map(len, lines)) > width:
+        lines = [wrapped(printable(line), width) for line in trainer_sentences(list(judgement.trainers))]
+        return [wrapped(TRAINERS_TITLE, width), *lines]
+    header, *body = lines
+    return [wrapped(TRAINERS_TITLE, width), header, "-" * len(header), *body]
+
+
 def render_decisions(judgement: Judgement, quote: Callable[[str], str] = str) -> list[str]:
     """The decision on each judged run, one line each (with the engine floor's own verdict)."""
     return [run_line(d, quote) for d in judgement.decisions]
@@ -70,8 +101,16 @@ def render_table(judgement: Judgement, width: int | None = None) -> str:
             checks += _wrap(
                 f"{reason} [staleness {staleness}; threshold {threshold}; {tokens} tokens]", width, 6, 6
             )
+    trainers = render_trainers(judgement, width)
     return "\n".join(
-        [wrapped("\n".join(decided), width), "", *checks, "", wrapped(summary_line(result), width)]
+        [
+            wrapped("\n".join(decided), width),
+            "",
+            *(trainers + [""] if trainers else []),
+            *checks,
+            "",
+            wrapped(summary_line(result), width),
+        ]
     )
 
 
@@ -95,6 +134,7 @@ def render_markdown(judgement: Judgement) -> str:
         "",
         *(f"- {ACTION_MARK[d.action]} {run_line(d, markdown_code)}" for d in judgement.decisions),
         "",
+        *_markdown_trainers(judgement, cell),
         summary_line(result).split(": ", 1)[1].capitalize()
         + f" on {markdown_code(str(result.db))} with {markdown_code(str(result.thresholds))}.",
         "",
@@ -109,6 +149,29 @@ def render_markdown(judgement: Judgement) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _markdown_trainers(judgement: Judgement, cell: Callable[..., str]) -> list[str]:
+    """The trainers' own mismatch figures as a Markdown table (run ids, trainers and figures as code
+    spans), then a blank line; nothing without a figure."""
+    if not judgement.trainers:
+        return []
+    lines = [
+        f"**{TRAINERS_TITLE.removesuffix(':')}**",
+        "",
+        "| run | trainer | figure | value | its line | | tokens |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: |",
+    ]
+    for run, trainer, figure, value, line, side, tokens in _trainer_rows(judgement):
+        cells = [cell(run, True), cell(trainer, True), cell(figure, True), value, line, side, tokens]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def trainer_record(f: TrainerFigure) -> dict:
+    """One trainer's figure, JSON-ready (NaN becomes null)."""
+    keys = ("trainer", "metric", "value", "line", "within_line", "n", "definition", "source")
+    return {key: clean(getattr(f, key)) for key in keys}
+
+
 def render_json(judgement: Judgement) -> str:
     result = judgement.result
     document = {
@@ -117,7 +180,13 @@ def render_json(judgement: Judgement) -> str:
         "db": result.db,
         "thresholds": result.thresholds,
         "counts": {verdict: result.count(verdict) for verdict in ("pass", "warn", "fail", "skip")},
-        "decisions": [decision_record(d) for d in judgement.decisions],
+        "decisions": [
+            {
+                **decision_record(d),
+                "trainer_mismatch": [trainer_record(f) for f in judgement.trainers if f.run_id == d.run_id],
+            }
+            for d in judgement.decisions
+        ],
         "verdicts": [verdict_record(v) for v in result.verdicts],
     }
     return json.dumps(document, indent=2, allow_nan=False) + "\n"

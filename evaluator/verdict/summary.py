@@ -15,6 +15,7 @@ from evaluator.errors import NoGroundTruthError, UsageError
 from evaluator.gate import DEFAULT_THRESHOLDS
 from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
+from evaluator.store.trainers import trainer_report
 from evaluator.text_table import fitted_lines, wrapped
 from evaluator.validate.no_truth import no_truth_message
 from evaluator.verdict.judging import judge_db
@@ -34,6 +35,7 @@ VIEW_BY = {
     "rollout-corr": "rollout_corr_summary",
     "rollout-corr-staleness": "rollout_corr_staleness_summary",
     "mismatch": "mismatch_summary",
+    "trainers": "trainer_mismatch",
 }
 # Views keyed by method but not metric, and those keyed by neither: their order and what filters apply.
 ORDER_BY = {
@@ -45,6 +47,7 @@ ORDER_BY = {
     "rollout-corr": ["run_id", "method"],
     "rollout-corr-staleness": ["run_id", "staleness", "method"],
     "mismatch": ["run_id", "staleness"],
+    "trainers": ["run_id", "trainer <> 'proxaudit'", "trainer", "metric"],
 }
 FORMATS = ("table", "json", "csv")
 PAIRING_NOTE = (
@@ -83,6 +86,7 @@ COMPACT = {
         "run_id", "method", "n", "gradient_mass_error", "clip_flip_rate", "excess_gradient_mass_error",
         "safe_staleness", "safe_staleness_beyond_floor",
     ),
+    "trainers": ("run_id", "trainer", "metric", "value", "line", "within_line", "n"),
 }  # fmt: skip
 """The columns a terminal table shows (figures with their intervals); JSON and CSV carry every column."""
 
@@ -140,6 +144,12 @@ def stored_runs(db_path: str | os.PathLike) -> list[str]:
     """The runs the store holds (none: nothing was replayed into it yet)."""
     with open_store(db_path) as con:
         return [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
+
+
+def trainers_text(db_path: str | os.PathLike, run: str | None) -> str:
+    """One sentence per run and trainer: what each trainer would log on the run (`trainer_mismatch`)."""
+    with open_store(db_path) as con:
+        return "\n".join(trainer_report(con, run)[1])
 
 
 def truth_notes(db_path: str | os.PathLike, run: str | None = None) -> list[str]:

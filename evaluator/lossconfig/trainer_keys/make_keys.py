@@ -4,8 +4,8 @@ run it again to follow a new commit of the trainer, then read the diff).
 
     python evaluator/lossconfig/trainer_keys/make_keys.py TRAINER CLONE [COMMIT]
 
-TRAINER is areal, verl or nemo_rl; CLONE a git clone of its repository (`PINNED`), COMMIT the commit to
-read (default: the pinned one).
+TRAINER is areal, verl, nemo_rl, prime_rl or trl; CLONE a git clone of its repository (`PINNED`), COMMIT
+the commit to read (default: the pinned one).
 
 A section is a tree: each key maps to null (a value: a number, a string, a list of values), "*" (a
 mapping of any keys: a `dict` field, or a section proxaudit does not read), a mapping of the keys below it
@@ -15,7 +15,19 @@ mapping of any keys: a `dict` field, or a section proxaudit does not read), a ma
   `_generated_ppo_megatron_trainer.yaml` (verl/trainer/config), each mapping joined with the fields of
   the dataclass its `_target_` names (any dataclass of `verl/`); the other subsections of
   `actor_rollout_ref` and `algorithm` (not read) take any keys.
-- NeMo-RL: `loss_fn` is `ClippedPGLossConfig` of `nemo_rl/algorithms/loss/loss_functions.py`.
+- NeMo-RL: `loss_fn` is `ClippedPGLossConfig` of `nemo_rl/algorithms/loss/loss_functions.py`, `grpo`
+  `GRPOConfig` of `nemo_rl/algorithms/grpo.py`, `ppo` `PPOConfig` of `nemo_rl/algorithms/ppo.py`; joined
+  with the keys those sections hold in NeMo-RL's own GRPO and PPO example configs (the YAML files under
+  `examples/` with a `grpo` or `ppo` section, whose `loss_fn` is a `ClippedPGLossConfig`): its
+  TypedDicts are not total and do not declare every key its examples ship (`grpo.penalize_invalid_tool_call`,
+  `zero_variance_prompt_filtering`, ...), and refusing a trainer's shipped example would be a false alarm.
+  The keys so added are listed under `from_examples`.
+- prime-rl: `loss` (a trainer config) and `trainer.loss` (an rl config) are the `LossConfig` union of
+  `packages/prime-rl-configs/src/prime_rl/configs/trainer.py`: the keys of any of its loss configs.
+- TRL: the top level of a `trl grpo --config` YAML holds the fields of the dataclasses `trl/scripts/grpo.py`
+  parses (GRPOScriptArguments, GRPOConfig, ModelConfig, DatasetMixtureConfig) and `env`; GRPOConfig's base
+  is transformers' TrainingArguments, read from the installed transformers (the release
+  requirements-trainers.txt pins), as a release pins its source as a commit does.
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from importlib.metadata import version
+from importlib.util import find_spec
 from pathlib import Path
 
 import yaml
@@ -116,15 +130,98 @@ def joined(classes: dict, values: list[object], annotation: ast.expr | None = No
     return {k: joined(classes, [m.get(k) for m in mappings], by_field.get(k)) for k in keys}
 
 
-def one_dataclass(trainer: str, path: str, root: str, section: str) -> Callable[[str, str], dict]:
-    """The reader of a trainer whose section is one dataclass `root` of the file `path`."""
+def dataclass_sections(trainer: str, roots: dict[str, tuple[str, str]]) -> Callable[[str, str], dict]:
+    """The reader of a trainer whose sections are each one dataclass: section -> (file, class)."""
 
     def read(repo: str, commit: str) -> dict:
-        classes = dataclasses([git(repo, "show", f"{commit}:{path}")])
-        read_from = f"{path}: {root} and the dataclasses of its fields"
-        return {"trainer": trainer, "read_from": read_from, "sections": {section: tree(classes, root)}}
+        sections = {}
+        for section, (path, root) in roots.items():
+            sections[section] = tree(dataclasses([git(repo, "show", f"{commit}:{path}")]), root)
+        read_from = "; ".join(
+            f"{path}: {root} and the dataclasses of its fields" for path, root in roots.values()
+        )
+        return {"trainer": trainer, "read_from": read_from, "sections": sections}
 
     return read
+
+
+def with_examples(
+    read: Callable[[str, str], dict], folder: str, kinds: tuple[str, ...]
+) -> Callable[[str, str], dict]:
+    """`read`, its sections joined with the keys they hold in the trainer's example configs at the commit:
+    the YAML files under `folder` whose top level holds one of `kinds` (the algorithms whose configs the
+    sections describe). The keys added are listed, dotted, in `from_examples`."""
+
+    def joined_read(repo: str, commit: str) -> dict:
+        keys = read(repo, commit)
+        files = git(repo, "ls-tree", "-r", "--name-only", commit).split()
+        paths = [p for p in files if p.startswith(f"{folder}/") and p.endswith((".yaml", ".yml"))]
+        configs = [yaml.safe_load(git(repo, "show", f"{commit}:{p}")) for p in paths]
+        examples = [c for c in configs if isinstance(c, dict) and any(k in c for k in kinds)]
+        added: list[str] = []
+        for config in examples:
+            for section, tree in keys["sections"].items():
+                values = config.get(section)
+                if isinstance(values, dict) and isinstance(tree, dict):
+                    added += add_keys(tree, values, section)
+        keys["read_from"] += (
+            f"; with the keys of these sections in its {len(examples)} example configs that hold "
+            f"{' or '.join(kinds)} ({folder}/)"
+        )
+        keys["from_examples"] = sorted(set(added))
+        return keys
+
+    return joined_read
+
+
+def add_keys(tree: dict, values: dict, path: str) -> list[str]:
+    """Add to `tree` the keys of the config mapping `values` it lacks (a mapping's keys below it, any other
+    value a leaf), at any depth; the dotted paths of those added."""
+    added = []
+    for key, value in values.items():
+        name = f"{path}.{key}"
+        if key not in tree:
+            tree[key] = {} if isinstance(value, dict) else LEAF
+            added.append(name)
+        if isinstance(tree[key], dict) and isinstance(value, dict):
+            added += add_keys(tree[key], value, name)
+    return added
+
+
+def prime_rl(repo: str, commit: str) -> dict:
+    path = "packages/prime-rl-configs/src/prime_rl/configs/trainer.py"
+    source = git(repo, "show", f"{commit}:{path}")
+    classes = dataclasses([source])
+    union = next(
+        n.value
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "LossConfig"
+    )
+    loss: dict = {}
+    for name in [n.id for n in ast.walk(union) if isinstance(n, ast.Name) and n.id in classes]:
+        loss |= tree(classes, name)
+    return {
+        "trainer": "prime-rl",
+        "read_from": f"{path}: the loss configs of LossConfig ([loss] of a trainer config, [trainer.loss] "
+        "of an rl config)",
+        "sections": {"loss": loss, "trainer.loss": loss},
+    }
+
+
+def trl(repo: str, commit: str) -> dict:
+    paths = ["trl/scripts/grpo.py", "trl/scripts/utils.py", "trl/trainer/grpo_config.py",
+             "trl/trainer/base_config.py", "trl/trainer/model_config.py"]  # fmt: skip
+    training_args = Path(find_spec("transformers").origin).with_name("training_args.py")
+    classes = dataclasses([git(repo, "show", f"{commit}:{p}") for p in paths] + [training_args.read_text()])
+    top: dict = {"env": ANY}  # TrlParser sets it as environment variables
+    for name in ("GRPOScriptArguments", "GRPOConfig", "ModelConfig", "DatasetMixtureConfig"):
+        top |= tree(classes, name)
+    return {
+        "trainer": "TRL",
+        "read_from": f"{', '.join(paths)}: the dataclasses trl grpo parses, with transformers "
+        f"{version('transformers')} training_args.py TrainingArguments",
+        "sections": {"": top},
+    }
 
 
 def verl(repo: str, commit: str) -> dict:
@@ -158,16 +255,29 @@ def verl(repo: str, commit: str) -> dict:
 
 
 READERS = {
-    "areal": one_dataclass("AReaL", "areal/api/cli_args.py", "PPOActorConfig", "actor"),
+    "areal": dataclass_sections("AReaL", {"actor": ("areal/api/cli_args.py", "PPOActorConfig")}),
     "verl": verl,
-    "nemo_rl": one_dataclass(
-        "NeMo-RL", "nemo_rl/algorithms/loss/loss_functions.py", "ClippedPGLossConfig", "loss_fn"
+    "nemo_rl": with_examples(
+        dataclass_sections(
+            "NeMo-RL",
+            {
+                "loss_fn": ("nemo_rl/algorithms/loss/loss_functions.py", "ClippedPGLossConfig"),
+                "grpo": ("nemo_rl/algorithms/grpo.py", "GRPOConfig"),
+                "ppo": ("nemo_rl/algorithms/ppo.py", "PPOConfig"),
+            },
+        ),
+        "examples",
+        ("grpo", "ppo"),
     ),
+    "prime_rl": prime_rl,
+    "trl": trl,
 }
 PINNED = {
     "areal": ("areal-project/AReaL", "cbff54d645d2cd8ee1f1c358a82f3f473588433d"),
     "verl": ("volcengine/verl", "b178a3cd56f58b2d502255daba591e92833930a7"),
     "nemo_rl": ("NVIDIA-NeMo/RL", "7ea279abfbeb698b092856d0dab61e7cf39bc909"),
+    "prime_rl": ("PrimeIntellect-ai/prime-rl", "559b44772e471d1538537b8805cc77f3824a5e64"),
+    "trl": ("huggingface/trl", "f2cd57710ae345ea6428ae95363267fcf38a3dc8"),
 }
 """Each trainer's repository and the commit proxaudit's readers follow (docs/metrics.md)."""
 
