@@ -227,7 +227,7 @@ def render(table: pa.Table, fmt: str = "table", width: int | None = None) -> str
     and said), JSON (a list of objects) or CSV."""
     rows = table.to_pylist()
     if fmt == "json":
-        return json.dumps(rows, indent=1)
+        return json.dumps(rows, indent=1, default=str)  # a timestamp (what_if.judged_at) as ISO text
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=table.column_names, lineterminator="\n")
