@@ -27,6 +27,7 @@ from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
 from evaluator.store.figures import engine_floors, minibatches
+from evaluator.store.reader import what_if_rows
 from evaluator.store.trainers import trainer_report
 from evaluator.verdict import Judgement, judge_db
 from evaluator.verdict.floor import FloorVerdict
@@ -261,6 +262,13 @@ def trainer_sentences(db: Path, run_id: str) -> list[str]:
     with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
         _, sentences = trainer_report(con, run_id)
     return [s.removeprefix(f"{run_id}: ") for s in sentences]
+
+
+def what_if(db: Path, run_id: str) -> pd.DataFrame:
+    """The what-if table of one run (`evaluator.store.reader.what_if_rows`): its decision under each loss of
+    `replay --loss a,b,c`, the store's own loss first; empty when no replay made one."""
+    with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
+        return what_if_rows(con, run_id).to_pandas()
 
 
 def steps_with_prox(db: Path, run_id: str) -> list[int]:

@@ -237,6 +237,23 @@ class StoreWriter:
         self.con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [MAX_STALENESS_KEY, entry])
         self._dirty = True
 
+    def record_what_if(self, rows: pa.Table) -> None:
+        """Record the what-if table of one replay (`evaluator.verdict.what_if`): the rows of the runs it
+        judged replace every earlier row of those runs, in one transaction."""
+        con = self.con
+        con.register("judged", rows)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute("DELETE FROM what_if WHERE run_id IN (SELECT run_id FROM judged)")
+            con.execute("INSERT INTO what_if BY NAME SELECT * FROM judged")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            con.unregister("judged")
+        self._dirty = True
+
     def _insert(self, location: str, digest: str, summary: FileSummary) -> None:
         con = self.con
         file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM ingested_file").fetchone()[0]
