@@ -59,7 +59,7 @@ def _findings(ctx: Context) -> None:
         shown = rows.drop(columns="message").rename(columns={"advice": "what to check in the trainer"})
         st.dataframe(shown, hide_index=True, width="stretch")
         for row in rows.itertuples():
-            with st.expander(f"{row.rule}: what was seen"):
+            with st.expander(f"{plain(row.rule)}: what was seen"):
                 st.text(row.message)
     if not undecided.empty:
         with st.expander(f"{len(undecided)} checks of the findings could not decide on this run"):

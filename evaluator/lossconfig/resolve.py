@@ -19,6 +19,7 @@ from evaluator.lossconfig.staleness import DOTTED_KEYS, max_staleness
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
 from evaluator.lossconfig.yaml_file import load_yaml
+from evaluator.text_table import printable
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,19 @@ class LossChoice:
 
     def lines(self) -> list[str]:
         """What to tell the user: the loss in one line, then the keys read and ignored, then the notes."""
-        out = [f"loss: {self.loss.describe()} ({self.loss.name})"]
+        out = [f"loss: {self.loss.describe()} ({printable(self.loss.name)})"]
         if self.used:
-            out.append("  read: " + ", ".join(self.used))
+            out.append("  read: " + ", ".join(map(printable, self.used)))
         if self.ignored:
-            out.append("  ignored (they shape no decision proxaudit models): " + ", ".join(self.ignored))
-        out += [f"  note: {n}" for n in self.notes]
+            out.append(
+                "  ignored (they shape no decision proxaudit models): "
+                + ", ".join(map(printable, self.ignored))
+            )
+        out += [f"  note: {printable(n)}" for n in self.notes]
         if self.max_staleness is not None:
-            out.append(f"  max staleness: {self.max_staleness[1]}: the gate judges staleness 1 to it")
+            out.append(
+                f"  max staleness: {printable(self.max_staleness[1])}: the gate judges staleness 1 to it"
+            )
         return out
 
 

@@ -78,7 +78,7 @@ def render_trainers(judgement: Judgement, width: int | None = None) -> list[str]
     return [wrapped(TRAINERS_TITLE, width), header, "-" * len(header), *body]
 
 
-def render_decisions(judgement: Judgement, quote: Callable[[str], str] = str) -> list[str]:
+def render_decisions(judgement: Judgement, quote: Callable[[str], str] = printable) -> list[str]:
     """The decision on each judged run, one line each (with the engine floor's own verdict)."""
     return [run_line(d, quote) for d in judgement.decisions]
 

@@ -1,0 +1,74 @@
+"""A store whose every text is hostile: what a crafted log, loss file, trainer config or thresholds file can
+put in front of a person. Built through the project's own writers (a replay of token logs, `StoreWriter`'s
+findings), never by writing tables, so that it stays a store whatever the store's format becomes.
+
+`HOSTILE` holds, in 200 bytes (a run_id's bound): a line break that starts a forged line (`FORGED`), a
+carriage return, C0 and C1 controls (ESC, NUL, the CSI U+009B), a bidi override, a line separator, an XML
+noncharacter, HTML, a Markdown image and link, a bare URL and address (autolinked even when escaped), a
+Slack mention, a table pipe and a backtick."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from evaluator.logio import write_log_atomic
+from evaluator.lossconfig import resolve
+from evaluator.problems import CheckOutcome, Finding
+from evaluator.replay.pipeline import replay
+from evaluator.store.writer import StoreWriter
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from tests.builders import set_column
+
+HOSTILE = (
+    "r\nFORGED\r\x1b[31m\x00\x9b1m\u202e\u2028\ufffe<img src=https://evil.example/i.png>"
+    "[l](https://evil.example) www.evil.example a@evil.example <!channel> | `c` &amp; ]]>"
+)
+IN_PATH = HOSTILE.replace("\x00", "").replace("/", "")[:80]
+"""as much of it as a file name holds (no NUL, no slash)"""
+FORGED = "FORGED"
+EVIL = "evil.example"
+
+
+@dataclass(frozen=True)
+class HostileStore:
+    db: Path
+    logs: Path
+    """the folder of the token log (its name is hostile too)"""
+    thresholds: Path
+    """a thresholds file whose check's name is hostile"""
+    loss: Path
+    """the loss file the store was replayed under (its path, the loss's name, is hostile)"""
+
+
+def hostile_store(folder: Path) -> HostileStore:
+    """A store of one run (enough steps for every page) in which every text column holds `HOSTILE`: run_id,
+    the log's path, the loss's name, the trainer's staleness source and key, and one finding and check
+    outcome of every text field (rule, column_name, message, threshold, advice, check_name, why)."""
+    logs = folder / f"logs {IN_PATH}"
+    spec = SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16)
+    table = synthetic_steps(spec, 4, 8)
+    write_log_atomic(set_column(table, "run_id", pa.array([HOSTILE] * table.num_rows)), logs / "h.parquet")
+    loss_file = folder / f"loss {IN_PATH}.toml"
+    loss_file.write_text('preset = "areal-ppo"\n')
+    loss = resolve(str(loss_file), None).loss
+    db = folder / "m.duckdb"
+    replay([logs], db, loss=loss, staleness_limit=(4, HOSTILE, HOSTILE), progress=False, workers=1)
+    finding = Finding(
+        rule=HOSTILE, run_id=HOSTILE, column=HOSTILE, rows=3, message=HOSTILE, figure=0.5, threshold=HOSTILE,
+        examples=({"step": 4, "seq_id": 1, "minibatch": 0, "pos": 2},), advice=HOSTILE,
+    )  # fmt: skip
+    with StoreWriter(db, loss) as writer:
+        writer.record_findings(
+            [finding], [CheckOutcome(check=HOSTILE, run_id=HOSTILE, status="undecided", why=HOSTILE)]
+        )
+    thresholds = folder / "gate.toml"
+    thresholds.write_text(
+        f"[[check]]\nname = {json.dumps(HOSTILE)}\nfigure = 'floor_gradient_mass_error'\nmax = 0.01\n\n"
+        "[[check]]\nmethod = 'loglinear'\nfigure = 'excess_gradient_mass_error'\neach_staleness = true\n"
+        "max = 0.01\n"
+    )
+    return HostileStore(db, logs, thresholds, loss_file)
