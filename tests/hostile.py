@@ -21,6 +21,7 @@ from evaluator.problems import CheckOutcome, Finding
 from evaluator.replay.pipeline import replay
 from evaluator.store.writer import StoreWriter
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.verdict.what_if import what_if
 from tests.builders import set_column
 
 HOSTILE = (
@@ -46,8 +47,9 @@ class HostileStore:
 
 def hostile_store(folder: Path) -> HostileStore:
     """A store of one run (enough steps for every page) in which every text column holds `HOSTILE`: run_id,
-    the log's path, the loss's name, the trainer's staleness source and key, and one finding and check
-    outcome of every text field (rule, column_name, message, threshold, advice, check_name, why)."""
+    the log's path, the loss's name (in the what-if table too), the trainer's staleness source and key, and
+    one finding and check outcome of every text field (rule, column_name, message, threshold, advice,
+    check_name, why)."""
     logs = folder / f"logs {IN_PATH}"
     spec = SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16)
     table = synthetic_steps(spec, 4, 8)
@@ -57,6 +59,7 @@ def hostile_store(folder: Path) -> HostileStore:
     loss = resolve(str(loss_file), None).loss
     db = folder / "m.duckdb"
     replay([logs], db, loss=loss, staleness_limit=(4, HOSTILE, HOSTILE), progress=False, workers=1)
+    what_if([logs], db, [(HOSTILE, loss), (HOSTILE + " 2", loss)], staleness_limit=(4, HOSTILE, HOSTILE))
     finding = Finding(
         rule=HOSTILE, run_id=HOSTILE, column=HOSTILE, rows=3, message=HOSTILE, figure=0.5, threshold=HOSTILE,
         examples=({"step": 4, "seq_id": 1, "minibatch": 0, "pos": 2},), advice=HOSTILE,
@@ -69,6 +72,8 @@ def hostile_store(folder: Path) -> HostileStore:
     thresholds.write_text(
         f"[[check]]\nname = {json.dumps(HOSTILE)}\nfigure = 'floor_gradient_mass_error'\nmax = 0.01\n\n"
         "[[check]]\nmethod = 'loglinear'\nfigure = 'excess_gradient_mass_error'\neach_staleness = true\n"
-        "max = 0.01\n"
+        "max = 0.01\n\n"
+        "[[check]]\nmethod = 'loglinear'\nfigure = 'gradient_mass_error'\nmax_regression = 0.1\n"
+        f"baseline_run = {json.dumps(HOSTILE)}\n"
     )
     return HostileStore(db, logs, thresholds, loss_file)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import streamlit as st
 
 from dashboard.views.common import Context, load
+from evaluator.text_table import printable
 from evaluator.verdict.summary import compact
 from schemas.store import DEFAULT_TOLERANCE
 
@@ -37,5 +38,7 @@ def render(ctx: Context) -> None:
         f"figures pooled over every staleness, with 95% intervals (the default tolerance: {tolerance})."
     )
     marks = {True: " (the store's loss)", False: ""}
-    st.text("\n".join(f"- under {r.loss}{marks[r.own]}: {r.sentence}" for r in frame.itertuples()))
+    rows = frame.itertuples()
+    lines = (f"- under {printable(r.loss)}{marks[r.own]}: {printable(r.sentence)}" for r in rows)
+    st.text("\n".join(lines))
     st.dataframe(table(frame), width="stretch", hide_index=True)

@@ -144,7 +144,7 @@ def render_markdown(judgement: Judgement) -> str:
     for v, row in zip(result.verdicts, _rows(result), strict=True):
         _, name, run, staleness, observed, threshold, tokens, reason = row
         cells = [_MARK[v.verdict], cell(name, True), cell(run, True), cell(staleness), cell(observed),
-                 cell(threshold), tokens, cell(reason, True)]  # fmt: skip
+                 cell(threshold, v.check.baseline_run is not None), tokens, cell(reason, True)]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -17,7 +17,7 @@ from evaluator.gate import DEFAULT_THRESHOLDS
 from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
 from evaluator.store.trainers import trainer_report
-from evaluator.text_table import fitted_lines, wrapped
+from evaluator.text_table import fitted_lines, printable, wrapped
 from evaluator.validate.no_truth import no_truth_message
 from evaluator.verdict.judging import judge_db
 from evaluator.verdict.words import run_line
@@ -169,10 +169,10 @@ def what_if_lines(table: pa.Table) -> list[str]:
     out = []
     ordered = sorted(table.to_pylist(), key=lambda r: r["run_id"])  # stable: each run's own loss first
     for run, group in groupby(ordered, key=lambda r: r["run_id"]):
-        out.append(f"Run {run}, what if the trainer ran another loss:")
+        out.append(f"Run {printable(run)}, what if the trainer ran another loss:")
         for row in group:
             mark = " (the store's loss)" if row["own"] else ""
-            out.append(f"- under {row['loss']}{mark}: {row['sentence']}")
+            out.append(f"- under {printable(row['loss'])}{mark}: {printable(row['sentence'])}")
     return out
 
 
