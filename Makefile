@@ -29,7 +29,7 @@ chromium:
 	  else echo "chromium missing and not root: browser tests will be skipped" >&2; fi; }
 
 test: install chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 demo: install
 	$(BIN)/proxaudit demo

@@ -22,6 +22,7 @@ from dashboard.defaults import default_methods
 from dashboard.views import PAGES, common
 from evaluator.errors import ProxauditError
 from evaluator.gate import DEFAULT_THRESHOLDS
+from evaluator.text_table import printable
 from schemas.store import DEFAULT_TOLERANCE
 
 REPLAY_HINT = """No runs in this database yet. Fill it from token logs (Parquet, schema v1) with
@@ -81,7 +82,7 @@ def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
     st.sidebar.radio("Page", list(PAGES), format_func=lambda slug: PAGES[slug][0], key="page")
     run_ids = list(runs["run_id"])
     common.seed("run", _worst_run(db, thresholds, run_ids), common.choice(run_ids))
-    run_id = st.sidebar.selectbox("run_id", run_ids, key="run")
+    run_id = st.sidebar.selectbox("run_id", run_ids, key="run", format_func=printable)  # controls spelled out
     present = common.load(db, "methods_present", (run_id,))
     estimators = [m for m in present if m != "ground_truth"]
     common.seed("methods", default_methods(estimators, thresholds), common.subset(estimators))

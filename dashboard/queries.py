@@ -27,8 +27,9 @@ from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
 from evaluator.store.figures import engine_floors, minibatches
-from evaluator.store.reader import version_stamp
-from evaluator.store.trainers import trainer_report
+from evaluator.store.reader import version_stamp, what_if_rows
+from evaluator.store.trainers import trainer_figures
+from evaluator.store.trainers import trainer_sentences as sentences_of
 from evaluator.verdict import Judgement, judge_db
 from evaluator.verdict.floor import FloorVerdict
 from evaluator.verdict.judging import floor_bounds
@@ -258,10 +259,16 @@ def trainer_mismatch(db: Path, run_id: str) -> pd.DataFrame:
 
 def trainer_sentences(db: Path, run_id: str) -> list[str]:
     """What each trainer would log on one run at staleness 0, one sentence each, the run's id left off
-    (`evaluator.store.trainers.trainer_report`); none without a token at staleness 0 with prox_logp."""
+    (`evaluator.store.trainers.trainer_sentences`); none without a token at staleness 0 with prox_logp."""
     with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
-        _, sentences = trainer_report(con, run_id)
-    return [s.removeprefix(f"{run_id}: ") for s in sentences]
+        return sentences_of(trainer_figures(con, run_id), runs=False)
+
+
+def what_if(db: Path, run_id: str) -> pd.DataFrame:
+    """The what-if table of one run (`evaluator.store.reader.what_if_rows`): its decision under each loss of
+    `replay --loss a,b,c`, the store's own loss first; empty when no replay made one."""
+    with open_store(db, lock_wait_s=RETRY_SECONDS) as con:
+        return what_if_rows(con, run_id).to_pandas()
 
 
 def steps_with_prox(db: Path, run_id: str) -> list[int]:

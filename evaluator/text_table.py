@@ -1,6 +1,6 @@
 """Plain text for the terminal and text reports: the one column aligner of `validate`, `summary` and
 `gate`; `printable`, which spells out the control and format characters a value from the data may carry;
-`markdown_code`, which sets a value from the data as inert Markdown."""
+`markdown_code`, which sets a value from the data as inert Markdown; `slack_text`, a chat message's."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 terminals), format characters (bidirectional overrides and isolates that reorder what a line shows, zero
 widths, the BOM), line and paragraph separators, lone surrogates (which cannot even be encoded)."""
 _SPECIAL = {"\n": "\\n", "\t": "\\t"}
+_NOT_XML = "\ufffe\uffff"  # the two noncharacters XML 1.0 forbids besides controls and surrogates
 _SUSPECT = re.compile(r"[^\x20-\x7e]")
 _SUSPECT_BUT_LINES = re.compile(r"[^\x20-\x7e\n\t]")
 
 
 def _spelled(match: re.Match) -> str:
     char = match.group()
-    if unicodedata.category(char) not in UNSAFE_CATEGORIES:
+    if unicodedata.category(char) not in UNSAFE_CATEGORIES and char not in _NOT_XML:
         return char
     code = ord(char)
     return _SPECIAL.get(char) or (
@@ -41,6 +42,13 @@ def markdown_code(text: str) -> str:
     text = printable(text)
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"  # CommonMark strips one space on each side of a code span
+
+
+def slack_text(text: str) -> str:
+    """`text` for the `text` of a Slack (or compatible) message: `printable`, then `&`, `<` and `>` escaped
+    as Slack asks, so that nothing from the data becomes a link, a mention (`<!channel>`, `<@U1>`) or a
+    date token."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:

@@ -1,4 +1,4 @@
--- proxaudit metrics store (a DuckLake), store schema version 6: the tables. Idempotent. Tables are internal;
+-- proxaudit metrics store (a DuckLake), store schema version 8: the tables. Idempotent. Tables are internal;
 -- the views of views.sql (and schemas/store.py) are the public interface. A DuckLake has no primary keys
 -- or unique constraints: the writer keeps each rule below in a transaction that re-checks it and
 -- retries when another writer committed first (evaluator/store/writer.py). A file is ingested in one
@@ -165,4 +165,41 @@ CREATE TABLE IF NOT EXISTS run_state (
 -- writers, such as PostgreSQL, detects the conflict only on a row both changed).
 CREATE TABLE IF NOT EXISTS ingest_ticket (
     n BIGINT NOT NULL
+);
+
+-- The what-if table (replay --loss a,b,c): each run judged under each loss of the list, as a separate replay
+-- of the call's files under that loss and the gate's default thresholds would judge it, at the staleness
+-- the gate judges (evaluator/verdict/what_if.py). The store's own figures stay those of its loss (own: the
+-- row of that loss, judged on the store). One row per (run, loss, gated method); a replay with a list
+-- replaces the rows of the runs it judged. Figures pooled over every staleness, with their 95% intervals.
+CREATE TABLE IF NOT EXISTS what_if (
+    run_id                            VARCHAR NOT NULL,
+    loss                              VARCHAR NOT NULL,  -- as given to --loss: a preset name or a TOML file
+    own                               BOOLEAN NOT NULL,  -- the store's own loss (the first of the list)
+    description                       VARCHAR NOT NULL,  -- the loss in words
+    method                            VARCHAR NOT NULL,  -- the gated method
+    action                            VARCHAR NOT NULL,  -- ship, ship_up_to, do_not_ship or undecided
+    max_staleness                     INTEGER,           -- k: safe up to it (0 for do_not_ship)
+    judged_staleness                  INTEGER,           -- S: the staleness judged up to
+    staleness_source                  VARCHAR NOT NULL,  -- where S comes from
+    reason                            VARCHAR NOT NULL,  -- the figure the decision rests on, in words
+    n                                 BIGINT,
+    n_steps                           INTEGER,
+    gradient_mass_error               DOUBLE,
+    gradient_mass_error_lower         DOUBLE,
+    gradient_mass_error_upper         DOUBLE,
+    clip_flip_rate                    DOUBLE,
+    clip_flip_rate_lower              DOUBLE,
+    clip_flip_rate_upper              DOUBLE,
+    excess_gradient_mass_error        DOUBLE,
+    excess_gradient_mass_error_lower  DOUBLE,
+    excess_gradient_mass_error_upper  DOUBLE,
+    safe_staleness                    INTEGER,
+    safe_staleness_lower              INTEGER,
+    safe_staleness_upper              INTEGER,
+    safe_staleness_beyond_floor       INTEGER,
+    safe_staleness_beyond_floor_lower INTEGER,
+    safe_staleness_beyond_floor_upper INTEGER,
+    sentence                          VARCHAR NOT NULL,  -- the decision in one sentence
+    judged_at                         TIMESTAMP NOT NULL     -- key (run_id, loss, method): record_what_if keeps it
 );

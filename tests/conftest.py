@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
+
+# The commands' output is tested as a pipe receives it (no width); pytest-xdist's workers set COLUMNS=80,
+# which `terminal_width` would wrap every table and sentence at. Tests that need a width set their own.
+os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture

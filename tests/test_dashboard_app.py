@@ -456,7 +456,7 @@ def test_overview_shows_the_runs_warnings(tmp_path, monkeypatch):
         and shown["what to check in the trainer"].iloc[0]
     )
     labels = [e.label for e in at.expander]
-    assert "loss_mask_edge: what was seen" in labels
+    assert f"{plain('loss_mask_edge')}: what was seen" in labels  # the rule is the store's data: a code span
     undecided = next(label for label in labels if "could not decide" in label)
     assert undecided.split()[0].isdigit() and "no alignment to test" in texts(at)
     clean = run_app(tmp_path / "m", monkeypatch, page="drift")

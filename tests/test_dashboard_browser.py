@@ -223,3 +223,43 @@ def test_the_overview_opens_with_the_decision(fixture_store, tmp_path):
         charts = page.locator('[data-testid="stPlotlyChart"]')
         assert all(top < charts.nth(i).bounding_box()["y"] for i in range(charts.count()))
         first.screenshot(path=str(ARTIFACTS / "dashboard-banner.png"))
+
+
+# Every attribute of every element holding a needle (but a text field's value: text by definition, the run
+# chosen in the sidebar), and the elements that fetch or link, for the hostile store's test.
+ATTRIBUTES_WITH = """(needles) => [...document.querySelectorAll('*')].flatMap(e => [...e.attributes]
+    .filter(a => !(e.tagName === 'INPUT' && a.name === 'value'))
+    .filter(a => needles.some(n => a.value.includes(n))).map(a => `${e.tagName} ${a.name}=${a.value}`))"""
+ACTIVE_IN_MAIN = "[data-testid='stMain'] :is(a, img, script, iframe, object, embed, svg image, video, audio)"
+
+
+def test_a_store_whose_every_text_is_hostile_renders_only_text(tmp_path):
+    """`tests.hostile`'s store (run_id, paths, loss name, findings, checks, the trainer's staleness key and
+    source: links, images, HTML, Markdown, controls): on every page, no element carries a value of the
+    data in an attribute, no link, image, script or frame in the page's body comes from it, and the browser
+    sends no request anywhere but the dashboard's own server."""
+    from tests.hostile import EVIL, FORGED, hostile_store
+
+    store = hostile_store(tmp_path)
+    requests: list[str] = []
+    with serve(store.db) as url, chromium(tmp_path / "profile") as page:
+        page.on("request", lambda request: requests.append(request.url))
+        for slug in PAGES:
+            page.goto(f"{url}/?page={slug}")
+            page.wait_for_function(SCRIPT_DONE, arg=PAGES[slug][0], timeout=60_000, polling=50)
+            for expander in page.locator("[data-testid='stExpander'] summary").all():
+                expander.click()  # the findings' evidence and the undecided checks, opened
+            page.wait_for_timeout(500)
+            assert page.locator('[data-testid="stException"]').count() == 0, slug
+            assert page.evaluate(ATTRIBUTES_WITH, [EVIL, FORGED]) == [], slug
+            active = page.locator(ACTIVE_IN_MAIN)
+            sources = [
+                active.nth(i).evaluate("e => e.outerHTML.slice(0, 200)") for i in range(active.count())
+            ]
+            assert not [s for s in sources if EVIL in s or "FORGED" in s], (slug, sources)
+            if slug == "overview":  # the data is there, as text
+                assert page.get_by_text(EVIL, exact=False).count() >= 1
+    local = f"{url}/"
+    assert requests and all(r.startswith((local, "data:", "blob:")) for r in requests), sorted(
+        {r for r in requests if not r.startswith(local)}
+    )

@@ -23,6 +23,7 @@ from tests.reference import decision_figures, estimates, expected_decision, loss
 
 TOLERANCE = 0.01  # the default tolerance and the default thresholds' bound, both figures
 OPTION = "loglinear_shipped (AReaL actor.prox_logp_method: loglinear)"
+KEY = plain("max_head_offpolicyness")  # the trainer's key, as the store recorded it: data, so quoted
 SAYS = {
     "gradient_mass_error": "moves {} of the gradient mass",
     "clip_flip_rate": "flips {} of PPO clip decisions",
@@ -116,9 +117,9 @@ def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
     action, k, S = decision["action"], decision["k"], decision["S"]
     head = {
         "do_not_ship": f"Do not ship {OPTION} beyond staleness 0 on run {plain(run)}: ",
-        "ship_up_to": f"Ship {OPTION} on run {plain(run)} only with max_head_offpolicyness <= {k}, not {S}: ",
+        "ship_up_to": f"Ship {OPTION} on run {plain(run)} only with {KEY} <= {k}, not {S}: ",
         "undecided": f"Cannot tell yet whether to ship {OPTION} on run {plain(run)} up to staleness {S}: ",
-        "ship": f"Ship {OPTION} on run {plain(run)} with max_head_offpolicyness up to {S}: ",
+        "ship": f"Ship {OPTION} on run {plain(run)} with {KEY} up to {S}: ",
     }[action]
     floor, floor_fails = floor_parts(db, files, run)
     fails = floor_fails or action in ("do_not_ship", "ship_up_to")
@@ -127,9 +128,7 @@ def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
         s, figure, excess = decision["reason"]
         said.append(f"at staleness {s} it {SAYS[figure].format(percent(*excess, 'family-wise 95%'))} beyond")
     if action == "do_not_ship":
-        said.append(
-            "Keep the recompute (AReaL actor.prox_logp_method: recompute), or set max_head_offpolicyness: 0."
-        )
+        said.append(f"Keep the recompute (AReaL actor.prox_logp_method: recompute), or set {KEY}: 0.")
     return [
         *said,
         f"**Gate {'FAILED' if fails else 'passed with warnings'}** on this run (the default thresholds, "
@@ -209,7 +208,7 @@ def test_the_banner_names_the_thresholds_and_what_they_decide(fixture_store, tmp
     top = int(with_truth[with_truth >= 1000].index.max())
     assert (
         f"**Decision on run {plain('loglinear')}**: Ship loglinear on run {plain('loglinear')} with "
-        f"max_head_offpolicyness up to {top}: every staleness 1-{top} passes; the closest: it moves "
+        f"{KEY} up to {top}: every staleness 1-{top} passes; the closest: it moves "
         f"{percent(gme, lower, upper)} of the gradient mass (tolerance 50%)."
     ) in text  # loglinear is no trainer's option: no setting named
     gate.write_text("[[check]]\nmethod = 'no_such_method'\n")

@@ -344,7 +344,8 @@ def test_the_default_gate_fails_the_recompute_run_and_every_report_says_why(db, 
     case = ET.parse(out / "g.xml").getroot().find("testsuite").find("testcase")
     assert case.get("name") == "decision on run recompute" and case.find("failure").get("message") == sentence
     markdown = (out / "g.md").read_text()
-    assert "- ❌ " + sentence.replace("on run recompute", "on run ` recompute `") in markdown
+    in_markdown = sentence.replace("on run recompute", "on run ` recompute `")  # the store's data: code spans
+    assert "- ❌ " + in_markdown.replace("max_head_offpolicyness", "` max_head_offpolicyness `") in markdown
 
 
 def test_the_fixtures_readme_states_what_the_store_holds(db):

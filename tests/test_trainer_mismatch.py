@@ -119,7 +119,7 @@ def test_dashboard_section(fixture_store, monkeypatch):
     no_exception(at)
     assert "Your trainer's own mismatch figure" in [s.value for s in at.subheader]
     assert "Each trainer logs the engine-vs-trainer mismatch" in texts(at)
-    assert any("token_mult_prob_error" in m.value and "its line 1.05" in m.value for m in at.markdown)
+    assert any("token_mult_prob_error" in t.value and "its line 1.05" in t.value for t in at.text)  # plain
     table = at.dataframe[-1].value
     assert len(table) == 12 and {"trainer", "metric", "value", "line", "source"} <= set(table.columns)
 

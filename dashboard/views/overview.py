@@ -1,7 +1,8 @@
 """Overview: the verdict banner (the gate, the method it gates, the engine floor, the safe staleness beyond
 it, the loss), what each trainer would log on the run as its own mismatch figure, the run's data-driven
 warnings if any (with their evidence, and the checks that could not decide), the decision (may I ship
-this estimator?), then what is in the store and the headline error of each method on the selected run."""
+this estimator?) and what it would be under other losses (the what-if table), then what is in the store
+and the headline error of each method on the selected run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, drift_charts
-from dashboard.views import banner, decision
+from dashboard.views import banner, decision, what_if
 from dashboard.views.common import Context, load, plain, show
 
 TRAINERS_INTRO = (
@@ -58,7 +59,7 @@ def _findings(ctx: Context) -> None:
         shown = rows.drop(columns="message").rename(columns={"advice": "what to check in the trainer"})
         st.dataframe(shown, hide_index=True, width="stretch")
         for row in rows.itertuples():
-            with st.expander(f"{row.rule}: what was seen"):
+            with st.expander(f"{plain(row.rule)}: what was seen"):
                 st.text(row.message)
     if not undecided.empty:
         with st.expander(f"{len(undecided)} checks of the findings could not decide on this run"):
@@ -95,6 +96,7 @@ def render(ctx: Context) -> None:
     _trainers(ctx)
     _findings(ctx)
     decision.render(ctx)
+    what_if.render(ctx)
     st.subheader("What is in the store")
     _numbers(ctx)
     frame = load(

@@ -23,6 +23,5 @@ def render(ctx: Context) -> None:
         "line the trainer publishes (blank: none)."
     )
     figures = [TrainerFigure(**row) for row in frame.to_dict("records")]
-    for sentence in trainer_sentences(figures):
-        st.markdown(f"- {sentence.removeprefix(f'{ctx.run_id}: ')}")
+    st.text("\n".join(f"- {sentence}" for sentence in trainer_sentences(figures, runs=False)))
     st.dataframe(frame.drop(columns=["run_id"]), width="stretch", hide_index=True)

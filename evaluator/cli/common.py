@@ -39,18 +39,18 @@ def terminal_width() -> int | None:
 
 def library_errors(command: Callable) -> Callable:
     """Turn the library's named exceptions, and the file system's errors, into a one-line error and exit
-    code 2."""
+    code 2 (a line break a path or a value from the data carries into the message is spelled out)."""
 
     @wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
         except ProxauditError as error:
-            say(f"proxaudit: error: {error}", err=True)
+            say(printable(f"proxaudit: error: {error}"), err=True)
             sys.exit(EXIT_USAGE)
         except OSError as error:  # a file the command writes or reads: a folder that is not writable, ...
             where = f": {error.filename}" if error.filename else ""
-            say(f"proxaudit: error: {error.strerror or error}{where}", err=True)
+            say(printable(f"proxaudit: error: {error.strerror or error}{where}"), err=True)
             sys.exit(EXIT_USAGE)
 
     return wrapper

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import click
 
 from evaluator.cli.common import EXIT_USAGE, library_errors, say
+from evaluator.text_table import printable
 
 DUMP_FORMATS = ("nemo-rl", "prime-rl", "slime", "skyrl")
 
@@ -61,13 +62,17 @@ def export_cmd(db: str, target: tuple[str, str], project: str, online: bool, run
     kind, directory = target
     runs = run_series(db, run_id)
     if not runs:
-        say(f"proxaudit: error: {db} has no {'run ' + run_id if run_id else 'runs'} to export", err=True)
+        which = f"run {printable(run_id)}" if run_id else "runs"
+        say(f"proxaudit: error: {printable(db)} has no {which} to export", err=True)
         sys.exit(EXIT_USAGE)
     if kind == "tensorboard":
         for folder in to_tensorboard(runs, directory):
-            say(f"wrote {folder} (tensorboard --logdir {directory})")
+            say(f"wrote {printable(str(folder))} (tensorboard --logdir {printable(directory)})")
     else:
         ids = to_wandb(runs, project, directory, mode="online" if online else "offline")
-        say(f"wrote W&B runs {', '.join(ids)} under {directory}" + ("" if online else " (wandb sync)"))
+        say(
+            f"wrote W&B runs {', '.join(map(printable, ids))} under {printable(directory)}"
+            + ("" if online else " (wandb sync)")
+        )
     scalars = sum(len(xs) for r in runs for xs, _ in r.series.values())
     say(f"{len(runs)} runs, {scalars:,} scalars")

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from evaluator.cli.common import EXIT_USAGE, say
+from evaluator.text_table import printable
 
 HELP = {
     "nemo-rl": (
@@ -170,7 +171,7 @@ def _import(
             err=True,
         )
         sys.exit(EXIT_USAGE)
-    say("\n".join(f"found run {run.run_id}: {run.where()}" for run in runs))
+    say("\n".join(f"found run {printable(run.run_id)}: {printable(run.where())}" for run in runs))
     failed = total = 0
     for run in runs:
         for path in run.files:
@@ -179,12 +180,14 @@ def _import(
                 result = convert(path, Path(out), run.run_id)
             except (ImportFormatError, OSError) as error:  # one file's trouble stops nothing
                 failed += 1
-                say(f"{path}: failed: {str(error).removeprefix(f'{path}: ')}")
+                say(f"{printable(str(path))}: failed: {printable(str(error).removeprefix(f'{path}: '))}")
                 continue
-            where = result.out or "nothing written (no token in the loss)"
+            where = printable(str(result.out)) if result.out else "nothing written (no token in the loss)"
             skipped = "".join(f", {n:,} {why} skipped" for why, n in result.skipped.items())
-            say(f"{path}: {result.sequences:,} sequences, {result.rows:,} rows{skipped} -> {where}")
+            counts = f"{result.sequences:,} sequences, {result.rows:,} rows{skipped}"
+            say(f"{printable(str(path))}: {counts} -> {where}")
             for note in sorted(result.notes):
-                say(f"  note: {note}")
+                say(f"  note: {printable(note)}")
+    out = printable(out)
     say(f"{total - failed} of {total} files imported into {out}; next: proxaudit validate {out}")
     sys.exit(1 if failed else 0)

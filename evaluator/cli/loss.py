@@ -4,11 +4,16 @@ shows what they resolve to (and the presets) without replaying anything."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from evaluator.cli.common import library_errors, say
 from evaluator.cli.options import Number
+from evaluator.errors import UsageError
+
+if TYPE_CHECKING:
+    from evaluator.lossconfig import LossChoice
 
 
 def loss_ranges():
@@ -25,7 +30,8 @@ def loss_options(command: Callable) -> Callable:
         click.option(
             "--loss",
             help="A preset (`proxaudit loss` lists them) or a TOML file describing the loss [default: "
-            "token PPO, clip 0.2, behaviour weight masked above 5].",
+            "token PPO, clip 0.2, behaviour weight masked above 5]. replay also takes a list, a,b,c: the "
+            "store's loss, then the losses judged beside it in a what-if table.",
         ),
         click.option(
             "--loss-from",
@@ -61,11 +67,11 @@ def loss_options(command: Callable) -> Callable:
     return command
 
 
-def loss_choice(loss, loss_from, params_file, eps_low, eps_high, bound, bound_action):
-    """The `LossChoice` of the options (`--params FILE`: the earlier name of `--loss FILE`)."""
-    from evaluator.lossconfig import resolve
+def loss_choices(loss, loss_from, params_file, eps_low, eps_high, bound, bound_action):
+    """(name, `LossChoice`) of each loss of `--loss a,b,c` (one: as `loss_choice`)."""
+    from evaluator.lossconfig.resolve import resolve_list
 
-    return resolve(
+    return resolve_list(
         loss if loss is not None else params_file,
         loss_from,
         eps_low=eps_low,
@@ -73,6 +79,14 @@ def loss_choice(loss, loss_from, params_file, eps_low, eps_high, bound, bound_ac
         bound=bound,
         bound_action=bound_action,
     )
+
+
+def loss_choice(**loss_keys) -> LossChoice:
+    """The `LossChoice` of the options: one loss (a list is replay's what-if)."""
+    choices = loss_choices(**loss_keys)
+    if len(choices) > 1:
+        raise UsageError(f"--loss {loss_keys['loss']!r}: a list of losses is replay's what-if; give one loss")
+    return choices[0][1]
 
 
 @click.command("loss")

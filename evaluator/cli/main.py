@@ -14,7 +14,7 @@ from evaluator import __version__
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say, terminal_width
 from evaluator.cli.exchange import export_cmd
 from evaluator.cli.importing import import_cmd
-from evaluator.cli.loss import loss_choice, loss_command, loss_options
+from evaluator.cli.loss import loss_choices, loss_command, loss_options
 from evaluator.cli.options import db_option, judged_staleness_option, thresholds_option
 from evaluator.cli.outputs import ReportFile
 from evaluator.cli.reading import query, summary
@@ -137,6 +137,13 @@ def gate(db, thresholds, run_id, max_staleness, junit, markdown, json_path) -> N
 @loss_options
 @_max_staleness
 @click.option(
+    "--thresholds",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --loss a,b,c: the thresholds file the what-if table's decisions are judged by. Default: the "
+    "bundled schemas/default_thresholds.toml.",
+)
+@click.option(
     "--ray",
     "ray_address",
     is_flag=False,
@@ -148,27 +155,42 @@ def gate(db, thresholds, run_id, max_staleness, junit, markdown, json_path) -> N
     "object-storage URIs only with a local Ray).",
 )
 @library_errors
-def replay(paths, db, data_path, sample, progress, max_staleness, ray_address, **loss_keys) -> None:
+def replay(
+    paths, db, data_path, sample, progress, max_staleness, thresholds, ray_address, **loss_keys
+) -> None:
     """Validate the token logs in PATHS (files, folders, or object-storage URIs such as s3://bucket/prefix/,
     copied to a temporary folder first), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
     one commit, which readers see whole; several replays may write one DB at once. The decision metrics
     (clip and bound flips, gradient mass error) are computed under
     the loss given here (`proxaudit loss` lists the presets); a DB keeps one loss. The data-driven
-    findings are judged on the files of this call: an error skips the run's files, a warning is printed;
-    the warnings DB keeps are judged on every stored file of the run.
+    findings are judged on the files of this call: an error skips the run's files, a warning is printed
+    and stored with the run. With `--loss a,b,c` (a what-if), DB keeps the loss a; the files are replayed
+    again under b and c into scratch stores, and each run's decision under every loss (judged as `gate`
+    judges, at the same staleness) is stored in DB's what-if table (`summary --by what-if`).
 
     Exit code 0 when every file was ingested or already there, 1 when a file broke a validation rule (it
     is skipped, the others are ingested), 2 for a usage error, a DB of other thresholds, or when no file
     could be read.
     """
+    from evaluator.errors import UsageError
+    from evaluator.gate import DEFAULT_THRESHOLDS, load_thresholds
     from evaluator.replay.pipeline import replay as replay_paths
     from evaluator.store.lake import require_local_or_uri
+    from evaluator.text_table import wrapped
     from evaluator.validate.found import found_lines
     from evaluator.validate.report import findings_lines
+    from evaluator.verdict.summary import what_if_lines
+    from evaluator.verdict.what_if import what_if
 
-    choice = loss_choice(**loss_keys)
+    choices = loss_choices(**loss_keys)
+    choice = choices[0][1]
     say("\n".join(choice.lines()))
+    if len(choices) > 1:
+        load_thresholds(thresholds or DEFAULT_THRESHOLDS)  # a bad file before any work
+        say(f"what-if: {', '.join(name for name, _ in choices[1:])}, judged beside it")
+    elif thresholds is not None:
+        raise UsageError("--thresholds judges the what-if table: give it with a list, --loss a,b,c")
     echo = lambda outcome: say(outcome.line())  # noqa: E731
     limit = choice.max_staleness
     if max_staleness is not None:
@@ -190,6 +212,13 @@ def replay(paths, db, data_path, sample, progress, max_staleness, ray_address, *
     if warnings:
         say("\n".join(findings_lines(warnings)))
     say(f"{report.n_ingested} of {len(report.outcomes)} files ingested into {db}")
+    if len(choices) > 1:
+        table = what_if(
+            paths, db, [(name, c.loss) for name, c in choices], max_staleness=max_staleness,
+            staleness_limit=limit, thresholds=thresholds or DEFAULT_THRESHOLDS, ray=ray_address,
+            sample=sample, on_loss=lambda name: say(f"what-if: replaying under {name}"),
+        )  # fmt: skip
+        say("\n" + wrapped("\n".join(what_if_lines(table)), terminal_width()))
     sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
 
 

@@ -24,6 +24,7 @@ SUMMARY_VIEWS = {
     "rollout-corr-staleness": "... per staleness",
     "mismatch": "the engine mismatch floor and its share of each staleness's drift",
     "trainers": "each trainer's own mismatch figure at staleness 0, against its published line",
+    "what-if": "each run's decision under each loss of replay --loss a,b,c",
 }
 
 TOLERANCE = Range(0, low_open=False)
@@ -102,6 +103,7 @@ def summary(
         summary_table,
         trainers_text,
         truth_notes,
+        what_if_lines,
     )
     from schemas.store import Tolerance
 
@@ -114,6 +116,9 @@ def summary(
     table = summary_table(db, by=by, run=run_id, method=method, metric=metric, tolerance=tolerance)
     notes = truth_notes(db, run_id)
     require_rows(table, notes)
+    if by == "what-if" and not table.num_rows:
+        say(f"no what-if in {db}: replay with a list of losses (--loss a,b,c) to make it", err=True)
+        sys.exit(EXIT_FINDINGS)
     width = terminal_width() if fmt == "table" else None
     if fmt == "table" and by == "decision":
         lines = decision_lines(db, thresholds or DEFAULT_THRESHOLDS, run_id, max_staleness, tolerance)
@@ -121,6 +126,8 @@ def summary(
     say(render(compact(table, by) if fmt == "table" else table, fmt, width), fmt)
     if fmt == "table" and by == "trainers":
         say("\n" + wrapped(trainers_text(db, run_id), width))
+    if fmt == "table" and by == "what-if":
+        say("\n" + wrapped("\n".join(what_if_lines(table)), width))
     if by in NOTES and fmt == "table":
         click.echo("\n" + wrapped(NOTES[by], width))
     if notes:

@@ -56,7 +56,8 @@ def dppo_valid(t: F64, x: F64, advantage: F64 | None, loss: Loss) -> Flags:
     if loss.policy == "dppo_tv":
         up, down = q - p <= loss.eps_high, q - p >= -loss.eps_low
     else:
-        bkl = p * (x - t) + (1 - p) * np.log((1 - p + DPPO_KL_EPS) / (1 - q + DPPO_KL_EPS))
+        with np.errstate(invalid="ignore"):  # q > 1 (an estimate above log 1): NaN, as torch.log gives verl
+            bkl = p * (x - t) + (1 - p) * np.log((1 - p + DPPO_KL_EPS) / (1 - q + DPPO_KL_EPS))
         up, down = (bkl <= loss.eps_high) | (q <= p), (bkl <= loss.eps_low) | (q >= p)
     if advantage is None:
         return up & down

@@ -19,6 +19,7 @@ from evaluator.lossconfig.staleness import DOTTED_KEYS, max_staleness
 from evaluator.lossconfig.toml_file import bound_rule, toml_loss
 from evaluator.lossconfig.verl import nemo_rl_loss, verl_loss
 from evaluator.lossconfig.yaml_file import load_yaml
+from evaluator.text_table import printable
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,19 @@ class LossChoice:
 
     def lines(self) -> list[str]:
         """What to tell the user: the loss in one line, then the keys read and ignored, then the notes."""
-        out = [f"loss: {self.loss.describe()} ({self.loss.name})"]
+        out = [f"loss: {self.loss.describe()} ({printable(self.loss.name)})"]
         if self.used:
-            out.append("  read: " + ", ".join(self.used))
+            out.append("  read: " + ", ".join(map(printable, self.used)))
         if self.ignored:
-            out.append("  ignored (they shape no decision proxaudit models): " + ", ".join(self.ignored))
-        out += [f"  note: {n}" for n in self.notes]
+            out.append(
+                "  ignored (they shape no decision proxaudit models): "
+                + ", ".join(map(printable, self.ignored))
+            )
+        out += [f"  note: {printable(n)}" for n in self.notes]
         if self.max_staleness is not None:
-            out.append(f"  max staleness: {self.max_staleness[1]}: the gate judges staleness 1 to it")
+            out.append(
+                f"  max staleness: {printable(self.max_staleness[1])}: the gate judges staleness 1 to it"
+            )
         return out
 
 
@@ -136,3 +142,26 @@ def resolve(
     except ParameterError as error:
         flag = FLAGS.get(error.key, "--eps-low/--eps-high/--bound")
         raise UsageError(f"{flag}: {error.why} for the policy loss {choice.loss.policy}") from None
+
+
+def resolve_list(
+    loss: str | None = None, loss_from: str | None = None, **shorthands: float | str | None
+) -> list[tuple[str, LossChoice]]:
+    """Each loss of `--loss a,b,c` (a what-if: the first is the store's, the others are judged beside it),
+    as (the name given, its `LossChoice`); one loss as `resolve` reads it. Every name is resolved, and a
+    list that mixes in `--loss-from` or a shorthand, names a loss twice or leaves a name empty refused,
+    before any work."""
+    if loss is None or "," not in loss or os.path.lexists(loss):
+        return [(loss or loss_from or "default", resolve(loss, loss_from, **shorthands))]
+    names = [name.strip() for name in loss.split(",")]
+    if "" in names:
+        raise UsageError(f"--loss {loss!r}: an empty name in the list; give names separated by commas")
+    if loss_from is not None or any(v is not None for v in shorthands.values()):
+        raise UsageError(
+            f"--loss {loss!r}: a list of losses takes no --loss-from, --eps-low, --eps-high, --bound or "
+            "--bound-action (which loss would they change?); describe each loss in a TOML file instead"
+        )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(f"--loss {loss!r}: {', '.join(twice)} named twice; name each loss once")
+    return [(name, resolve(name)) for name in names]

@@ -10,6 +10,7 @@ from typing import Literal
 
 from evaluator.problems import Finding
 from evaluator.sources import Staging
+from evaluator.text_table import printable
 
 Status = Literal["ingested", "already ingested", "copy", "skipped", "unreadable", "failed"]
 
@@ -29,26 +30,29 @@ class FileOutcome:
     """A copy with other bytes (the same tokens and values), rather than the same bytes."""
 
     def line(self) -> str:
-        """One line for the terminal: `PATH: ingested (N tokens)` or the rules it broke."""
+        """One line for the terminal: `PATH: ingested (N tokens)` or the rules it broke (the path and the
+        messages spelled out: `printable`)."""
+        path = printable(str(self.path))
         if self.status == "ingested":
-            return f"{self.path}: ingested ({self.n_tokens:,} loss tokens of {self.n_rows:,} rows)"
+            return f"{path}: ingested ({self.n_tokens:,} loss tokens of {self.n_rows:,} rows)"
         if self.status == "already ingested":
-            return f"{self.path}: already ingested, unchanged"
+            return f"{path}: already ingested, unchanged"
         if self.status == "copy":
             how = "re-saved copy" if self.resaved else "copy"
             same = "the same tokens and values, other bytes" if self.resaved else "the same bytes"
-            return f"{self.path}: a {how} of {self.copy_of} ({same}), ingested from there: not counted again"
+            of = printable(str(self.copy_of))
+            return f"{path}: a {how} of {of} ({same}), ingested from there: not counted again"
         if self.status == "failed":
-            return f"{self.path}: failed: {'; '.join(p.message for p in self.problems)}"
+            return f"{path}: failed: {'; '.join(printable(p.message) for p in self.problems)}"
         found = "; ".join(
-            f"{p.rule} on {p.column or '-'} ({p.rows:,} rows): {p.message}"
+            f"{p.rule} on {printable(p.column or '-')} ({p.rows:,} rows): {printable(p.message)}"
             if p.rows
-            else p.message
+            else printable(p.message)
             if p.rule == self.status  # `PATH: unreadable: why`, the rule said once
-            else f"{p.rule}: {p.message}"
+            else f"{p.rule}: {printable(p.message)}"
             for p in self.problems
         )
-        return f"{self.path}: {self.status}: {found}"
+        return f"{path}: {self.status}: {found}"
 
 
 @dataclass

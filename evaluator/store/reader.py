@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import duckdb
+import pyarrow as pa
 
 from evaluator.errors import StoreError, UsageError
 from evaluator.formulas.loss import Loss
@@ -204,3 +205,10 @@ def stored_max_staleness(con: duckdb.DuckDBPyConnection) -> tuple[int, str, str]
         return None
     recorded = json.loads(rows[0][0])
     return int(recorded["value"]), str(recorded["source"]), str(recorded["key"])
+
+
+def what_if_rows(con: duckdb.DuckDBPyConnection, run: str | None = None) -> pa.Table:
+    """The what-if table (of `run`, or every run): per run its own loss first, then the others by name."""
+    where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
+    sql = f"SELECT * FROM what_if {where} ORDER BY run_id, NOT own, loss, method"
+    return con.sql(sql, params=params).to_arrow_table()

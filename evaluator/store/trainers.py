@@ -9,10 +9,13 @@ for `summary --by trainers`, the gate's report and the dashboard.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
 
 import duckdb
+
+from evaluator.text_table import printable
 
 CHECKS = {
     ("slime", "train_rollout_logprob_abs_diff"): "slime's --ci-test",
@@ -67,8 +70,11 @@ def trainer_figures(con: duckdb.DuckDBPyConnection, run: str | None = None) -> l
     return [TrainerFigure(**row) for row in rows]
 
 
-def trainer_sentences(figures: list[TrainerFigure]) -> list[str]:
-    """One sentence per (run, trainer): what that trainer would log on the run at staleness 0."""
+def trainer_sentences(
+    figures: list[TrainerFigure], quote: Callable[[str], str] = printable, runs: bool = True
+) -> list[str]:
+    """One sentence per (run, trainer): what that trainer would log on the run at staleness 0, after the run
+    (`runs`); the run through `quote` (`printable` for the terminal, Markdown's or the page's)."""
     out = []
     for (run, trainer), group in groupby(figures, key=lambda f: (f.run_id, f.trainer)):
         group = list(group)
@@ -81,7 +87,8 @@ def trainer_sentences(figures: list[TrainerFigure]) -> list[str]:
         else:
             parts = ([f"your {trainer} would log {' and '.join(plain)}"] if plain else []) + checks
             sentence = "; ".join(parts)
-        out.append(f"{run}: {sentence} (at staleness 0, {group[0].n:,} tokens)")
+        sentence = f"{sentence} (at staleness 0, {group[0].n:,} tokens)"
+        out.append(f"{quote(run)}: {sentence}" if runs else sentence)
     return out
 
 

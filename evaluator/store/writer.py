@@ -258,6 +258,22 @@ class StoreWriter:
 
         committed(self.con, work, "max_staleness")
 
+    def record_what_if(self, rows: pa.Table) -> None:
+        """Record the what-if table of one replay (`evaluator.verdict.what_if`): the rows of the runs it
+        judged replace every earlier row of those runs, in one commit."""
+        con = self.con
+
+        def work() -> None:
+            con.execute("DELETE FROM what_if WHERE run_id IN (SELECT DISTINCT run_id FROM judged)")
+            con.execute("INSERT INTO what_if BY NAME SELECT * FROM judged")
+            self._changed(True)
+
+        con.register("judged", rows)
+        try:
+            committed(con, work, "what_if")
+        finally:
+            con.unregister("judged")
+
     def _insert(
         self,
         location: str,

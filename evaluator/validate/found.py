@@ -14,6 +14,7 @@ from pathlib import Path
 
 from evaluator.logio import file_runs
 from evaluator.sources import Staging, is_uri
+from evaluator.text_table import printable
 from evaluator.validate.hints import TOKEN_LOG_DOCS
 
 RUNS_SHOWN = 6
@@ -31,10 +32,12 @@ class Folder:
     """Its files' runs, sorted (at most `RUNS_SHOWN + 1`: one more says there are others)."""
 
     def line(self) -> str:
-        names = [r if len(r) <= RUN_CHARS else f"{r[:RUN_CHARS]}..." for r in self.runs[:RUNS_SHOWN]]
+        names = [
+            printable(r if len(r) <= RUN_CHARS else f"{r[:RUN_CHARS]}...") for r in self.runs[:RUNS_SHOWN]
+        ]
         runs = ", ".join(names) + (", ..." if len(self.runs) > RUNS_SHOWN else "")
         name = "run" if len(self.runs) == 1 else "runs"
-        return f"{self.location}: {self.files:,} file{'s' * (self.files != 1)}" + (
+        return f"{printable(self.location)}: {self.files:,} file{'s' * (self.files != 1)}" + (
             f", {name} {runs}" if runs else ""
         )
 
@@ -60,7 +63,7 @@ def found_lines(folders: Sequence[Folder]) -> list[str]:
     files = sum(f.files for f in folders)
     head = (
         f"found {files:,} files in {len(folders)} folders (a folder is searched with its subfolders: "
-        f"name the files, e.g. {folders[0].location}*.parquet, to leave its subfolders out):"
+        f"name the files, e.g. {printable(folders[0].location)}*.parquet, to leave its subfolders out):"
     )
     return [head, *(f"  {f.line()}" for f in folders)]
 

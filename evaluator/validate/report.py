@@ -108,7 +108,8 @@ def _run_block(
     errors = len(findings) - warnings
     by = {s: [c for c in checks if c.status == s] for s in ("passed", "found", "undecided")}
     ran = f"; checks: {len(by['passed'])} passed, {len(by['found'])} found, {len(by['undecided'])} undecided"
-    lines = [f"run {run_id}  {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"]
+    counts = f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+    lines = [f"run {printable(run_id)}  {counts}"]
     lines[0] += ran if checks else ""
     lines += [f"  {line}" for line in findings_lines(findings, with_run=False)]
     shown = by["undecided"] + (by["passed"] if verbose else [])
@@ -175,12 +176,12 @@ def _file_block(report: FileReport, verbose: bool) -> str:
         verdict = "ok"
     else:
         verdict = f"{len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}"
-    lines = [f"{report.path}  ({rows})  {verdict}"]
+    lines = [f"{printable(str(report.path))}  ({rows})  {verdict}"]
     if report.problems:
         table = [_HEADER] + [
             (p.rule, p.column or "-", f"{p.rows:,}" if p.rows else "-", p.message) for p in report.problems
         ]
         lines += [f"  {line}" for line in aligned_lines(table, right={2})]  # row counts on the right
     if verbose:
-        lines += [f"  note: {note}" for note in report.notes]
+        lines += [f"  note: {printable(note)}" for note in report.notes]
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from evaluator.formulas.loss import Loss
 from evaluator.gate import GateResult, StalenessLimit, Verdict
 from evaluator.gate.verdicts import WILL_NOT_DECIDE, MoreSteps
 from evaluator.store.trainers import TrainerFigure
+from evaluator.text_table import printable
 from evaluator.verdict.floor import FloorVerdict
 from evaluator.verdict.options import TrainerOption, option_of
 from schemas.figures import Observed, Side
@@ -110,7 +111,8 @@ class Judgement:
     would log at staleness 0, against its published line"""
 
     def loss_line(self) -> str:
-        return f"Under the loss {self.loss.describe()} ({self.loss.name}):"
+        """The loss the figures were computed under, and where it came from (a path: spelled out)."""
+        return f"Under the loss {self.loss.describe()} ({printable(self.loss.name)}):"
 
 
 def gated_method(checks: list[Verdict]) -> str | None:

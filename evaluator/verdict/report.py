@@ -78,7 +78,7 @@ def render_trainers(judgement: Judgement, width: int | None = None) -> list[str]
     return [wrapped(TRAINERS_TITLE, width), header, "-" * len(header), *body]
 
 
-def render_decisions(judgement: Judgement, quote: Callable[[str], str] = str) -> list[str]:
+def render_decisions(judgement: Judgement, quote: Callable[[str], str] = printable) -> list[str]:
     """The decision on each judged run, one line each (with the engine floor's own verdict)."""
     return [run_line(d, quote) for d in judgement.decisions]
 
@@ -144,7 +144,7 @@ def render_markdown(judgement: Judgement) -> str:
     for v, row in zip(result.verdicts, _rows(result), strict=True):
         _, name, run, staleness, observed, threshold, tokens, reason = row
         cells = [_MARK[v.verdict], cell(name, True), cell(run, True), cell(staleness), cell(observed),
-                 cell(threshold), tokens, cell(reason, True)]  # fmt: skip
+                 cell(threshold, v.check.baseline_run is not None), tokens, cell(reason, True)]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+from itertools import groupby
 
 import pyarrow as pa
 
@@ -16,7 +17,7 @@ from evaluator.gate import DEFAULT_THRESHOLDS
 from evaluator.store import open_store
 from evaluator.store.reader import require_run, runs_without_truth
 from evaluator.store.trainers import trainer_report
-from evaluator.text_table import fitted_lines, wrapped
+from evaluator.text_table import fitted_lines, printable, wrapped
 from evaluator.validate.no_truth import no_truth_message
 from evaluator.verdict.judging import judge_db
 from evaluator.verdict.words import run_line
@@ -36,6 +37,7 @@ VIEW_BY = {
     "rollout-corr-staleness": "rollout_corr_staleness_summary",
     "mismatch": "mismatch_summary",
     "trainers": "trainer_mismatch",
+    "what-if": "what_if",
 }
 # Views keyed by method but not metric, and those keyed by neither: their order and what filters apply.
 ORDER_BY = {
@@ -48,6 +50,7 @@ ORDER_BY = {
     "rollout-corr-staleness": ["run_id", "staleness", "method"],
     "mismatch": ["run_id", "staleness"],
     "trainers": ["run_id", "trainer <> 'proxaudit'", "trainer", "metric"],
+    "what-if": ["run_id", "NOT own", "loss", "method"],
 }
 FORMATS = ("table", "json", "csv")
 PAIRING_NOTE = (
@@ -64,6 +67,11 @@ NOTES = {
     "with confidence to at most): the largest staleness up to which every staleness with enough tokens meets "
     "the tolerance (-1: not even staleness 0), absolute and beyond the floor. The decisions above judge each "
     "staleness 1 to S on its own (proxaudit gate's checks). JSON and CSV carry every column (--format json).",
+    "what-if": "each run's decision under each loss of `replay --loss a,b,c` (own: the store's loss, which "
+    "the gate judges; the others replayed from the same files into scratch stores), judged by the same "
+    "thresholds at the same staleness: action, max_staleness (k: safe up to it) of judged_staleness (S); "
+    "the figures pooled over every staleness with their 95% intervals. JSON and CSV carry every column "
+    "(the sentences, the reason, each interval).",
     "mismatch": "staleness 0 is the engine mismatch floor (inference engine vs trainer at one version): "
     "verl calls a mean prob_drift below 0.005 normal and above 0.01 a precision problem, NeMo-RL flags a "
     "mean exp_abs_drift above 1.05; floor_share: how much of each staleness's drift the floor explains.",
@@ -87,6 +95,10 @@ COMPACT = {
         "safe_staleness", "safe_staleness_beyond_floor",
     ),
     "trainers": ("run_id", "trainer", "metric", "value", "line", "within_line", "n"),
+    "what-if": (
+        "run_id", "loss", "own", "action", "max_staleness", "judged_staleness", "excess_gradient_mass_error",
+        "clip_flip_rate", "safe_staleness_beyond_floor",
+    ),
 }  # fmt: skip
 """The columns a terminal table shows (figures with their intervals); JSON and CSV carry every column."""
 
@@ -152,6 +164,18 @@ def trainers_text(db_path: str | os.PathLike, run: str | None) -> str:
         return "\n".join(trainer_report(con, run)[1])
 
 
+def what_if_lines(table: pa.Table) -> list[str]:
+    """Per run, each loss's decision in one sentence: the store's own loss first."""
+    out = []
+    ordered = sorted(table.to_pylist(), key=lambda r: r["run_id"])  # stable: each run's own loss first
+    for run, group in groupby(ordered, key=lambda r: r["run_id"]):
+        out.append(f"Run {printable(run)}, what if the trainer ran another loss:")
+        for row in group:
+            mark = " (the store's loss)" if row["own"] else ""
+            out.append(f"- under {printable(row['loss'])}{mark}: {printable(row['sentence'])}")
+    return out
+
+
 def truth_notes(db_path: str | os.PathLike, run: str | None = None) -> list[str]:
     """The sentence of each run of the selection (every run, or `run`) none of whose tokens has prox_logp:
     the ground truth every error and decision figure needs."""
@@ -203,7 +227,7 @@ def render(table: pa.Table, fmt: str = "table", width: int | None = None) -> str
     and said), JSON (a list of objects) or CSV."""
     rows = table.to_pylist()
     if fmt == "json":
-        return json.dumps(rows, indent=1)
+        return json.dumps(rows, indent=1, default=str)  # a timestamp (what_if.judged_at) as ISO text
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=table.column_names, lineterminator="\n")

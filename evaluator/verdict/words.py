@@ -4,14 +4,16 @@ actor.prox_logp_method: loglinear) beyond staleness 0 on run recompute: at stale
 (family-wise 95%: 1.29-4.10%) of the gradient mass beyond the engine floor (tolerance 1%). Keep the
 recompute (AReaL actor.prox_logp_method: recompute), or set max_head_offpolicyness: 0."
 
-Values from the data (run ids, check names, file names) go through `quote`: `str` for the terminal (whose
-printing spells out control characters), `markdown_code` for Markdown, the dashboard's `plain`."""
+Values from the data (run ids, check names, file names, config keys) go through `quote`: `printable` for the
+terminal (control characters and line breaks spelled out), `markdown_code` for Markdown, the dashboard's
+`plain`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from evaluator.gate.verdicts import WILL_NOT_DECIDE
+from evaluator.text_table import printable
 from evaluator.verdict.decision import Decision, Reason
 from evaluator.verdict.options import RECOMPUTE
 from schemas.figures import lookup, shown
@@ -68,11 +70,12 @@ def _undecided(d: Decision, method: str, run: str, quote: Quote) -> str:
     else:
         return f"{head}."
     if d.max_staleness:
-        text += f" Meanwhile it is safe up to staleness {d.max_staleness} ({d.limit.key}: {d.max_staleness})."
+        k = d.max_staleness
+        text += f" Meanwhile it is safe up to staleness {k} ({quote(d.limit.key)}: {k})."
     return text
 
 
-def sentence(d: Decision, quote: Quote = str) -> str:
+def sentence(d: Decision, quote: Quote = printable) -> str:
     """The decision in one sentence (then its reason, alternatives and what to set)."""
     run = quote(d.run_id)
     if d.method is None:
@@ -81,7 +84,7 @@ def sentence(d: Decision, quote: Quote = str) -> str:
             f"Run {run}: these thresholds gate no method, only figures of the whole run (the gate {state})."
         )
     method = f"{d.method} ({d.option})" if d.option else d.method
-    S, k, key, r = d.limit.value, d.max_staleness, d.limit.key, d.reason
+    S, k, key, r = d.limit.value, d.max_staleness, quote(d.limit.key), d.reason
     if d.action == "ship" and not S:
         text = (
             f"Ship {method} on run {run} with {key}: 0: at staleness 0 every estimate is behave_logp, so the "
@@ -107,6 +110,6 @@ def sentence(d: Decision, quote: Quote = str) -> str:
     return text
 
 
-def run_line(d: Decision, quote: Quote = str) -> str:
+def run_line(d: Decision, quote: Quote = printable) -> str:
     """One line per run: the decision, then the engine floor's own verdict."""
     return f"{sentence(d, quote)} {d.floor.sentence(quote(d.run_id))}"

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from evaluator.text_table import printable
+
 if TYPE_CHECKING:  # a trainer polling `state` imports this module: nothing of the store
     from evaluator.watch.judge import VerdictLike
     from evaluator.watch.trends import RunTrend
@@ -40,10 +42,11 @@ class Alert:
         return {**fixed, "previous": self.previous, "reason": self.reason, **self.details}
 
     def text(self) -> str:
-        """One line for a chat (a webhook's `text`)."""
-        who = "watched folders" if self.run_id is None else f"run {self.run_id}"
+        """One line for the terminal and a chat (a webhook's `text`, `slack_text` of it), the run and the
+        reason spelled out (`printable`)."""
+        who = "watched folders" if self.run_id is None else f"run {printable(self.run_id)}"
         change = self.state if self.previous is None else f"{self.previous} -> {self.state}"
-        return f"proxaudit watch: {who}: {self.kind} {change}: {self.reason}"
+        return f"proxaudit watch: {who}: {self.kind} {change}: {printable(self.reason)}"
 
 
 @dataclass(frozen=True)

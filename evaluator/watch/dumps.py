@@ -12,6 +12,7 @@ from pathlib import Path
 from evaluator.importers import FORMATS
 from evaluator.importers.rows import ImportFormatError
 from evaluator.importers.slime_versions import Versions
+from evaluator.text_table import printable
 from evaluator.watch.completeness import Entry
 
 
@@ -41,11 +42,12 @@ class DumpImporter:
         """(the token logs of `entries`, in order; a line per dump file that failed or was skipped)."""
         logs, lines = [], []
         for entry in entries:
-            path = entry.path
+            path, shown = entry.path, printable(str(entry.path))
             name = self.module.out_name(path, self.run_id)
             first = self._sources.setdefault(name, path)
             if first != path:
-                lines.append(f"{path}: not imported: its log would replace that of {first} (two runs' dumps)")
+                why = f"its log would replace that of {printable(str(first))} (two runs' dumps)"
+                lines.append(f"{shown}: not imported: {why}")
                 continue
             log = self.out / name
             if log.exists() and log.stat().st_mtime_ns >= entry.mtime_ns:
@@ -54,11 +56,11 @@ class DumpImporter:
             try:
                 result = self._convert(path, self.out, self.run_id)
             except (ImportFormatError, OSError) as error:
-                lines.append(f"{path}: not imported: {str(error).removeprefix(f'{path}: ')}")
+                lines.append(f"{shown}: not imported: {printable(str(error).removeprefix(f'{path}: '))}")
                 continue
             if result.out is None:
-                lines.append(f"{path}: nothing to import (no token in the loss)")
+                lines.append(f"{shown}: nothing to import (no token in the loss)")
                 continue
-            lines += [f"{path}: note: {note}" for note in sorted(result.notes)]
+            lines += [f"{shown}: note: {printable(note)}" for note in sorted(result.notes)]
             logs.append(result.out)
         return logs, lines

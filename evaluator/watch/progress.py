@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evaluator.text_table import printable
+
 FORMAT_NAMES = {
     "token-log": "token logs",
     "nemo-rl": "NeMo-RL dumps",
@@ -59,8 +61,10 @@ class Status:
         self._said = key
 
     def echo(self, line: str, err: bool = False) -> None:
+        """Print `line` above the progress line, control characters spelled out (`printable`): an error
+        (`err`) is one line, its line breaks too."""
         stream = sys.stderr if err else sys.stdout
-        tqdm.write(line, file=stream)
+        tqdm.write(printable(line, keep_lines=not err), file=stream)
         stream.flush()
 
     def close(self) -> None:

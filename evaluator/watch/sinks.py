@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from evaluator.errors import UsageError
+from evaluator.text_table import slack_text
 from evaluator.watch.alerts import Alert, RunState, fold
 
 WEBHOOK_TIMEOUT_S = 10.0
@@ -37,7 +38,8 @@ class AlertsFile:
 
 
 class Webhook:
-    """POSTs each alert as JSON: `text` (one line, what Slack shows) and the alert's fields."""
+    """POSTs each alert as JSON: `text` (one line, what Slack shows, escaped as Slack asks: `slack_text`)
+    and the alert's fields."""
 
     def __init__(self, url: str, timeout: float = WEBHOOK_TIMEOUT_S) -> None:
         parts = urlsplit(url)
@@ -47,7 +49,7 @@ class Webhook:
 
     def post(self, alert: Alert) -> str | None:
         """Send one alert; None when the server took it (2xx), else why not (never raises)."""
-        body = json.dumps({"text": alert.text(), **alert.record()}, allow_nan=False).encode()
+        body = json.dumps({"text": slack_text(alert.text()), **alert.record()}, allow_nan=False).encode()
         request = urllib.request.Request(
             self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
         )
