@@ -1,7 +1,8 @@
 """`proxaudit watch` as a user runs it, beside a simulated run written by another process: it alerts
 `do_not_ship` on the planted drift while files still arrive and exits 1 with `--exit-on fail`; killed mid-run
 (kill -9) and restarted, it ingests nothing twice, and its store equals a clean replay's, table by table
-(timestamps aside: the findings and checks too, judged on every stored file of the run)."""
+(timestamps aside: the findings and checks too, judged on every stored file of the run); beside a `replay`
+process writing the same store, each file goes in once."""
 
 from __future__ import annotations
 
