@@ -119,8 +119,9 @@ def _follow_commits(db: Path, alerts: Path | None, stamp: tuple[int, ...], commi
         st.caption(f"as of commit {commit.snapshot_id}, {ago:.0f} s ago")
 
 
-def _follow(db: Path, alerts: Path | None) -> None:
-    stamp = _stamp(db, alerts)
+def _follow(db: Path, alerts: Path | None, stamp: tuple[int, ...]) -> None:
+    """The sidebar's commit line, and the rerun on the next commit after `stamp` (read before this run's
+    reads, so that a commit landing during the run reruns it)."""
     commit = common.load(db, "latest_commit") if stamp[:-1] else None
     with st.sidebar:
         _follow_commits(db, alerts, stamp, commit)
@@ -135,11 +136,12 @@ def main() -> None:
     if db is None:
         st.error("No database given: start the dashboard with `proxaudit dashboard --db DB`.")
         st.stop()
+    stamp = _stamp(db, alerts)
     runs = common.load(db, "store_overview")
     if runs.empty:
         st.title("proxaudit")
         st.info(REPLAY_HINT.format(db=db))
-        _follow(db, alerts)
+        _follow(db, alerts, stamp)
         st.stop()
     ctx = _sidebar(db, thresholds, alerts, runs)
     title, render = PAGES[st.session_state["page"]]
@@ -149,7 +151,7 @@ def main() -> None:
     with links:
         common.rejected_links()
     common.publish()
-    _follow(db, alerts)
+    _follow(db, alerts, stamp)
 
 
 main()
