@@ -20,7 +20,6 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.defaults import default_methods
-from dashboard.live_queries import Commit
 from dashboard.views import PAGES, common
 from evaluator.errors import ProxauditError
 from evaluator.gate import DEFAULT_THRESHOLDS
@@ -109,22 +108,20 @@ def _stamp(db: Path, alerts: Path | None) -> tuple[int, ...]:
 
 
 @st.fragment(run_every=dt.timedelta(seconds=1))
-def _follow_commits(db: Path, alerts: Path | None, stamp: tuple[int, ...], commit: Commit | None) -> None:
-    """Rerun the whole app when a writer commits (or an alert is written); say which commit the page shows
-    and how long ago it was made, kept current."""
-    if _stamp(db, alerts) != stamp:
+def _follow_commits(db: Path, alerts: Path | None) -> None:
+    """Rerun the whole app when a writer has committed (or an alert was written) since the page's reads;
+    else say which commit the page shows and how long ago it was made, kept current."""
+    if _stamp(db, alerts) != st.session_state["_stamp"]:
         st.rerun()
-    if commit is not None:
+    if st.session_state["_stamp"][:-1]:  # a store
+        commit = common.load(db, "latest_commit")
         ago = max(0.0, time.time() - commit.committed_at)
         st.caption(f"as of commit {commit.snapshot_id}, {ago:.0f} s ago")
 
 
-def _follow(db: Path, alerts: Path | None, stamp: tuple[int, ...]) -> None:
-    """The sidebar's commit line, and the rerun on the next commit after `stamp` (read before this run's
-    reads, so that a commit landing during the run reruns it)."""
-    commit = common.load(db, "latest_commit") if stamp[:-1] else None
+def _follow(db: Path, alerts: Path | None) -> None:
     with st.sidebar:
-        _follow_commits(db, alerts, stamp, commit)
+        _follow_commits(db, alerts)
 
 
 def main() -> None:
@@ -136,12 +133,12 @@ def main() -> None:
     if db is None:
         st.error("No database given: start the dashboard with `proxaudit dashboard --db DB`.")
         st.stop()
-    stamp = _stamp(db, alerts)
+    st.session_state["_stamp"] = _stamp(db, alerts)  # before the page's reads: a commit during them reruns it
     runs = common.load(db, "store_overview")
     if runs.empty:
         st.title("proxaudit")
         st.info(REPLAY_HINT.format(db=db))
-        _follow(db, alerts, stamp)
+        _follow(db, alerts)
         st.stop()
     ctx = _sidebar(db, thresholds, alerts, runs)
     title, render = PAGES[st.session_state["page"]]
@@ -151,7 +148,7 @@ def main() -> None:
     with links:
         common.rejected_links()
     common.publish()
-    _follow(db, alerts, stamp)
+    _follow(db, alerts)
 
 
 main()

@@ -75,7 +75,12 @@ def test_the_page_follows_watch_without_a_reload(tmp_path):
                 timeout=WAIT_MS,
                 polling=250,
             )
-            page.wait_for_function(SCRIPT_DONE, arg="Over training", timeout=WAIT_MS, polling=100)
+            page.wait_for_function(  # the caption follows within its 1 s refresh
+                f"() => {{ const m = ({SHOWN})().caption.match(/^as of commit (\\d+), /);"
+                f" return !!m && Number(m[1]) > {before_commit}; }}",
+                timeout=WAIT_MS,
+                polling=250,
+            )
             shown = page.evaluate(SHOWN)
         finally:
             if watch is not None:
