@@ -35,7 +35,7 @@ from tests.reference import (
 )
 
 # Plotly charts each page draws on a store with both version conventions and raw logs reachable.
-CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
+CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1, "live": 1}
 
 
 def run_app(

@@ -25,7 +25,7 @@ ARTIFACTS = Path(__file__).resolve().parent / "_artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 N_STEPS, TOKENS_PER_STEP = 1000, 512
-CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
+CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1, "live": 1}
 
 pytestmark = [
     pytest.mark.slow,

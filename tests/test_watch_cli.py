@@ -1,7 +1,8 @@
 """`proxaudit watch` as a user runs it, beside a simulated run written by another process: it alerts
 `do_not_ship` on the planted drift while files still arrive and exits 1 with `--exit-on fail`; killed mid-run
 (kill -9) and restarted, it ingests nothing twice, and its store equals a clean replay's, table by table
-(timestamps aside: the findings and checks too, judged on every stored file of the run)."""
+(timestamps aside: the findings and checks too, judged on every stored file of the run); beside a `replay`
+process writing the same store, each file goes in once."""
 
 from __future__ import annotations
 
@@ -90,6 +91,39 @@ def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
     replay([logs], clean, progress=False)
     assert_same_store(db, clean)  # whatever the kill left, the store a clean replay writes
     assert not list(tmp_path.glob(".m.new-*"))  # no store left half made
+
+
+@pytest.mark.slow
+def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
+    """`proxaudit watch` and `proxaudit replay` of the same folder, two processes writing one store at once,
+    then the run writes more: every file is ingested by exactly one of them (the other finds it there), and
+    the store is the one a clean replay writes."""
+    logs, db = tmp_path / "logs", tmp_path / "m"
+    for i in range(6):
+        RUN.write_file(logs, i)
+    watch_args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2", "--until-idle",
+                  "--idle-after", "3"]  # fmt: skip
+    replay_args = [*PROXAUDIT, "replay", str(logs), "--db", str(db), "--no-progress"]
+    watch = subprocess.Popen(watch_args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    replaying = subprocess.Popen(replay_args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        replayed, _ = replaying.communicate(timeout=HANG_GUARD_S)
+        for i in range(6, 9):  # the run goes on: watch alone takes these
+            RUN.write_file(logs, i)
+        watched, _ = watch.communicate(timeout=HANG_GUARD_S)
+    finally:
+        for child in (watch, replaying):
+            child.kill()
+            child.wait()
+    assert watch.returncode == 0 and replaying.returncode == 0
+    lines = [*replayed.splitlines(), *watched.splitlines()]
+    for path in sorted(logs.glob("*.parquet")):
+        ingested = [line for line in lines if line.startswith(f"{path}: ingested (")]
+        assert len(ingested) == 1, (path, [line for line in lines if line.startswith(f"{path}: ")])
+    assert sum(": ingested (" in line for line in watched.splitlines()) >= 3  # the files after the replay
+    clean = tmp_path / "clean"
+    replay([logs], clean, progress=False)
+    assert_same_store(db, clean)
 
 
 @pytest.mark.parametrize(

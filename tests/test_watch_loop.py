@@ -15,7 +15,7 @@ from test_store_writers import assert_same_store
 
 from evaluator.importers import nemo_rl
 from evaluator.replay import replay
-from evaluator.store import StoreWriter
+from evaluator.store import StoreWriter, connect_store
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import read_alerts
 from evaluator.watch.dumps import DumpImporter
@@ -193,3 +193,35 @@ def test_an_import_makes_the_same_bytes_twice(nemo_dump, tmp_path):
     (a,), _ = importer.convert([entry])
     (b,), _ = DumpImporter("nemo-rl", tmp_path / "b", "nemo").convert([entry])
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_each_run_folder_of_dumps_is_its_own_run(tmp_path):
+    """Dumps of two runs under the watched folder (each in the folder the trainer wrote it into): each is a
+    run named after its folder, as `proxaudit import` names it; with --run-id, the second folder is refused
+    with the reason and nothing of it is imported."""
+    for run in ("run-a", "run-b"):
+        (tmp_path / "logs" / run).mkdir(parents=True)
+        for step in (1, 2):
+            shutil.copy(
+                FIXTURES / "importers" / "nemo-rl" / f"train_data_step{step}.jsonl", tmp_path / "logs" / run
+            )
+    clock = Clock()
+    watch, _ = watcher(
+        tmp_path, clock, importer=DumpImporter("nemo-rl", tmp_path / "imported"), until_idle=True
+    )
+    clock.now += 120  # the run ended: every step is whole
+    while watch.poll() is None:
+        clock.now += 120
+    with connect_store(tmp_path / "metrics") as con:
+        runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
+    assert runs == ["run-a", "run-b"]
+    assert sorted(p.name for p in (tmp_path / "imported").iterdir()) == [
+        f"{run}-train_data_step{step}.parquet" for run in ("run-a", "run-b") for step in (1, 2)
+    ]
+
+    named = DumpImporter("nemo-rl", tmp_path / "named", "mine")
+    entries = sorted(Lister([tmp_path / "logs"]).scan(), key=lambda e: e.path)
+    logs, lines = named.convert(entries)
+    assert [p.name for p in logs] == ["mine-train_data_step1.parquet", "mine-train_data_step2.parquet"]
+    assert len(lines) == 2 and all("not imported: --run-id mine names one run" in line for line in lines)
+    assert all(line.startswith(str(tmp_path / "logs" / "run-b")) for line in lines)

@@ -21,7 +21,6 @@ from pathlib import Path
 from evaluator.errors import NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.replay import replay
-from evaluator.store import StoreBusy
 from evaluator.store.lake import locate
 from evaluator.validate.report import findings_lines
 from evaluator.watch.alerts import Alert, AlertMachine
@@ -158,18 +157,12 @@ class Watcher:
             self.as_of = str(outcome.path)
 
     def _judge(self) -> list[Alert]:
+        """Judge every run again on the latest snapshot (a reader never waits for a writer)."""
         o = self.options
-        try:
-            thresholds = o.thresholds or default_thresholds()
-            self.verdicts = judge_runs(o.db, thresholds, o.max_staleness)
-            gate = gated(thresholds)
-            self.trends = (
-                run_trends(o.db, gate.method, gate.tolerance, o.max_staleness) if gate.method else []
-            )
-        except StoreBusy as error:  # judged again at the next look
-            self.status.echo(f"{error}; judging again in {o.interval:g} s", err=True)
-            self.judged = False
-            return []
+        thresholds = o.thresholds or default_thresholds()
+        self.verdicts = judge_runs(o.db, thresholds, o.max_staleness)
+        gate = gated(thresholds)
+        self.trends = run_trends(o.db, gate.method, gate.tolerance, o.max_staleness) if gate.method else []
         self.judged = True
         now = utc_now()
         return self.machine.on_verdicts(self.verdicts, now, self.as_of) + self.machine.on_trends(
