@@ -15,7 +15,7 @@ TORCH := torch==2.13.0
 $(STAMP): pyproject.toml Makefile requirements-trainers.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet $(TORCH) 2>&1 | { grep -v 'is ignored: it is neither' || true; }
-	$(BIN)/pip install --quiet -e '.[train,dev,export,ray]' '$(TORCH)' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/pip install --quiet -e '.[train,dev,export,ray,scale]' '$(TORCH)' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	$(BIN)/pip install --quiet --no-deps -r requirements-trainers.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	rm -rf "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"/{tests,scripts}
 	touch $(STAMP)

@@ -13,6 +13,7 @@ import argparse
 import datetime as dt
 import os
 import sys
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -40,18 +41,20 @@ METHODS_HELP = (
 )
 
 
-def _arguments() -> tuple[Path | None, Path | None]:
-    """`--db` and `--thresholds` after `--` on the streamlit command line, else PROXAUDIT_DB and
-    PROXAUDIT_THRESHOLDS from the environment (how tests point the app at a database)."""
+def _arguments() -> tuple[Path | None, Path | None, Path | None]:
+    """`--db`, `--thresholds` and `--alerts` after `--` on the streamlit command line, else PROXAUDIT_DB,
+    PROXAUDIT_THRESHOLDS and PROXAUDIT_ALERTS from the environment (how tests point the app at a database)."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--db", type=Path)
-    parser.add_argument("--thresholds", type=Path)
+    for option in ("--db", "--thresholds", "--alerts"):
+        parser.add_argument(option, type=Path)
     args, _ = parser.parse_known_args(sys.argv[1:])
-    db = args.db or (Path(os.environ["PROXAUDIT_DB"]) if os.environ.get("PROXAUDIT_DB") else None)
-    thresholds = args.thresholds or (
-        Path(os.environ["PROXAUDIT_THRESHOLDS"]) if os.environ.get("PROXAUDIT_THRESHOLDS") else None
+    given = (args.db, args.thresholds, args.alerts)
+    names = ("PROXAUDIT_DB", "PROXAUDIT_THRESHOLDS", "PROXAUDIT_ALERTS")
+    db, thresholds, alerts = (
+        value or (Path(os.environ[name]) if os.environ.get(name) else None)
+        for value, name in zip(given, names, strict=True)
     )
-    return db, thresholds
+    return db, thresholds, alerts
 
 
 def _range_filter(label: str, key: str, lo: int, hi: int) -> tuple[int, int] | None:
@@ -76,7 +79,7 @@ def _worst_run(db: Path, thresholds: Path | None, run_ids: list[str]) -> str:
     return ranked[0].run_id if ranked else run_ids[0]
 
 
-def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
+def _sidebar(db: Path, thresholds: Path | None, alerts: Path | None, runs) -> common.Context:
     """The filters: page, run, methods, staleness range, step range, thresholds file."""
     common.seed("page", "overview", common.choice(list(PAGES)))
     st.sidebar.radio("Page", list(PAGES), format_func=lambda slug: PAGES[slug][0], key="page")
@@ -96,14 +99,30 @@ def _sidebar(db: Path, thresholds: Path | None, runs) -> common.Context:
     gate = common.plain(thresholds.name) if thresholds else "the default ones (`--thresholds FILE` for yours)"
     st.sidebar.caption(f"database: {common.plain(str(db))} (read-only); gate thresholds: {gate}")
     filters = queries.Filters((run_id,), tuple(methods), staleness, steps)
-    return common.Context(db, thresholds, run_id, filters, runs, tuple(present))
+    return common.Context(db, thresholds, run_id, filters, runs, tuple(present), alerts)
 
 
-@st.fragment(run_every=dt.timedelta(seconds=5))
-def _follow_replay(db: Path, version: tuple[int, ...]) -> None:
-    """Rerun the whole app when a replay commits new data to the database."""
-    if queries.data_version(db) != version:
+def _stamp(db: Path, alerts: Path | None) -> tuple[int, ...]:
+    """Changes whenever a writer commits to the store, or the alerts file grows."""
+    grown = (alerts.stat().st_size,) if alerts is not None and alerts.is_file() else (0,)
+    return queries.data_version(db) + grown
+
+
+@st.fragment(run_every=dt.timedelta(seconds=1))
+def _follow_commits(db: Path, alerts: Path | None) -> None:
+    """Rerun the whole app when a writer has committed (or an alert was written) since the page's reads;
+    else say which commit the page shows and how long ago it was made, kept current."""
+    if _stamp(db, alerts) != st.session_state["_stamp"]:
         st.rerun()
+    if st.session_state["_stamp"][:-1]:  # a store
+        commit = common.load(db, "latest_commit")
+        ago = max(0.0, time.time() - commit.committed_at)
+        st.caption(f"as of commit {commit.snapshot_id}, {ago:.0f} s ago")
+
+
+def _follow(db: Path, alerts: Path | None) -> None:
+    with st.sidebar:
+        _follow_commits(db, alerts)
 
 
 def main() -> None:
@@ -111,17 +130,18 @@ def main() -> None:
     st.session_state["_url_keys"] = []
     st.session_state["_busy_noted"] = False
     st.session_state["_url_rejected"] = []
-    db, thresholds = _arguments()
+    db, thresholds, alerts = _arguments()
     if db is None:
         st.error("No database given: start the dashboard with `proxaudit dashboard --db DB`.")
         st.stop()
+    st.session_state["_stamp"] = _stamp(db, alerts)  # before the page's reads: a commit during them reruns it
     runs = common.load(db, "store_overview")
     if runs.empty:
         st.title("proxaudit")
         st.info(REPLAY_HINT.format(db=db))
-        _follow_replay(db, queries.data_version(db))
+        _follow(db, alerts)
         st.stop()
-    ctx = _sidebar(db, thresholds, runs)
+    ctx = _sidebar(db, thresholds, alerts, runs)
     title, render = PAGES[st.session_state["page"]]
     st.title(title)
     links = st.container()
@@ -129,7 +149,7 @@ def main() -> None:
     with links:
         common.rejected_links()
     common.publish()
-    _follow_replay(db, queries.data_version(db))
+    _follow(db, alerts)
 
 
 main()

@@ -1,11 +1,11 @@
 """Named read-only queries of the metrics store for the dashboard: DuckDB in, pandas DataFrame out.
 
-Every function opens the published store read-only for one short batch of SQL through
+Every function opens the store read-only for one short batch of SQL through
 `evaluator.store.open_store`, which checks it is a proxaudit store, switches off file access and runs
-proxaudit's own views over its tables. A replay never locks the published file (it publishes by rename),
-so only another program's write lock can hold a read up: `open_store` retries for `RETRY_SECONDS`, then
-raises `DatabaseBusy`. No estimator math and no writes here: the numbers come from the public views
-(docs/metrics.md) and the tables `ingested_file` and `file_tokens`.
+proxaudit's own views over its tables, on the last commit: a replay never holds a read up (a catalog
+another program keeps locked is retried for `RETRY_SECONDS`, then `StoreBusy`). No estimator math and
+no writes here: the numbers come from the public views (docs/metrics.md) and the tables `ingested_file`
+and `file_tokens`.
 
 Quantiles (p50/p90/p99) are stored per run, per staleness (over all steps) and per step (over all
 staleness values). When a filter restricts the other axis (a step range on a by-staleness chart, a
@@ -27,7 +27,7 @@ from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
 from evaluator.store.figures import engine_floors, minibatches
-from evaluator.store.reader import what_if_rows
+from evaluator.store.reader import version_stamp, what_if_rows
 from evaluator.store.trainers import trainer_figures
 from evaluator.store.trainers import trainer_sentences as sentences_of
 from evaluator.verdict import Judgement, judge_db
@@ -77,12 +77,12 @@ def _frame(db: Path, sql: str, params: list | tuple = ()) -> pd.DataFrame:
 
 
 def data_version(db: Path) -> tuple[int, ...]:
-    """Size and mtime of the database and its WAL: changes whenever a replay commits (a cache key)."""
-    stats = []
-    for path in (Path(db), Path(f"{db}.wal")):
-        st = path.stat() if path.exists() else None
-        stats += [st.st_mtime_ns, st.st_size] if st else [0, 0]
-    return tuple(stats)
+    """A stamp that changes whenever a replay commits (a cache key); () for what is no store (reading it
+    then says why)."""
+    try:
+        return version_stamp(db)
+    except StoreError:
+        return ()
 
 
 def store_overview(db: Path) -> pd.DataFrame:

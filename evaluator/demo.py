@@ -28,7 +28,7 @@ from evaluator.verdict.summary import NOTES, compact, render, summary_table
 from schemas.store import METHODS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-DB_NAME = "proxaudit.duckdb"
+DB_NAME = "store"
 HEADLINE_METHODS = tuple(m for m in METHODS if m != "ground_truth")
 
 
@@ -85,13 +85,12 @@ def run_demo(
     max_staleness: int | None = None,
     width: int | None = None,
 ) -> DemoResult:
-    """Run the pipeline into `out/proxaudit.duckdb` (made afresh) and print each stage's result, tables
+    """Run the pipeline into the store `out/store` (made afresh) and print each stage's result, tables
     within `width` characters; the approximation is judged at each staleness 1 to `max_staleness`, recorded
     with the store (None: the log's largest with enough tokens)."""
     out.mkdir(parents=True, exist_ok=True)
     db = out / DB_NAME
-    for stale in (db, db.with_name(DB_NAME + ".wal")):
-        stale.unlink(missing_ok=True)
+    shutil.rmtree(db, ignore_errors=True)
     if train:
         _banner(echo, "train: the reference asynchronous decoupled-PPO trainer, recorded by the hook")
         sources = [_train_logs(out, echo)]

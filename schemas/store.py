@@ -1,4 +1,5 @@
-"""The metrics store (DuckDB): its DDL and the vocabulary of its public views (DOMAIN.md sections 2, 3, 7)."""
+"""The metrics store (a DuckLake): its DDL and the vocabulary of its public views (DOMAIN.md sections 2, 3, 7,
+8)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from importlib.resources import files
 
 from schemas.figures import EXCESS, EXCESS_FIGURES, INTERVAL_FIGURES, bounds, with_bounds
 
-STORE_SCHEMA_VERSION = "7"
+STORE_SCHEMA_VERSION = "8"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (

@@ -26,7 +26,7 @@ def fixture_store(tmp_path_factory) -> Path:
     """The first 30 steps of both fixture runs (`recompute`, `loglinear`) replayed into a store."""
     from evaluator.replay.pipeline import replay
 
-    db = tmp_path_factory.mktemp("fixture_store") / "metrics.duckdb"
+    db = tmp_path_factory.mktemp("fixture_store") / "metrics"
     files = [p for run in ("recompute", "loglinear") for p in sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3]]
     assert len(files) == 6, "fixtures/*.parquet missing"
     replay(files, db, progress=False)
@@ -43,8 +43,8 @@ def one_step_store(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("one_step_store")
     log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="one-step", tokens_per_step=2048), 8, 1),
                            folder / "one-step.parquet")  # fmt: skip
-    replay([log], folder / "metrics.duckdb", progress=False)
-    return folder / "metrics.duckdb"
+    replay([log], folder / "metrics", progress=False)
+    return folder / "metrics"
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +52,7 @@ def empty_store(tmp_path_factory) -> Path:
     """A store with the schema and no runs (what a replay of no clean file leaves)."""
     from evaluator.store import StoreWriter
 
-    db = tmp_path_factory.mktemp("empty_store") / "metrics.duckdb"
+    db = tmp_path_factory.mktemp("empty_store") / "metrics"
     with StoreWriter(db):
         pass
     return db

@@ -1,16 +1,19 @@
 """A store whose every text is hostile: what a crafted log, loss file, trainer config or thresholds file can
-put in front of a person. Built through the project's own writers (a replay of token logs, `StoreWriter`'s
-findings), never by writing tables, so that it stays a store whatever the store's format becomes.
+put in front of a person. Built through the project's own writers (a replay of token logs, the what-if),
+the derived findings' rows shaped by the store's own `findings_table`, so that it stays a store whatever
+the store's format becomes.
 
 `HOSTILE` holds, in 200 bytes (a run_id's bound): a line break that starts a forged line (`FORGED`), a
-carriage return, C0 and C1 controls (ESC, NUL, the CSI U+009B), a bidi override, a line separator, an XML
-noncharacter, HTML, a Markdown image and link, a bare URL and address (autolinked even when escaped), a
-Slack mention, a table pipe and a backtick."""
+carriage return, C0 and C1 controls (ESC, the CSI U+009B; a NUL only in the thresholds file's check name,
+as the store refuses one: DuckLake's catalog cannot hold it in a text statistic), a bidi override, a line
+separator, an XML noncharacter, HTML, a Markdown image and link, a bare URL and address (autolinked even
+when escaped), a Slack mention, a table pipe and a backtick."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,16 +22,17 @@ from evaluator.logio import write_log_atomic
 from evaluator.lossconfig import resolve
 from evaluator.problems import CheckOutcome, Finding
 from evaluator.replay.pipeline import replay
-from evaluator.store.writer import StoreWriter
+from evaluator.store import connect_store
+from evaluator.store.findings import checks_table, findings_table
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.verdict.what_if import what_if
 from tests.builders import set_column
 
 HOSTILE = (
-    "r\nFORGED\r\x1b[31m\x00\x9b1m\u202e\u2028\ufffe<img src=https://evil.example/i.png>"
+    "r\nFORGED\r\x1b[31m\x9b1m\u202e\u2028\ufffe<img src=https://evil.example/i.png>"
     "[l](https://evil.example) www.evil.example a@evil.example <!channel> | `c` &amp; ]]>"
 )
-IN_PATH = HOSTILE.replace("\x00", "").replace("/", "")[:80]
+IN_PATH = HOSTILE.replace("/", "")[:80]
 """as much of it as a file name holds (no NUL, no slash)"""
 FORGED = "FORGED"
 EVIL = "evil.example"
@@ -64,13 +68,18 @@ def hostile_store(folder: Path) -> HostileStore:
         rule=HOSTILE, run_id=HOSTILE, column=HOSTILE, rows=3, message=HOSTILE, figure=0.5, threshold=HOSTILE,
         examples=({"step": 4, "seq_id": 1, "minibatch": 0, "pos": 2},), advice=HOSTILE,
     )  # fmt: skip
-    with StoreWriter(db, loss) as writer:
-        writer.record_findings(
-            [finding], [CheckOutcome(check=HOSTILE, run_id=HOSTILE, status="undecided", why=HOSTILE)]
-        )
+    found = findings_table([finding]).append_column("found_at", pa.array([datetime.now()]))
+    checked = checks_table([CheckOutcome(check=HOSTILE, run_id=HOSTILE, status="undecided", why=HOSTILE)])
+    checked = checked.append_column("checked_at", pa.array([datetime.now()]))
+    with connect_store(db, read_only=False) as con:  # the rows replay derives, as the writer shapes them
+        for table, rows in (("run_finding", found), ("run_check", checked)):
+            con.register("hostile_rows", rows)
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM hostile_rows")
+            con.unregister("hostile_rows")
     thresholds = folder / "gate.toml"
     thresholds.write_text(
-        f"[[check]]\nname = {json.dumps(HOSTILE)}\nfigure = 'floor_gradient_mass_error'\nmax = 0.01\n\n"
+        f"[[check]]\nname = {json.dumps(HOSTILE + chr(0))}\nfigure = 'floor_gradient_mass_error'\n"
+        "max = 0.01\n\n"
         "[[check]]\nmethod = 'loglinear'\nfigure = 'excess_gradient_mass_error'\neach_staleness = true\n"
         "max = 0.01\n\n"
         "[[check]]\nmethod = 'loglinear'\nfigure = 'gradient_mass_error'\nmax_regression = 0.1\n"

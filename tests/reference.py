@@ -249,10 +249,10 @@ def stored_excess(
     """(excess, lower, upper) of a decision figure at each staleness of `levels`, from the store's per-step
     sums: the figure minus the engine floor's (`rollout` at staleness 0), its percentile bootstrap over the
     run's steps at 1 - 0.05 / len(levels) on REPLICATES * len(levels) draws, the floor on the same draws."""
-    import duckdb
+    from evaluator.store import connect_store
 
     (num, num_stat), (den, den_stat) = FIGURE_SUMS[figure]
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         frame = con.execute(
             "SELECT step, staleness, method, metric, sum(sum) AS s, sum(n)::DOUBLE AS n FROM metric_moments "
             "WHERE run_id = ? AND metric IN (?, ?) GROUP BY ALL", [run, num, den]

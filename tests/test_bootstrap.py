@@ -4,14 +4,12 @@ rates), the draws depend only on the number of steps, and the store's intervals 
 
 from __future__ import annotations
 
-import shutil
-
-import duckdb
 import numpy as np
 import pytest
 
 from evaluator.formulas.bootstrap import percentile_interval, ratio_replicates, step_draws, steps_to_decide
-from evaluator.store.intervals import refresh_intervals
+from evaluator.store import connect_store
+from evaluator.store.intervals import interval_tables
 
 INTERVAL_TABLES = ("decision_interval", "mean_interval")
 
@@ -70,16 +68,18 @@ def test_steps_to_decide_grows_as_the_value_nears_the_bound():
     assert steps_to_decide(0.01, 0.005, 0.015, 0.01, 80) is None
 
 
-def test_the_same_store_gives_the_same_intervals_to_the_last_bit(fixture_store, tmp_path):
-    """The intervals are recomputed at every publish: DuckDB's threads must not change their last bits
-    (sums over files and over stalenesses in a fixed order)."""
+def test_the_same_store_gives_the_same_intervals_to_the_last_bit(fixture_store):
+    """The intervals are recomputed whenever a run's files change: DuckDB's threads must not change their
+    last bits (sums over files and over stalenesses in a fixed order), and they are the stored ones."""
     tables = []
-    for i in range(4):
-        copy = tmp_path / f"copy{i}.duckdb"
-        shutil.copy(fixture_store, copy)
-        with duckdb.connect(str(copy)) as con:
-            refresh_intervals(con)
-            tables.append(
-                [con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in INTERVAL_TABLES]
-            )
+    for _ in range(4):
+        with connect_store(fixture_store) as con:
+            runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens").fetchall()]
+            tables.append([t.sort_by([(c, "ascending") for c in t.column_names]).to_pylist()
+                           for t in interval_tables(con, runs).values()])  # fmt: skip
     assert all(repr(t) == repr(tables[0]) for t in tables[1:])  # repr: NaN equals NaN, floats bit for bit
+    with connect_store(fixture_store) as con:
+        stored = [con.execute(f"SELECT * FROM {t} ORDER BY ALL").to_arrow_table() for t in INTERVAL_TABLES]
+    assert repr([t.sort_by([(c, "ascending") for c in t.column_names]).to_pylist() for t in stored]) == repr(
+        tables[0]
+    )

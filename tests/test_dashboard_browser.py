@@ -14,18 +14,18 @@ import time
 import urllib.request
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from dashboard.views import PAGES
 from evaluator.cli.serve import streamlit_command
+from evaluator.store import connect_store
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "_artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 N_STEPS, TOKENS_PER_STEP = 1000, 512
-CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1}
+CHARTS = {"overview": 4, "drift": 5, "weights": 3, "training": 3, "compare": 2, "tokens": 1, "live": 1}
 
 pytestmark = [
     pytest.mark.slow,
@@ -63,8 +63,8 @@ def bench_store(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("bench_store")
     spec = SyntheticSpec(run_id="bench-1000", tokens_per_step=TOKENS_PER_STEP)
     write_synthetic_log(folder / "bench-1000.parquet", N_STEPS * TOKENS_PER_STEP, spec)
-    replay([folder / "bench-1000.parquet"], folder / "metrics.duckdb", progress=False)
-    return folder / "metrics.duckdb"
+    replay([folder / "bench-1000.parquet"], folder / "metrics", progress=False)
+    return folder / "metrics"
 
 
 @contextlib.contextmanager
@@ -180,9 +180,9 @@ def test_values_from_the_data_are_never_links(tmp_path):
         "see https://evil.example/x www.evil.example a@evil.example <a href='https://evil.example'>x</a>"
     )
     spec = SyntheticSpec(run_id=hostile, prox_every=0, with_proximal_t=False)  # pages say why, naming the run
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     replay([write_log_atomic(synthetic_steps(spec, 8, 2), tmp_path / "h.parquet")], db, progress=False)
-    with duckdb.connect(str(db)) as con:
+    with connect_store(db, read_only=False) as con:
         con.execute("UPDATE ingested_file SET path = ?", ["/nowhere/see www.evil.example/h.parquet"])
     with serve(db) as url, chromium(tmp_path / "profile") as page:
         for slug in ("overview", "drift", "compare", "tokens"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,15 +18,16 @@ import pytest
 from dashboard import inspector_queries, queries
 from dashboard.queries import Filters
 from evaluator.errors import StoreError
-from evaluator.store import StoreBusy
+from evaluator.store import connect_store
 from evaluator.store import reader as store_reader
+from evaluator.store.lake import attach, locate
 from schemas.store import METHODS, STORE_DDL
 
 ESTIMATORS = tuple(m for m in METHODS if m != "ground_truth")
 
 
 def _raw_logs(db: Path):
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         paths = [row[0] for row in con.execute("SELECT path FROM ingested_file ORDER BY file_id").fetchall()]
     return pq.ParquetDataset(paths).read()
 
@@ -52,17 +52,17 @@ class TestStoreOverview:
         assert queries.methods_present(empty_store) == []
 
     def test_missing_database_and_foreign_file_are_store_errors(self, tmp_path):
-        with pytest.raises(StoreError, match="no metrics database at"):
-            queries.store_overview(tmp_path / "nope.duckdb")
+        with pytest.raises(StoreError, match="no metrics store at"):
+            queries.store_overview(tmp_path / "nope")
         duckdb.connect(str(tmp_path / "other.duckdb")).close()
-        with pytest.raises(StoreError, match="not a proxaudit metrics database"):
+        with pytest.raises(StoreError, match="not a store folder"):
             queries.store_overview(tmp_path / "other.duckdb")
 
 
 class TestSummaries:
     def test_headline_is_run_summary(self, fixture_store):
         frame = queries.run_headline(fixture_store, Filters(("recompute",), ESTIMATORS), ("abs_error",))
-        with duckdb.connect(str(fixture_store), read_only=True) as con:
+        with connect_store(fixture_store) as con:
             view = con.execute(
                 "SELECT method, n, mean, p50, p90, p99 FROM run_summary WHERE run_id = 'recompute' "
                 "AND metric = 'abs_error' AND method <> 'ground_truth' ORDER BY method"
@@ -135,80 +135,49 @@ class TestRawLogs:
         log = write_log_atomic(
             synthetic_steps(SyntheticSpec(run_id="moved"), 3, 1), tmp_path / "moved.parquet"
         )
-        replay([log], tmp_path / "m.duckdb", progress=False)
+        replay([log], tmp_path / "m", progress=False)
         log.rename(tmp_path / "elsewhere.parquet")
-        files = inspector_queries.log_files(tmp_path / "m.duckdb", "moved", 3)
+        files = inspector_queries.log_files(tmp_path / "m", "moved", 3)
         assert list(files["reachable"]) == [False]
-        assert inspector_queries.sequences(tmp_path / "m.duckdb", "moved", 3).empty
+        assert inspector_queries.sequences(tmp_path / "m", "moved", 3).empty
 
 
 HOLD_LOCK = """
-import sys, duckdb
-con = duckdb.connect(sys.argv[1])
-con.execute("INSERT INTO store_meta VALUES ('dashboard_test', 'locked') ON CONFLICT DO NOTHING")
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN IMMEDIATE")  # the catalog's write lock, as a writer holds it while it commits
+con.execute("CREATE TABLE held (x INTEGER)")
 print("locked", flush=True)
 sys.stdin.readline()  # held until the test closes stdin (or kills this process)
 con.close()
 """
 
 
-def _hold_write_lock(db: Path) -> subprocess.Popen:
-    """Another process (like a replay committing) holding the database's write lock until its stdin is
-    closed."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert child.stdout.readline().strip() == "locked"
-    return child
-
-
 class TestReadingWhileReplayWrites:
-    @pytest.fixture
-    def db(self, tmp_path, one_step_store):
-        copy = tmp_path / "busy.duckdb"
-        copy.write_bytes(one_step_store.read_bytes())
-        return copy
+    def test_a_writer_holding_the_catalog_never_holds_up_a_read(self, tmp_path, one_step_store, monkeypatch):
+        """The catalog is SQLite in WAL mode: a reader reads the last commit while a writer holds the
+        write lock, at once (the retry's sleep would fail this test)."""
+        db = one_step_store  # the lock holder's transaction is never committed: the store is unchanged
 
-    def test_waits_out_a_short_commit(self, db, monkeypatch):
-        """In order: the writer holds the lock, the read finds it locked and retries, the writer lets go,
-        the read returns the data. Events, not timings: the retry is seen by the reader's own sleep."""
-        retried = threading.Event()
-
-        def sleep(seconds: float) -> None:  # open_store waits like this after finding the file locked
-            retried.set()
-            time.sleep(seconds)
+        def sleep(seconds: float) -> None:
+            raise AssertionError("the read waited for the writer")
 
         monkeypatch.setattr(store_reader, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
-        monkeypatch.setattr(queries, "RETRY_SECONDS", 600.0)  # no deadline in this test: the order decides
-        child = _hold_write_lock(db)
-        got: dict = {}
-        reader = threading.Thread(target=lambda: got.update(runs=queries.store_overview(db)))
+        child = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db / "catalog.sqlite")],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
         try:
-            reader.start()
-            while not retried.wait(0.05) and reader.is_alive():
-                pass
-            assert retried.is_set(), "the read returned without meeting the lock"
-            assert reader.is_alive() and not got  # still waiting: the lock is held
+            assert child.stdout.readline().strip() == "locked"
+            assert list(queries.store_overview(db)["run_id"]) == ["one-step"]
+            assert not queries.by_staleness(db, Filters(("one-step",)), ("abs_error",)).empty
         finally:
-            child.stdin.close()  # the writer lets go
+            child.stdin.close()
             child.wait(timeout=60)
-            reader.join(timeout=120)
-        assert list(got["runs"]["run_id"]) == ["one-step"]  # and the retry got through
-
-    def test_long_lock_is_database_busy_not_a_lock_error(self, db, monkeypatch):
-        monkeypatch.setattr(queries, "RETRY_SECONDS", 0.5)
-        child = _hold_write_lock(db)
-        try:
-            with pytest.raises(StoreBusy, match="locked by another process"):
-                queries.by_staleness(db, Filters(("one-step",)), ("abs_error",))
-        finally:
-            child.kill()
-            child.wait()
-        assert not queries.store_overview(db).empty  # readable again once the writer is gone
 
     def test_tables_without_a_schema_version_are_not_a_store(self, tmp_path, empty_store):
-        with duckdb.connect(str(tmp_path / "ddl.duckdb")) as con:
+        data = f"{tmp_path / 'ddl' / 'data'}/"
+        with attach(locate(tmp_path / "ddl", data), read_only=False, create=True) as con:
+            con.execute("USE store")
             con.execute(STORE_DDL)
         with pytest.raises(StoreError, match="schema version None"):
-            queries.store_overview(tmp_path / "ddl.duckdb")
+            queries.store_overview(tmp_path / "ddl")
         assert queries.store_overview(empty_store).empty

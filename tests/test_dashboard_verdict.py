@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -19,6 +18,7 @@ from test_dashboard_app import fixture_logs, frame_with, no_exception, run_app, 
 from dashboard import token_estimates
 from dashboard.views.common import plain
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
+from evaluator.store import connect_store
 from tests.reference import decision_figures, estimates, expected_decision, loss_tokens, reference_values
 
 TOLERANCE = 0.01  # the default tolerance and the default thresholds' bound, both figures
@@ -43,8 +43,8 @@ def engine_store(tmp_path_factory) -> tuple[Path, list[Path]]:
         run_id="engine", tokens_per_step=1024, mean_length=24, drift=0.3, engine_mismatch=0.3
     )
     files = [write_log_atomic(synthetic_steps(spec, 0, 30), folder / "engine.parquet")]
-    replay(files, folder / "m.duckdb", progress=False)
-    return folder / "m.duckdb", files
+    replay(files, folder / "m", progress=False)
+    return folder / "m", files
 
 
 def banner(at) -> str:
@@ -54,7 +54,7 @@ def banner(at) -> str:
 
 
 def table(db: Path, sql: str, params: list) -> pd.DataFrame:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         return con.execute(sql, params).df()
 
 

@@ -6,11 +6,11 @@ import json
 import re
 import socket
 
-import duckdb
 from click.testing import CliRunner
 
 from evaluator.cli import cli
 from evaluator.demo import FIXTURES
+from evaluator.store import connect_store
 
 
 def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
@@ -37,7 +37,7 @@ def test_demo_runs_the_pipeline_on_the_fixtures_afresh_each_time(tmp_path):
         "- Do not ship loglinear_shipped (AReaL actor.prox_logp_method: loglinear) beyond staleness 0 on run "
         "recompute: at staleness "
     )
-    with duckdb.connect(str(tmp_path / "proxaudit.duckdb"), read_only=True) as con:
+    with connect_store(tmp_path / "store") as con:
         runs = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM run_summary").fetchall()}
         files = con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
         recorded = con.execute("SELECT value FROM store_meta WHERE key = 'max_staleness'").fetchone()[0]

@@ -120,11 +120,9 @@ def test_a_run_id_never_names_a_folder_outside_the_export(tmp_path):
     for i, run_id in enumerate(runs):
         log = synthetic_steps(SyntheticSpec(run_id=run_id, tokens_per_step=256, mean_length=16), 4, 2)
         write_log_atomic(log, tmp_path / "logs" / f"{i}.parquet")
-    replay([tmp_path / "logs"], tmp_path / "m.duckdb", progress=False)
+    replay([tmp_path / "logs"], tmp_path / "m", progress=False)
     out = tmp_path / "deep" / "tb"
-    result = CliRunner().invoke(
-        cli, ["export", "--db", str(tmp_path / "m.duckdb"), "--to", "tensorboard", str(out)]
-    )
+    result = CliRunner().invoke(cli, ["export", "--db", str(tmp_path / "m"), "--to", "tensorboard", str(out)])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == sorted(run_folder(r) for r in runs)
     assert {"%2E.%2F..%2Fescaped", "%2E", "%", "red%1B%5B31m", "plain-run.v2"} <= {

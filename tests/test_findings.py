@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +21,7 @@ from evaluator.gate.judge import run_gate
 from evaluator.logio import write_log_atomic
 from evaluator.problems import SEVERITY
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.trainer.train import Args, train
 from evaluator.validate import (
@@ -406,11 +406,11 @@ def test_validate_exits_0_on_warnings_and_1_on_errors(tmp_path):
 
 def test_replay_stores_warnings_and_the_gate_reads_them(tmp_path):
     write_log_atomic(_last_token_masked(clean_table()), tmp_path / "logs" / "a.parquet")
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     report = replay([tmp_path / "logs"], db, progress=False)
     assert [f.rule for f in report.findings] == ["loss_mask_edge"] and report.clean
     finding = report.findings[0]
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         stored = con.execute("SELECT run_id, rule, column_name, n_rows FROM run_findings").fetchall()
         evidence = con.execute(
             "SELECT figure, threshold, examples, advice, message FROM run_finding"
@@ -438,7 +438,7 @@ def test_replay_skips_the_files_of_an_error(tmp_path):
     write_log_atomic(clean_table(), logs / "a.parquet")  # staleness up to 8
     fresher = replace(SPEC, run_id="builder", max_staleness=7)
     write_log_atomic(synthetic_steps(fresher, 14, 3), logs / "b.parquet")
-    report = replay([logs], tmp_path / "m.duckdb", progress=False, max_staleness=7)
+    report = replay([logs], tmp_path / "m", progress=False, max_staleness=7)
     held = {Path(o.path).name: o.status for o in report.outcomes}
     assert held == {"a.parquet": "skipped", "b.parquet": "ingested"}
     assert "staleness_beyond_max" in report.outcomes[0].line()

@@ -23,13 +23,13 @@ from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.formulas.sketch import bucket_code, sketch_quantile
 from evaluator.gate import DEFAULT_THRESHOLDS, run_gate
 from evaluator.gate.rules import judge
+from evaluator.store import StoreWriter, connect_store
 from evaluator.store.figures import selection_stats as observed_stats
-from evaluator.store.intervals import refresh_intervals
 from evaluator.verdict import Judgement, judge_db
 from evaluator.verdict.junit import render_junit
 from evaluator.verdict.report import render_json, render_markdown, render_table
 from schemas.figures import Observed
-from schemas.store import STATS, STORE_DDL, STORE_SCHEMA_VERSION
+from schemas.store import STATS
 from schemas.thresholds import parse_thresholds
 from tests.reference import QUANTILE_PERCENT, promised_value, safe_staleness, within_promise
 
@@ -40,9 +40,6 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
     Each staleness is its own step (10 + staleness), or with `steps`, every step (10..) holds every
     staleness's values in turn (as a trainer's steps do: the intervals of a bootstrap over steps are then
     those of evenly spread tokens)."""
-    con = duckdb.connect(str(path))
-    con.execute(STORE_DDL)
-    con.execute("INSERT INTO store_meta VALUES ('store_schema_version', ?)", [STORE_SCHEMA_VERSION])
     moments, sketches, tokens = [], [], {}
     for (run, staleness, method, metric), values in samples.items():
         values = np.asarray(values, np.float64)
@@ -51,9 +48,10 @@ def build_store(path: Path, samples: dict[tuple[str, int, str, str], np.ndarray]
         )
         for step, in_step in parts:
             _add(in_step, run, step, staleness, method, metric, moments, sketches, tokens)
-    _insert(con, moments, sketches, tokens)
-    refresh_intervals(con)
-    con.close()
+    with StoreWriter(path) as writer:  # the store's tables; on exit, the intervals of its runs
+        writer.con.execute("BEGIN TRANSACTION")
+        _insert(writer.con, moments, sketches, tokens)
+        writer.con.execute("COMMIT")
     return path
 
 
@@ -65,7 +63,7 @@ def _add(values, run, step, staleness, method, metric, moments, sketches, tokens
         moments.append((file_id, run, step, staleness, method, metric, len(part), *_moments(part)))
         buckets, counts = np.unique(bucket_code(part), return_counts=True)
         sketches += [
-            (run, staleness, method, metric, int(b), int(c))  # unmerged: as before a publish
+            (file_id, run, staleness, method, metric, int(b), int(c))
             for b, c in zip(buckets, counts, strict=True)
         ]
         key = (file_id, run, step, staleness)
@@ -107,7 +105,7 @@ def store_samples() -> dict[tuple[str, int, str, str], np.ndarray]:
 
 @pytest.fixture
 def store(tmp_path) -> Path:
-    return build_store(tmp_path / "metrics.duckdb", store_samples())
+    return build_store(tmp_path / "metrics", store_samples())
 
 
 LOGLINEAR = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\n'
@@ -149,7 +147,7 @@ class TestSelectionStats:
     def test_full_range_and_one_staleness_equal_numpy_over_the_samples(self, store):
         """selection_stats and the views it must agree with (run_summary, staleness_summary), each against
         the statistics of the very values the store was built from."""
-        samples, con = store_samples(), duckdb.connect(str(store), read_only=True)
+        samples, con = store_samples(), connect_store(store)
         for method in ("loglinear", "rollout"):
             mine = {k: v for k, v in samples.items() if k[2] == method}
             runs = sorted({run for run, *_ in mine})
@@ -168,7 +166,7 @@ class TestSelectionStats:
 
     def test_a_range_merges_the_sketches_like_one_sketch_of_all_its_tokens(self, store, tmp_path):
         values = np.concatenate([lognormal(10 + s, 400 + 100 * s, mu=-5.5 + s) for s in (1, 2)])
-        con = duckdb.connect(str(store), read_only=True)
+        con = connect_store(store)
         got = selection_stats(con, "loglinear", "abs_error", (1, 2))["new"]
         assert got["n"] == len(values) == 1100
         assert got["min"] == values.min() and got["max"] == values.max()
@@ -183,7 +181,7 @@ class TestSelectionStats:
         assert abs(averaged - got["p99"]) > 0.05 * got["p99"]
 
     def test_runs_without_tokens_in_the_range_are_absent(self, store):
-        con = duckdb.connect(str(store), read_only=True)
+        con = connect_store(store)
         assert set(selection_stats(con, "loglinear", "abs_error", (1, 3))) == {"base", "new"}
         assert selection_stats(con, "loglinear", "abs_error", (7, 9)) == {}
         assert set(selection_stats(con, "rollout", "abs_error")) == {"base"}
@@ -350,7 +348,7 @@ class TestEvaluate:
         assert not json_path.exists()  # no report of verdicts that judged nothing
 
     def test_an_empty_database_fails_every_check(self, tmp_path):
-        empty = build_store(tmp_path / "empty.duckdb", {})
+        empty = build_store(tmp_path / "empty", {})
         body = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\n'
         (verdict,) = run_gate(empty, gate_file(tmp_path, body)).verdicts
         assert (verdict.run_id, verdict.verdict, verdict.outcome) == (None, "fail", "missing_run")
@@ -420,7 +418,7 @@ def decision_store(tmp_path) -> Path:
         samples["r", s, "loglinear", "true_grad_weight"] = mass  # the truth's W on loglinear's tokens
         samples["r", s, "loglinear", "clip_flip"] = flips
         samples["r", s, "loglinear", "behave_imp_weight"] = rng.lognormal(0, 0.3 + 0.1 * s, n)
-    return build_store(tmp_path / "decisions.duckdb", samples, steps=20)
+    return build_store(tmp_path / "decisions", samples, steps=20)
 
 
 def figure(body: str) -> str:
@@ -461,7 +459,7 @@ class TestFigureChecks:
         flip, ess = run_gate(decision_store, gate_file(tmp_path, body)).verdicts
         # 4 flips at each staleness of 2000 tokens, 1 at the one of 200 (np.arange(200) < 0.4)
         assert flip.verdict == "pass" and flip.value == pytest.approx(17 / 8200, rel=1e-12)
-        con = duckdb.connect(str(decision_store), read_only=True)
+        con = connect_store(decision_store)
         w = con.execute(
             "SELECT sum(sum), sum(sum_sq), sum(n) FROM metric_moments WHERE metric = 'behave_imp_weight'"
         )
@@ -546,14 +544,14 @@ def edge_expected(run: str) -> int | None:
 def test_safe_staleness_edges_follow_the_definition(tmp_path):
     """The macro `safe_staleness()` and the gate's figure on too few tokens, all or no level failing, gaps
     in the levels, a failure below a pass, and levels with no true gradient mass."""
-    store = build_store(tmp_path / "edges.duckdb", edge_samples(EDGE_CASES), steps=20)
+    store = build_store(tmp_path / "edges", edge_samples(EDGE_CASES), steps=20)
     expected = {run: edge_expected(run) for run in EDGE_CASES}
     assert expected == {
         "few-tokens-first": 1, "all-fail": -1, "first-judged-fails": 0, "none-fail": 2, "gap": 3,
         "gap-all-pass": 3, "fails-then-passes": 0, "zero-true-mass": 0, "zero-mass-no-error": 2,
         "starved": None,
     }  # fmt: skip
-    with duckdb.connect(str(store), read_only=True) as con:
+    with connect_store(store) as con:
         rows = con.execute("SELECT run_id, safe_staleness, measured_levels FROM safe_staleness()").fetchall()
     assert {run: safe for run, safe, _ in rows} == expected
     judged = {run: sum(n >= 1000 for _, n, _, _ in levels) for run, levels in EDGE_CASES.items()}
@@ -570,22 +568,24 @@ def test_safe_staleness_edges_follow_the_definition(tmp_path):
 
 class TestStore:
     def test_missing_database(self, tmp_path):
-        with pytest.raises(StoreError, match="no metrics database"):
-            run_gate(tmp_path / "absent.duckdb", gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n'))
+        with pytest.raises(StoreError, match="no metrics store"):
+            run_gate(tmp_path / "absent", gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n'))
 
     def test_not_a_store(self, tmp_path):
         thresholds = gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n')
         duckdb.connect(str(tmp_path / "other.duckdb")).execute("CREATE TABLE t (x INT)").close()
-        with pytest.raises(StoreError, match="not a proxaudit metrics database"):
+        with pytest.raises(StoreError, match="not a store folder"):
             run_gate(tmp_path / "other.duckdb", thresholds)
         (tmp_path / "junk.duckdb").write_bytes(b"not a database at all" * 100)
-        with pytest.raises(StoreError, match="not a DuckDB database"):
+        with pytest.raises(StoreError, match="a file, not a store folder"):
             run_gate(tmp_path / "junk.duckdb", thresholds)
 
     def test_the_database_is_opened_read_only(self, store, tmp_path):
-        before = store.stat().st_mtime_ns, store.read_bytes()
+        catalog = store / "catalog.sqlite"
+        files = lambda: sorted((store / "data").rglob("*"))  # noqa: E731
+        before = catalog.stat().st_mtime_ns, catalog.read_bytes(), files()
         run_gate(store, gate_file(tmp_path, LOGLINEAR + 'stat="n"\nmin=1\n'))
-        assert (store.stat().st_mtime_ns, store.read_bytes()) == before
+        assert (catalog.stat().st_mtime_ns, catalog.read_bytes(), files()) == before
 
     def test_bad_thresholds_is_a_thresholds_error(self, store, tmp_path):
         with pytest.raises(ThresholdsError, match="'stat'"):
@@ -767,10 +767,8 @@ class TestCli:
 
     def test_missing_database_and_thresholds_exit_2(self, store, tmp_path):
         good = gate_file(tmp_path, '[[check]]\nmethod="loglinear"\nmetric="abs_error"\nstat="mean"\nmax=1\n')
-        result = CliRunner().invoke(
-            cli, ["gate", "--db", str(tmp_path / "no.duckdb"), "--thresholds", str(good)]
-        )
-        assert result.exit_code == 2 and "no metrics database" in result.output
+        result = CliRunner().invoke(cli, ["gate", "--db", str(tmp_path / "no"), "--thresholds", str(good)])
+        assert result.exit_code == 2 and "no metrics store" in result.output
         result = CliRunner().invoke(
             cli, ["gate", "--db", str(store), "--thresholds", str(tmp_path / "no.toml")]
         )

@@ -9,7 +9,6 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -22,6 +21,7 @@ from evaluator.gate import run_gate
 from evaluator.gate.judge import load_thresholds
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from schemas.store import STATS
 from schemas.thresholds import DEFAULT_THRESHOLDS
 from tests.reference import stored_excess
@@ -35,7 +35,7 @@ def db(tmp_path_factory) -> Path:
     """The fixture logs replayed into a fresh database (once for this module)."""
     logs = sorted(FIXTURES.glob("*.parquet"))
     assert logs, f"no fixture logs in {FIXTURES}"
-    path = tmp_path_factory.mktemp("gate") / "fixtures.duckdb"
+    path = tmp_path_factory.mktemp("gate") / "fixtures"
     report = replay([str(p) for p in logs], path, progress=False)
     assert report.clean and report.n_ingested == len(logs)
     return path
@@ -44,7 +44,7 @@ def db(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def views(db) -> dict:
     """Per run, the loglinear abs_error row of `run_summary` (the public view) and the staleness values."""
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     rows = con.execute(
         "SELECT * FROM run_summary WHERE method = ? AND metric = ?", [METHOD, METRIC]
     ).fetchall()
@@ -115,7 +115,7 @@ def test_max_and_min_pass_and_fail_on_every_stat(db, views, run, tmp_path, stat)
 
 def test_staleness_range_passes_and_fails(db, views, run, tmp_path):
     lo, hi = 1, max(2, min(4, views["staleness"][-1]))
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     sql = "SELECT n, mean FROM staleness_summary WHERE run_id = ? AND method = ? AND metric = ?"
     sql += " AND staleness BETWEEN ? AND ?"
     per = con.execute(sql, [run, METHOD, METRIC, lo, hi]).fetchall()
@@ -223,9 +223,9 @@ def test_missing_metric_on_a_run_logged_without_the_recompute_pass(tmp_path):
         table.schema.get_field_index("run_id"), "run_id", pa.array([run] * n, pa.string())
     )
     write_log_atomic(table, tmp_path / "logs" / "no_recompute.parquet")
-    db = tmp_path / "no_recompute.duckdb"
+    db = tmp_path / "no_recompute"
     assert replay([str(tmp_path / "logs")], db, progress=False).clean
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     sql = "SELECT mean FROM run_summary WHERE method = ? AND metric = ?"
     weight = con.execute(sql, [METHOD, "behave_imp_weight"]).fetchone()[0]
     con.close()
@@ -291,8 +291,8 @@ def test_bad_configuration_exits_2(db, tmp_path, body):
 
 
 def test_missing_database_exits_2(tmp_path):
-    result = CliRunner().invoke(cli, ["gate", "--db", str(tmp_path / "absent.duckdb")])
-    assert result.exit_code == 2 and "absent.duckdb" in result.output
+    result = CliRunner().invoke(cli, ["gate", "--db", str(tmp_path / "absent")])
+    assert result.exit_code == 2 and "absent" in result.output
 
 
 def test_default_thresholds_run_on_the_fixtures(db, views, capsys):
@@ -351,7 +351,7 @@ def test_the_default_gate_fails_the_recompute_run_and_every_report_says_why(db, 
 def test_the_fixtures_readme_states_what_the_store_holds(db):
     """fixtures/README.md's table is these logs' numbers (rounded as written there)."""
     text = (FIXTURES / "README.md").read_text()
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         errors = con.execute(
             "SELECT run_id, method, mean FROM run_summary WHERE metric = 'abs_error' AND method IN "

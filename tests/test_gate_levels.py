@@ -6,10 +6,8 @@ per-step sums, the bootstrap over steps by its definition (the documented seed a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -18,6 +16,7 @@ from test_gate import build_store, gate_file
 from evaluator.cli import cli
 from evaluator.formulas.bootstrap import REPLICATES, SEED
 from evaluator.gate import run_gate
+from evaluator.store import StoreWriter, connect_store
 from evaluator.verdict import judge_db
 from tests.reference import BOOTSTRAP_SEED
 from tests.reference import REPLICATES as REFERENCE_REPLICATES
@@ -44,7 +43,7 @@ def level_samples(run: str = "r", levels: dict = LEVELS, seed: int = 0) -> dict:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    return build_store(tmp_path_factory.mktemp("levels") / "m.duckdb", level_samples(), steps=STEPS)
+    return build_store(tmp_path_factory.mktemp("levels") / "m", level_samples(), steps=STEPS)
 
 
 def per_step(samples: dict, s: int, method: str, metric: str) -> np.ndarray:
@@ -153,11 +152,10 @@ def test_the_staleness_judged_comes_from_the_flag_the_config_or_the_log(store, t
     assert "at staleness 4: 500, 5: 0, 6: 0" in verdict.reason
     (verdict,) = run_gate(store, gate, max_staleness=0).verdicts
     assert (verdict.verdict, verdict.staleness) == ("pass", (1, 0)) and "staleness 0 only" in verdict.reason
-    recorded = tmp_path / "recorded.duckdb"
-    recorded.write_bytes(store.read_bytes())
+    recorded = build_store(tmp_path / "recorded", level_samples(), steps=STEPS)  # the same store
     entry = {"value": 1, "source": "rollout.max_head_offpolicyness = 1 in areal.yaml (AReaL)", "key": "x"}
-    with duckdb.connect(str(recorded)) as con:
-        con.execute("INSERT INTO store_meta VALUES ('max_staleness', ?)", [json.dumps(entry)])
+    with StoreWriter(recorded) as writer:
+        writer.record_max_staleness(entry["value"], entry["source"], entry["key"])
     judgement = judge_db(recorded, gate)
     assert judgement.result.verdicts[0].staleness == (1, 1)
     assert judgement.decisions[0].limit.source == entry["source"] and judgement.decisions[0].limit.key == "x"
@@ -177,7 +175,7 @@ def test_an_excess_pooled_over_the_stalenesses_leaves_staleness_0_out(store):
         STEPS, np.full(STEPS, 1 / STEPS), size=REPLICATES
     )
     excess = (draws @ num) / (draws @ den) - (draws @ floor_num) / (draws @ floor_den)
-    with duckdb.connect(str(store), read_only=True) as con:
+    with connect_store(store) as con:
         row = con.execute(
             "SELECT excess_gradient_mass_error, excess_gradient_mass_error_lower, "
             "excess_gradient_mass_error_upper FROM decision_summary WHERE method = ?", [SHIPPED]
@@ -201,7 +199,7 @@ def test_replay_records_the_trainer_s_maximum_staleness_for_the_gate(tmp_path):
     )
     config = tmp_path / "areal.yaml"
     config.write_text("actor:\n  eps_clip: 0.2\nrollout:\n  max_head_offpolicyness: 3\n")
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = CliRunner().invoke(cli, ["replay", str(log), "--db", str(db), "--loss-from", str(config)])
     assert result.exit_code == 0, result.output
     assert f"max staleness: rollout.max_head_offpolicyness = 3 in {config} (AReaL)" in result.output

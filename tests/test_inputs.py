@@ -90,9 +90,9 @@ class TestNonsenseLossesAreRefused:
         ],
     )
     def test_flags(self, log, tmp_path, flags, named):
-        result = run("replay", str(log), "--db", str(tmp_path / "m.duckdb"), *flags)
+        result = run("replay", str(log), "--db", str(tmp_path / "m"), *flags)
         assert_usage_error(result, named)
-        assert not (tmp_path / "m.duckdb").exists()
+        assert not (tmp_path / "m").exists()
 
     @pytest.mark.parametrize("flag", ["--loss", "--params"])
     @pytest.mark.parametrize(
@@ -116,9 +116,9 @@ class TestNonsenseLossesAreRefused:
     )
     def test_loss_files(self, log, tmp_path, flag, text, named):
         loss = write(tmp_path / "loss.toml", text)
-        result = run("replay", str(log), "--db", str(tmp_path / "m.duckdb"), flag, str(loss))
+        result = run("replay", str(log), "--db", str(tmp_path / "m"), flag, str(loss))
         assert_usage_error(result, f"{loss}: {named}")
-        assert not (tmp_path / "m.duckdb").exists()
+        assert not (tmp_path / "m").exists()
 
     @pytest.mark.parametrize(
         "config, named",
@@ -159,17 +159,17 @@ class TestNonsenseLossesAreRefused:
     )  # fmt: skip
     def test_trainer_configs(self, log, tmp_path, config, named):
         path = write(tmp_path / "trainer.yaml", yaml.safe_dump(config))
-        result = run("replay", str(log), "--db", str(tmp_path / "m.duckdb"), "--loss-from", str(path))
+        result = run("replay", str(log), "--db", str(tmp_path / "m"), "--loss-from", str(path))
         assert_usage_error(result, str(path), named)
-        assert not (tmp_path / "m.duckdb").exists()
+        assert not (tmp_path / "m").exists()
 
     @pytest.mark.parametrize(
         "args",
         [
-            ["summary", "--db", "m.duckdb", "--max-gradient-mass-error", "nan"],
-            ["summary", "--db", "m.duckdb", "--max-clip-flip-rate", "-0.01"],
-            ["summary", "--db", "m.duckdb", "--min-tokens", "-1"],
-            ["dashboard", "--db", "m.duckdb", "--port", "0"],
+            ["summary", "--db", "m", "--max-gradient-mass-error", "nan"],
+            ["summary", "--db", "m", "--max-clip-flip-rate", "-0.01"],
+            ["summary", "--db", "m", "--min-tokens", "-1"],
+            ["dashboard", "--db", "m", "--port", "0"],
             ["demo", "--port", "70000", "--no-serve"],
             ["bench", "--tokens", "0"],
             ["bench", "--tokens-per-step", "-5"],
@@ -199,16 +199,16 @@ class TestBoundedReads:
     def test_a_fifo_is_refused_at_once(self, tmp_path):
         fifo = tmp_path / "gate.toml"
         os.mkfifo(fifo)
-        done, _ = child("gate", "--db", str(tmp_path / "m.duckdb"), "--thresholds", str(fifo))
+        done, _ = child("gate", "--db", str(tmp_path / "m"), "--thresholds", str(fifo))
         assert_usage_error(done, f"{fifo}: the thresholds file is a FIFO (named pipe), not a regular file")
 
     @pytest.mark.parametrize(
         "args, what",
         [
-            (["gate", "--db", "m.duckdb", "--thresholds", "zero"], "thresholds file"),
+            (["gate", "--db", "m", "--thresholds", "zero"], "thresholds file"),
             (["loss", "--loss-from", "zero"], "--loss-from config"),
             (["loss", "--loss", "zero"], "loss file"),
-            (["replay", "x.parquet", "--db", "m.duckdb", "--loss-from", "zero"], "--loss-from config"),
+            (["replay", "x.parquet", "--db", "m", "--loss-from", "zero"], "--loss-from config"),
         ],
     )
     def test_dev_zero_behind_a_symlink_is_refused_in_bounded_memory(self, tmp_path, args, what):
@@ -225,11 +225,7 @@ class TestBoundedReads:
         big = tmp_path / "big"
         with big.open("wb") as f:
             f.truncate(4 << 30)  # sparse: 4 GiB of zeros on no disk
-        args = (
-            ["gate", "--db", "m.duckdb", flag, str(big)]
-            if flag == "--thresholds"
-            else ["loss", flag, str(big)]
-        )
+        args = ["gate", "--db", "m", flag, str(big)] if flag == "--thresholds" else ["loss", flag, str(big)]
         done, peak = child(*args, cwd=tmp_path)
         assert_usage_error(done, f"{big}: the {what} is larger than 1 MiB, the bound on a {what}")
         assert peak < 256, f"{peak:.0f} MiB"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -19,6 +18,7 @@ from evaluator.cli import cli
 from evaluator.cli.common import EXIT_OK, EXIT_USAGE
 from evaluator.formulas.loss import Loss, Rule
 from evaluator.logio import write_log_atomic
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from tests.reference import BINARY, decision_figures, estimates, loss_tokens, reference_values
 from tests.test_gradients import correction
@@ -37,19 +37,19 @@ def replay(*args: str):
 
 
 def stored(db: Path) -> Loss:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         row = con.execute("SELECT value FROM store_meta WHERE key = 'loss'").fetchone()
     return Loss.from_dict(json.loads(row[0]))
 
 
 def grad_mass(db: Path) -> float:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         sql = "SELECT mean FROM run_summary WHERE method = 'ground_truth' AND metric = 'grad_weight'"
         return con.execute(sql).fetchone()[0]
 
 
 def test_defaults_are_recorded(logs, tmp_path):
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     assert replay(str(logs), "--db", str(db)).exit_code == EXIT_OK
     loss = stored(db)
     assert loss == Loss() and (loss.eps_low, loss.eps_high, loss.behave_weight) == (0.2, 0.2, "token")
@@ -57,7 +57,7 @@ def test_defaults_are_recorded(logs, tmp_path):
 
 
 def test_a_store_of_other_parameters_is_refused(logs, tmp_path):
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     assert replay(str(logs), "--db", str(db), "--bound", "3").exit_code == EXIT_OK
     before = stored(db), grad_mass(db)
     result = replay(str(logs), "--db", str(db))  # the defaults, U = 5
@@ -70,7 +70,7 @@ def test_a_store_of_other_parameters_is_refused(logs, tmp_path):
 def test_toml_file_and_flags(logs, tmp_path):
     params = tmp_path / "loss.toml"
     params.write_text('eps_low = 0.1\neps_high = 0.28\nbound = 2.0\nbound_action = "clamp"\n')
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(logs), "--db", str(db), "--params", str(params), "--bound", "4")
     assert result.exit_code == EXIT_OK, result.output
     assert stored(db) == Loss(eps_low=0.1, eps_high=0.28, rules=(Rule(upper=4.0, action="clamp"),))
@@ -93,11 +93,11 @@ def test_toml_file_and_flags(logs, tmp_path):
 def test_bad_parameters_are_usage_errors(logs, tmp_path, text, message):
     params = tmp_path / "loss.toml"
     params.write_text(text)
-    result = replay(str(logs), "--db", str(tmp_path / "m.duckdb"), "--params", str(params))
+    result = replay(str(logs), "--db", str(tmp_path / "m"), "--params", str(params))
     assert result.exit_code == EXIT_USAGE and message in result.output, result.output
     assert str(params) in result.output  # the file is named
     assert "Traceback" not in result.output
-    assert not (tmp_path / "m.duckdb").exists()
+    assert not (tmp_path / "m").exists()
 
 
 def assert_decisions_equal_numpy(db: Path, values: pd.DataFrame) -> None:
@@ -105,7 +105,7 @@ def assert_decisions_equal_numpy(db: Path, values: pd.DataFrame) -> None:
     numpy (`values`, tests/reference.py)."""
     expected = decision_figures(values, ["run_id"]).sort_index()
     weights = values[values["metric"] == "grad_weight"].groupby(["run_id", "method"])["value"].mean()
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         got = con.sql("SELECT * FROM decision_summary").df().set_index(["run_id", "method"]).sort_index()
         sql = "SELECT run_id, method, mean FROM run_summary WHERE metric = 'grad_weight'"
         stored = con.sql(sql).df().set_index(["run_id", "method"])["mean"].sort_index()
@@ -122,7 +122,7 @@ def assert_decisions_equal_numpy(db: Path, values: pd.DataFrame) -> None:
 def test_bound_action_end_to_end_equals_numpy(logs, tmp_path, action):
     """U = 1.05, which this fast policy's behaviour weights pass often: masking drops those tokens from the
     gradient, clamping keeps them at weight U; the store holds exactly what DOMAIN.md 3b gives."""
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(logs), "--db", str(db), "--bound", "1.05", "--bound-action", action)
     assert result.exit_code == EXIT_OK, result.output
     values = reference_values(sorted(logs.glob("*.parquet")), bound=1.05, bound_action=action)
@@ -140,7 +140,7 @@ def test_rows_without_advantage_are_judged_as_without_advantage(logs, tmp_path):
     advantage = pa.array(table["advantage"].to_numpy(), pa.float32(), mask=missing)
     table = table.set_column(table.schema.get_field_index("advantage"), "advantage", advantage)
     log = write_log_atomic(table, tmp_path / "logs" / "partial.parquet")
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(log), "--db", str(db), "--eps-high", "0.28")
     assert result.exit_code == EXIT_OK, result.output
     values = reference_values([log], eps_high=0.28)
@@ -189,7 +189,7 @@ def test_loss_from_an_areal_config_end_to_end(logs, tmp_path):
     autograd through the docs' loss on the token log."""
     config = tmp_path / "gsm8k_gspo.yaml"
     config.write_text(AREAL_GSPO)
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = replay(str(logs), "--db", str(db), "--loss-from", str(config))
     assert result.exit_code == EXIT_OK, result.output
     assert "importance_sampling_level = 'sequence'" in result.output and "actor.optimizer" in result.output
@@ -204,7 +204,7 @@ def test_loss_from_an_areal_config_end_to_end(logs, tmp_path):
     df = loss_tokens(sorted(logs.glob("*.parquet")))
     per_method = estimates(df)
     truth = autograd_weights(df, per_method["ground_truth"], loss)
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         got = con.sql("SELECT * FROM decision_summary").df().set_index("method")
     kept = correction(loss, *(torch_column(df, c) for c in ("prox_logp", "behave_logp")), codes(df))[1]
     assert 0.05 < 1 - kept.numpy().mean() < 0.95  # the rejection decides on this log

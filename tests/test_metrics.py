@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -16,6 +15,7 @@ from evaluator.formulas.loss import Loss, Rule
 from evaluator.formulas.metrics import metric_values
 from evaluator.logio import write_log_atomic
 from evaluator.replay import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import METRIC_TABLE, VERL_DIAGNOSTICS, metrics_for
 from tests.reference import loss_tokens
@@ -137,8 +137,8 @@ def test_agreement_with_the_store(tmp_path):
     records prox_logp on every other step, has proximal_t on resumed segments and an advantage."""
     spec = SyntheticSpec(run_id="agree", tokens_per_step=1024, mean_length=24, prox_every=2, drift=0.3)
     log = write_log_atomic(synthetic_steps(spec, 5, 6), tmp_path / "agree.parquet")
-    replay([log], tmp_path / "m.duckdb", progress=False)
-    with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
+    replay([log], tmp_path / "m", progress=False)
+    with connect_store(tmp_path / "m") as con:
         rows = con.execute("SELECT method, metric, n, mean, min, max FROM run_summary").fetchall()
     stored = {(method, metric): stats for method, metric, *stats in rows}
     df = loss_tokens([log])

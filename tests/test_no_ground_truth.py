@@ -38,7 +38,7 @@ def logs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def store(logs, tmp_path_factory) -> tuple[Path, str]:
     """The logs replayed by the CLI: the store and replay's output."""
-    db = tmp_path_factory.mktemp("store") / "m.duckdb"
+    db = tmp_path_factory.mktemp("store") / "m"
     result = CliRunner().invoke(cli, ["replay", str(logs), "--db", str(db)])
     assert result.exit_code == EXIT_OK, result.output
     return db, result.output

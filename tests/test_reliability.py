@@ -26,7 +26,8 @@ from evaluator.logio import write_log_atomic
 from evaluator.replay import slots as replay_slots
 from evaluator.replay.batch import group_tokens
 from evaluator.replay.pipeline import replay
-from evaluator.store.writer import CRASH_ENV
+from evaluator.store import connect_store
+from evaluator.store.commits import CRASH_ENV
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from tests.builders import set_column
 
@@ -42,8 +43,13 @@ def run(*args: str):
     return CliRunner().invoke(cli, [*args])
 
 
+def folder_bytes(folder: Path) -> list[tuple[Path, bytes]]:
+    """Every file under `folder` with its bytes."""
+    return sorted((p, p.read_bytes()) for p in folder.rglob("*") if p.is_file())
+
+
 def table(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         return con.execute(sql).fetchall()
 
 
@@ -55,7 +61,7 @@ class TestExtremeButValidValues:
         g = t["prox_logp"].to_numpy().copy()
         b[::7], g[3::11] = -800.0, -1000.0  # exp(prox - behave) would be exp(800) = inf
         write_log_atomic(set_column(set_column(t, "behave_logp", b), "prox_logp", g), first)
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         report = replay([tmp_path / "logs"], db)
         assert [o.status for o in report.outcomes] == ["ingested"] * 3
         bad = table(db, "SELECT count(*) FROM metric_moments WHERE NOT (isfinite(sum) AND isfinite(sum_sq) "
@@ -71,7 +77,7 @@ class TestExtremeButValidValues:
         write_log_atomic(far, tmp_path / "logs" / "far.parquet")
         result = run("validate", str(tmp_path / "logs" / "far.parquet"))
         assert result.exit_code == EXIT_FINDINGS and "staleness_out_of_range" in result.output
-        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m"))
         assert result.exit_code == EXIT_FINDINGS and "2 of 3 files ingested" in result.output
 
     def test_a_file_without_rows_is_valid_and_ingested_as_empty_by_both(self, tmp_path):
@@ -82,7 +88,7 @@ class TestExtremeButValidValues:
         empty = write_log_atomic(t.slice(0, 0), tmp_path / "logs" / "empty.parquet")
         result = run("validate", "-v", str(empty))
         assert result.exit_code == EXIT_OK and "empty file: no tokens" in result.output
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         result = run("replay", str(tmp_path / "logs"), "--db", str(db))
         assert result.exit_code == EXIT_OK, result.output
         assert f"{empty}: ingested (0 loss tokens of 0 rows)" in result.output
@@ -125,14 +131,14 @@ class TestUnboundedStrings:
         assert f"{long}" in result.output and "run_id_too_long" in result.output
         assert "at most 200 bytes" in result.output and "worst found 20000" in result.output
         assert "pos_gap" not in result.output and "r" * 300 not in result.output
-        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m"))
         assert result.exit_code == EXIT_FINDINGS
         lines = {line.split(":")[0]: line for line in result.output.splitlines()}
         assert "skipped: run_id_too_long on run_id (576 rows)" in lines[str(long)]
         assert (
             "skipped: run_id_too_long on run_id (576 rows)" in lines[str(tmp_path / "logs" / "euro.parquet")]
         )
-        stored = table(tmp_path / "m.duckdb", "SELECT DISTINCT run_id FROM file_tokens ORDER BY 1")
+        stored = table(tmp_path / "m", "SELECT DISTINCT run_id FROM file_tokens ORDER BY 1")
         assert stored == [("r",), ("\u00e9" * 100,)]  # 200 bytes: within the limit
 
 
@@ -160,7 +166,7 @@ class TestFilesReplayMayNotRead:
 
         monkeypatch.setattr(replay_slots, "file_digest", denied)  # the digest phase
         for workers in (1, 2):
-            db = tmp_path / f"m{workers}.duckdb"
+            db = tmp_path / f"m{workers}"
             report = replay([tmp_path / "logs"], db, workers=workers)
             assert [o.status for o in report.outcomes] == ["ingested", "unreadable", "ingested"]
             assert "Permission denied" in report.outcomes[1].line()
@@ -169,7 +175,7 @@ class TestFilesReplayMayNotRead:
     def test_a_file_without_read_permission(self, tmp_path):
         files = logs(tmp_path / "logs")
         files[1].chmod(0)
-        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"))
+        result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m"))
         assert result.exit_code == EXIT_FINDINGS and "unreadable" in result.output
 
     def test_a_worker_that_dies_fails_its_file_only(self, tmp_path, monkeypatch):
@@ -177,7 +183,7 @@ class TestFilesReplayMayNotRead:
         starts a new worker for the next files."""
         logs(tmp_path / "logs", n=4)
         monkeypatch.setenv("PROXAUDIT_WORKER_EXIT_ON", "r-1.parquet")
-        report = replay([tmp_path / "logs"], tmp_path / "m.duckdb", workers=2)
+        report = replay([tmp_path / "logs"], tmp_path / "m", workers=2)
         assert [o.status for o in report.outcomes] == ["ingested", "failed", "ingested", "ingested"]
         assert "worker process exited" in report.outcomes[1].line()
 
@@ -194,6 +200,7 @@ class TestPathsThatCannotHoldAStore:
         }[kind]
         (tmp_path / "m.csv").write_text("run_id,step\nr,1\n")
         (tmp_path / "dir").mkdir()
+        (tmp_path / "dir" / "notes.txt").write_text("a folder of the user's files")
         before = Path(target).read_bytes() if Path(target).is_file() else None
         result = run("replay", str(tmp_path / "logs"), "--db", target)
         assert result.exit_code == EXIT_USAGE, result.output
@@ -201,7 +208,7 @@ class TestPathsThatCannotHoldAStore:
         if before is not None:
             assert Path(target).read_bytes() == before
 
-    @pytest.mark.parametrize("where", ["/proc/no-such-folder/m.duckdb", "/proc/m.duckdb", "/sys/m.duckdb"])
+    @pytest.mark.parametrize("where", ["/proc/no-such-folder/m", "/proc/m", "/sys/m"])
     def test_an_unwritable_place_is_exit_2_naming_it(self, tmp_path, where):
         logs(tmp_path / "logs", n=1)
         result = run("replay", str(tmp_path / "logs"), "--db", where)
@@ -215,19 +222,16 @@ class TestPathsThatCannotHoldAStore:
         (tmp_path / "ro").mkdir()
         (tmp_path / "ro").chmod(0o555)
         try:
-            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m"))
             assert result.exit_code == EXIT_USAGE and "Permission denied" in result.output, result.output
             (tmp_path / "ro").chmod(0o755)
-            assert (
-                run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb")).exit_code
-                == 0
-            )
-            before = (tmp_path / "ro" / "m.duckdb").read_bytes()
+            assert run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m")).exit_code == 0
+            before = folder_bytes(tmp_path / "ro")
             logs(tmp_path / "logs", n=2)
             (tmp_path / "ro").chmod(0o555)  # a store there already, the folder read-only since
-            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m.duckdb"))
+            result = run("replay", str(tmp_path / "logs"), "--db", str(tmp_path / "ro" / "m"))
             assert result.exit_code == EXIT_USAGE and "cannot write a store there" in result.output
-            assert (tmp_path / "ro" / "m.duckdb").read_bytes() == before
+            assert folder_bytes(tmp_path / "ro") == before
         finally:
             (tmp_path / "ro").chmod(0o755)
 
@@ -236,51 +240,43 @@ class TestPathsThatCannotHoldAStore:
         assert result.exit_code == EXIT_USAGE and "/proc/no-such-folder" in result.output, result.output
         assert not isinstance(result.exception, OSError)
 
-    def test_a_foreign_duckdb_database_is_refused_an_empty_one_adopted(self, tmp_path):
+    def test_a_duckdb_database_file_is_refused_untouched(self, tmp_path):
         logs(tmp_path / "logs", n=1)
-        foreign, empty = tmp_path / "foreign.duckdb", tmp_path / "empty.duckdb"
+        foreign = tmp_path / "foreign.duckdb"
         with duckdb.connect(str(foreign)) as con:
             con.execute("CREATE TABLE customers (id INTEGER)")
-        duckdb.connect(str(empty)).close()
+        before = foreign.read_bytes()
         result = run("replay", str(tmp_path / "logs"), "--db", str(foreign))
-        assert result.exit_code == EXIT_USAGE and "not a proxaudit metrics database" in result.output
-        assert table(foreign, "SELECT table_name FROM duckdb_tables()") == [("customers",)]
-        assert run("replay", str(tmp_path / "logs"), "--db", str(empty)).exit_code == EXIT_OK
+        assert result.exit_code == EXIT_USAGE and "not a store folder" in result.output
+        assert f"proxaudit store convert {foreign} NEW_FOLDER" in result.output
+        assert foreign.read_bytes() == before
 
 
 class TestKills:
-    def test_a_kill_during_the_first_creation_leaves_no_half_made_store(self, tmp_path):
+    def test_a_kill_during_the_first_commit_leaves_an_empty_store(self, tmp_path):
         files = logs(tmp_path / "logs")
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         command = [sys.executable, "-m", "evaluator.cli", "replay", str(tmp_path / "logs"), "--db", str(db)]
-        crashed = subprocess.run(command, env={**os.environ, CRASH_ENV: files[0].name}, capture_output=True)
+        env = {**os.environ, CRASH_ENV: f"before-commit:{files[0].name}"}
+        crashed = subprocess.run(command, env=env, capture_output=True)
         assert crashed.returncode == 70
-        assert not db.exists()  # nothing was published: no store rather than a broken one
+        assert table(db, "SELECT count(*) FROM ingested_file") == [(0,)]  # a store, with nothing half-made
         finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert finished.returncode == 0, finished.stderr
         assert table(db, "SELECT count(*) FROM ingested_file") == [(3,)]
-        assert not list(tmp_path.glob(".m.duckdb.work*")) and not list(tmp_path.glob(".m.duckdb.publish-*"))
-
-    def test_leftovers_of_a_killed_publish_are_cleaned(self, tmp_path):
-        logs(tmp_path / "logs", n=1)
-        db = tmp_path / "m.duckdb"
-        (tmp_path / ".m.duckdb.publish-99999").write_bytes(b"half a copy")
-        (tmp_path / ".m.duckdb.work").write_bytes(b"half a working copy")
-        assert replay([tmp_path / "logs"], db).n_ingested == 1
-        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".m.")) == [".m.duckdb.lock"]
 
 
 @pytest.fixture
 def store(tmp_path) -> Path:
     logs(tmp_path / "logs", n=2)
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     replay([tmp_path / "logs"], db)
     return db
 
 
 class TestTamperedAndCraftedStores:
     def test_a_view_where_a_table_should_be_is_a_clear_error(self, store, tmp_path):
-        with duckdb.connect(str(store)) as con:
+        with connect_store(store, read_only=False) as con:
             con.execute("ALTER TABLE metric_moments RENAME TO moments_backup")
             con.execute("CREATE VIEW metric_moments AS SELECT * FROM moments_backup")
         for args in (["summary", "--db", str(store)], ["replay", str(tmp_path / "logs"), "--db", str(store)]):
@@ -291,7 +287,7 @@ class TestTamperedAndCraftedStores:
     def test_a_crafted_view_never_runs_and_files_stay_unread(self, store, tmp_path):
         secret = tmp_path / "secret.csv"
         secret.write_text("run_id,method,metric,n,mean,min,max,p50,p90,p99\nSECRET,x,y,1,1,1,1,1,1,1\n")
-        with duckdb.connect(str(store)) as con:
+        with connect_store(store, read_only=False) as con:
             con.execute(f"CREATE OR REPLACE VIEW run_summary AS SELECT * FROM read_csv('{secret}')")
         result = run("summary", "--db", str(store))
         assert result.exit_code == EXIT_OK and "SECRET" not in result.output and "loglinear" in result.output
@@ -317,7 +313,7 @@ class TestTamperedAndCraftedStores:
         row (a 20,000-character run_id compresses to nothing on disk) and put foreign names on charts."""
         from dashboard import queries
 
-        with duckdb.connect(str(store)) as con:
+        with connect_store(store, read_only=False) as con:
             con.execute(
                 "INSERT INTO run_finding (run_id, rule, column_name, n_rows, message, found_at, threshold, "
                 "examples, advice) VALUES ('r', 'some_rule', NULL, 1, 'm', now(), '', '', '')"
@@ -360,7 +356,7 @@ class TestTamperedAndCraftedStores:
         (tmp_path / "big.bin").write_bytes(b"x" * 100_000)
         for path in ["logs/r-0.parquet", f"file://{tmp_path}/logs/r-0.parquet", str(tmp_path), "/dev/zero",
                      str(tmp_path / "big.bin"), str(other), f"{tmp_path}/logs/r-*.parquet"]:  # fmt: skip
-            with duckdb.connect(str(store)) as con:
+            with connect_store(store, read_only=False) as con:
                 con.execute("UPDATE ingested_file SET path = ?", [path])
             assert not queries.log_files(store, "r", 4)["reachable"].any(), path
         assert hashed == []
@@ -425,16 +421,29 @@ main()
 
 class TestReports:
     # C0 and C1 controls (U+009B is a CSI on many terminals), a bidi override and isolate, a zero width, a
-    # line separator; then what Markdown would make a link of
-    NASTY = "run\x1b[31m-red\x07\x00\x9b31m\u202edne\u2066\u200b\u2028 https://evil.example [x](https://e.example)"
-    RAW = ("\x1b", "\x00", "\x07", "\x9b", "\u202e", "\u2066", "\u200b", "\u2028")
+    # line separator; then what Markdown would make a link of (a NUL byte the store refuses: below)
+    NASTY = (
+        "run\x1b[31m-red\x07\x9b31m\u202edne\u2066\u200b\u2028 https://evil.example [x](https://e.example)"
+    )
+    RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\u2066", "\u200b", "\u2028")
+
+    def test_a_run_id_with_a_nul_byte_is_refused_by_the_store(self, tmp_path):
+        t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 2)
+        nul = t.set_column(0, "run_id", pa.array(["a\x00b"] * t.num_rows))
+        write_log_atomic(nul, tmp_path / "n.parquet")
+        result = run("replay", str(tmp_path / "n.parquet"), "--db", str(tmp_path / "m"))
+        assert result.exit_code == EXIT_FINDINGS and "unstorable_text on run_id" in result.output, (
+            result.output
+        )
+        assert table(tmp_path / "m", "SELECT count(*) FROM ingested_file") == [(0,)]
+
     SPELLED = ("\\x1b[31m", "\\x9b31m", "\\u202e", "\\u2066", "\\u200b", "\\u2028")
 
     def test_control_and_format_characters_never_reach_the_terminal_or_break_reports(self, tmp_path):
         t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 4)
         nasty = t.set_column(0, "run_id", pa.array([self.NASTY] * t.num_rows))
         write_log_atomic(nasty, tmp_path / "logs" / "nasty.parquet")
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         assert run("replay", str(tmp_path / "logs"), "--db", str(db)).exit_code == EXIT_OK
         reports = ["--junit", str(tmp_path / "j.xml"), "--markdown", str(tmp_path / "g.md")]
         for args in (
@@ -459,7 +468,7 @@ class TestReports:
 
         t = synthetic_steps(SyntheticSpec(run_id="x", tokens_per_step=1024, mean_length=16), 4, 2)
         write_log_atomic(set_column(t, "run_id", pa.array([self.NASTY] * t.num_rows)), tmp_path / "n.parquet")
-        db = tmp_path / "m.duckdb"
+        db = tmp_path / "m"
         replay([tmp_path / "n.parquet"], db)
         command = [sys.executable, "-m", "evaluator.cli", "summary", "--db", str(db), "--format", "csv"]
         piped = subprocess.run(command, capture_output=True, text=True, check=True).stdout

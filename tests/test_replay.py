@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -18,7 +17,8 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.logio import token_table, write_log_atomic
 from evaluator.replay.pipeline import check_and_summarise, replay
-from evaluator.store.writer import CRASH_ENV
+from evaluator.store import connect_store
+from evaluator.store.commits import CRASH_ENV
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import METRIC_TABLE
 from tests.reference import (
@@ -52,9 +52,9 @@ def write_logs(folder: Path) -> list[Path]:
 def replayed(tmp_path_factory) -> tuple[Path, list[Path]]:
     folder = tmp_path_factory.mktemp("logs")
     files = write_logs(folder)
-    report = replay([folder], folder / "metrics.duckdb")
+    report = replay([folder], folder / "metrics")
     assert report.clean and report.n_ingested == 3
-    return folder / "metrics.duckdb", files
+    return folder / "metrics", files
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def values(replayed) -> pd.DataFrame:
 
 
 def view(db: Path, name: str) -> pd.DataFrame:
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         return con.sql(f"SELECT * FROM {name}").df()
     finally:
@@ -124,7 +124,7 @@ def test_coverage_rules(replayed):
 
 
 def table_counts(db: Path) -> dict[str, int]:
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
     finally:
@@ -142,11 +142,11 @@ def test_replaying_again_changes_nothing(replayed):
 
 def test_folder_replay_ingests_only_new_files(tmp_path):
     files = write_logs(tmp_path / "logs")
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     assert replay([files[0]], db).n_ingested == 1
     report = replay([tmp_path / "logs"], db)
     assert sorted(o.status for o in report.outcomes) == ["already ingested", "ingested", "ingested"]
-    fresh = tmp_path / "fresh.duckdb"
+    fresh = tmp_path / "fresh"
     replay([tmp_path / "logs"], fresh)
     assert table_counts(db) == table_counts(fresh)
     key = ["run_id", "step", "method", "metric"]
@@ -164,7 +164,7 @@ def bad_log(path: Path) -> Path:
 def test_bad_file_is_skipped_and_the_others_ingested(tmp_path):
     files = write_logs(tmp_path / "logs")
     bad_log(tmp_path / "logs" / "bad.parquet")
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     result = CliRunner().invoke(cli, ["replay", str(tmp_path / "logs"), "--db", str(db)])
     assert result.exit_code == 1, result.output
     bad_line = next(line for line in result.output.splitlines() if "bad.parquet" in line)
@@ -175,7 +175,7 @@ def test_bad_file_is_skipped_and_the_others_ingested(tmp_path):
 
 def test_nothing_readable_is_exit_2(tmp_path):
     (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
-    result = CliRunner().invoke(cli, ["replay", str(tmp_path), "--db", str(tmp_path / "m.duckdb")])
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path), "--db", str(tmp_path / "m")])
     assert result.exit_code == 2 and "could be read" in result.output
 
 
@@ -184,7 +184,7 @@ def test_non_parquet_input_leaves_no_store_behind(tmp_path):
     no lock file, no folder; each file's line says why, once."""
     (tmp_path / "tokens.csv").write_text("run_id,step\nr,0\n")
     (tmp_path / "cut.parquet").write_bytes(b"PAR1 truncated")
-    db = tmp_path / "out" / "m.duckdb"
+    db = tmp_path / "out" / "m"
     paths = [str(tmp_path / "tokens.csv"), str(tmp_path / "cut.parquet")]
     result = CliRunner().invoke(cli, ["replay", *paths, "--db", str(db)])
     assert result.exit_code == 2, result.output
@@ -196,24 +196,24 @@ def test_non_parquet_input_leaves_no_store_behind(tmp_path):
 
 
 def test_missing_path_is_exit_2(tmp_path):
-    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "nope"), "--db", str(tmp_path / "m.duckdb")])
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "nope"), "--db", str(tmp_path / "m")])
     assert result.exit_code == 2
 
 
 def test_kill_mid_replay_leaves_the_store_as_before_the_file(tmp_path):
     files = write_logs(tmp_path / "logs")
-    db, only_first = tmp_path / "m.duckdb", tmp_path / "first.duckdb"
+    db, only_first = tmp_path / "m", tmp_path / "first"
     replay([files[0]], only_first)
     command = [sys.executable, "-m", "evaluator.cli", "replay", str(tmp_path / "logs"), "--db", str(db)]
     # the process dies (os._exit, like kill -9) after inserting the second file's rows, before COMMIT
-    env = {**os.environ, CRASH_ENV: files[1].name}
+    env = {**os.environ, CRASH_ENV: f"before-commit:{files[1].name}"}
     crashed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert crashed.returncode == 70, crashed.stderr
     assert table_counts(db) == table_counts(only_first)
     finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr
     assert "already ingested" in finished.stdout and finished.stdout.count(": ingested") == 2
-    fresh = tmp_path / "fresh.duckdb"
+    fresh = tmp_path / "fresh"
     replay([tmp_path / "logs"], fresh)
     assert table_counts(db) == table_counts(fresh)
 
@@ -246,8 +246,8 @@ def test_row_order_and_batch_cuts_do_not_change_the_numbers(tmp_path):
     # and end to end: the shuffled file's views equal the sorted file's (sums to rounding)
     got = {}
     for name, log in (("sorted", sorted_log), ("shuffled", shuffled_log)):
-        replay([log], tmp_path / f"{name}.duckdb")
-        got[name] = view(tmp_path / f"{name}.duckdb", "staleness_summary").sort_values(
+        replay([log], tmp_path / f"{name}-store")
+        got[name] = view(tmp_path / f"{name}-store", "staleness_summary").sort_values(
             ["staleness", "method", "metric"]
         )
     pd.testing.assert_frame_equal(
@@ -326,7 +326,7 @@ def test_mismatch_floor_and_safe_staleness(replayed, values):
     np.testing.assert_allclose(mismatch["floor_share"], expected_share, rtol=1e-9)
     # safe staleness by its definition, from per-staleness figures computed in numpy over the logs
     levels = decision_figures(values, ["run_id", "staleness"]).reset_index()
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         got = con.sql("SELECT * FROM safe_staleness(max_gradient_mass_error := 0.05, min_tokens := 100)").df()
     finally:

@@ -16,6 +16,7 @@ from evaluator.logio import token_table, write_log_atomic
 from evaluator.replay import pipeline as replay_module
 from evaluator.replay import workers as worker_pool
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
@@ -42,7 +43,7 @@ def write_folder(folder: Path) -> list[Path]:
 
 def stored(db: Path) -> dict[str, pd.DataFrame]:
     """Every table, sorted by all its columns (`ingested_at` left out: it is the clock)."""
-    con = duckdb.connect(str(db), read_only=True)
+    con = connect_store(db)
     try:
         return {
             t: con.sql(f"SELECT * EXCLUDE (ingested_at) FROM {t} ORDER BY ALL").df()
@@ -74,7 +75,7 @@ def folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def sequential(folder, tmp_path_factory) -> tuple[list[str], dict[str, pd.DataFrame]]:
     """The folder replayed in this process: its output lines and its store."""
-    db = tmp_path_factory.mktemp("sequential") / "seq.duckdb"
+    db = tmp_path_factory.mktemp("sequential") / "seq"
     return lines(folder, db, workers=1), stored(db)
 
 
@@ -86,13 +87,13 @@ def assert_same_store(got: dict[str, pd.DataFrame], expected: dict[str, pd.DataF
 
 def test_parallel_store_is_bit_identical_to_sequential(folder, sequential, tmp_path):
     sequential, expected = sequential
-    parallel = lines(folder, tmp_path / "par.duckdb", workers=2)
+    parallel = lines(folder, tmp_path / "par", workers=2)
     assert parallel == sequential  # same outcomes, same order
     statuses = [line.split(": ")[1].split(" (")[0] for line in parallel]
     assert statuses.count("ingested") == 5 and statuses.count("skipped") == 1
     assert sum(": a copy of " in line for line in parallel) == 1  # the byte copy
-    assert_same_store(stored(tmp_path / "par.duckdb"), expected)
-    assert lines(folder, tmp_path / "par.duckdb", workers=2) == [
+    assert_same_store(stored(tmp_path / "par"), expected)
+    assert lines(folder, tmp_path / "par", workers=2) == [
         line
         if "skipped" in line or ": a copy of " in line
         else f"{line.split(': ')[0]}: already ingested, unchanged"
@@ -104,8 +105,8 @@ def test_range_sized_file_waits_for_the_files_before_it(folder, sequential, tmp_
     """A file long enough for ranges is summarised once every earlier file is in, in order."""
     long_rows = int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'a-006.parquet'}'").fetchall()[0][0])
     monkeypatch.setattr(replay_module, "default_workers", lambda n_rows, **_: 2 if n_rows == long_rows else 1)
-    assert lines(folder, tmp_path / "par.duckdb", workers=2) == sequential[0]
-    assert_same_store(stored(tmp_path / "par.duckdb"), sequential[1])
+    assert lines(folder, tmp_path / "par", workers=2) == sequential[0]
+    assert_same_store(stored(tmp_path / "par"), sequential[1])
 
 
 def test_a_failing_worker_fails_its_file_only_and_leaves_no_process(folder, tmp_path, monkeypatch):
@@ -113,7 +114,7 @@ def test_a_failing_worker_fails_its_file_only_and_leaves_no_process(folder, tmp_
     stderr, and the replay ends without a traceback or a process left."""
     before = workers_now()
     monkeypatch.setattr(worker_pool, "WORKER_MODULE", "evaluator.no_such_worker")
-    report = replay([folder], tmp_path / "m.duckdb", progress=False, workers=2)
+    report = replay([folder], tmp_path / "m", progress=False, workers=2)
     assert {o.status for o in report.outcomes} == {"failed"} and not report.clean
     assert all("worker process exited" in o.line() and "no_such_worker" in o.line() for o in report.outcomes)
     assert workers_now() == before
@@ -127,7 +128,7 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_files_ingested(folder, tmp_path)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        replay([folder], tmp_path / "m.duckdb", on_file=interrupt_after_first, progress=False, workers=2)
+        replay([folder], tmp_path / "m", on_file=interrupt_after_first, progress=False, workers=2)
     assert len(seen[0]) == 2  # both workers were running when it was interrupted
     assert workers_now() == before
-    assert len(stored(tmp_path / "m.duckdb")["ingested_file"]) == 1
+    assert len(stored(tmp_path / "m")["ingested_file"]) == 1

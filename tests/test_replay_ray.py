@@ -26,9 +26,9 @@ def local_ray():
 
 def test_ray_store_is_bit_identical_to_local(folder, sequential, tmp_path, local_ray):  # noqa: F811
     expected_lines, expected = sequential
-    got = lines(folder, tmp_path / "ray.duckdb", ray="local")
+    got = lines(folder, tmp_path / "ray", ray="local")
     assert got == expected_lines  # same outcomes, same order (the range-sized file went to Ray too)
-    assert_same_store(stored(tmp_path / "ray.duckdb"), expected)
+    assert_same_store(stored(tmp_path / "ray"), expected)
     assert ray.is_initialized()  # a Ray it did not start is left running
 
 
@@ -69,7 +69,7 @@ def test_a_long_file_is_summarised_as_range_tasks_on_ray(
         return original(self, tasks)
 
     monkeypatch.setattr(RayRunner, "map", recording)
-    assert lines(folder, tmp_path / "ray.duckdb", ray="local") == sequential[0]
+    assert lines(folder, tmp_path / "ray", ray="local") == sequential[0]
     assert kinds.count(("summarise_range", "a-006.parquet")) == 2
     assert ("summarise", "a-006.parquet") not in kinds
-    assert_same_store(stored(tmp_path / "ray.duckdb"), sequential[1])
+    assert_same_store(stored(tmp_path / "ray"), sequential[1])

@@ -5,11 +5,11 @@ method."""
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 import torch
 
+from evaluator.store import open_store
 from schemas.store import ROLLOUT_CORR_COLUMNS
 from tests.conftest import FIXTURES
 from tests.reference import estimates, loss_tokens
@@ -43,7 +43,7 @@ def padded(df, values: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 def test_verl_columns_equal_verl_on_the_fixtures(fixture_store):
     files = [p for run in ("recompute", "loglinear") for p in sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3]]
     df = loss_tokens(files)
-    with duckdb.connect(str(fixture_store), read_only=True) as con:
+    with open_store(fixture_store) as con:
         got = con.sql("SELECT * FROM rollout_corr_summary").df()
     assert list(got.columns) == ["run_id", *ROLLOUT_CORR_COLUMNS]
     compared = 0

@@ -24,8 +24,8 @@ def db(tmp_path_factory):
     folder = tmp_path_factory.mktemp("summary")
     spec = SyntheticSpec(run_id="r1", tokens_per_step=512, mean_length=16, max_staleness=3)
     write_log_atomic(synthetic_steps(spec, 0, 6), folder / "r1.parquet")
-    replay([folder], folder / "m.duckdb")
-    return folder / "m.duckdb"
+    replay([folder], folder / "m")
+    return folder / "m"
 
 
 SERIES = [(method, m.name) for method in METHODS for m in metrics_for(method, DEFAULT_LOSS)]
@@ -61,8 +61,8 @@ def test_formats(db):
 
 
 def test_cli_missing_db_is_exit_2(tmp_path):
-    result = CliRunner().invoke(cli, ["summary", "--db", str(tmp_path / "none.duckdb")])
-    assert result.exit_code == 2 and "no metrics database" in result.output
+    result = CliRunner().invoke(cli, ["summary", "--db", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "no metrics store" in result.output
 
 
 def test_cli_prints_json(db):
@@ -128,8 +128,8 @@ def two_runs(tmp_path_factory):
     for run, seed in (("a", 1), ("b", 2)):
         spec = SyntheticSpec(run_id=run, seed=seed, tokens_per_step=2048, mean_length=16, max_staleness=3)
         write_log_atomic(synthetic_steps(spec, 3, 8), folder / f"{run}.parquet")
-    replay([folder], folder / "m.duckdb", progress=False)
-    return folder / "m.duckdb"
+    replay([folder], folder / "m", progress=False)
+    return folder / "m"
 
 
 def test_decision_says_one_line_per_run_within_the_terminal(two_runs):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +18,7 @@ from evaluator.cli import cli
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.validate import validate_paths
 
@@ -34,13 +34,13 @@ def resave(source: Path, target: Path, compression: str) -> Path:
 
 
 def counts(db: Path) -> dict[str, int]:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         tables = ("ingested_file", "file_sequences", "file_tokens", "metric_moments", "sketch_by_step")
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
 
 
 def run_tokens(db: Path, run_id: str) -> int:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         sql = "SELECT n FROM run_summary WHERE run_id = ? AND method = 'rollout' AND metric = 'approx_logp'"
         return con.execute(sql, [run_id]).fetchone()[0]
 
@@ -57,9 +57,9 @@ def fixture_copy(tmp_path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "workers"])
 def test_a_resaved_fixture_is_reported_as_a_copy_and_the_run_counted_once(tmp_path, fixture_copy, workers):
     original, copy = fixture_copy
-    alone = tmp_path / "alone.duckdb"
+    alone = tmp_path / "alone"
     replay([original], alone)
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     report = replay([original.parent], db, workers=workers)
     assert [(o.path.name, o.status) for o in report.outcomes] == [
         ("a.parquet", "ingested"),
@@ -73,7 +73,7 @@ def test_a_resaved_fixture_is_reported_as_a_copy_and_the_run_counted_once(tmp_pa
 
 def test_the_cli_names_the_file_a_resaved_copy_copies(tmp_path, fixture_copy):
     original, copy = fixture_copy
-    result = CliRunner().invoke(cli, ["replay", str(original.parent), "--db", str(tmp_path / "m.duckdb")])
+    result = CliRunner().invoke(cli, ["replay", str(original.parent), "--db", str(tmp_path / "m")])
     assert result.exit_code == EXIT_OK, result.output
     line = next(line for line in result.output.splitlines() if line.startswith(str(copy)))
     assert line == (
@@ -84,7 +84,7 @@ def test_the_cli_names_the_file_a_resaved_copy_copies(tmp_path, fixture_copy):
 
 def test_a_later_replay_reports_a_resaved_copy_of_a_stored_file(tmp_path, fixture_copy):
     original, copy = fixture_copy
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     assert replay([original], db).n_ingested == 1
     before = counts(db)
     (outcome,) = replay([copy], db).outcomes
@@ -97,7 +97,7 @@ def test_byte_copies_name_the_file_they_copy_and_the_same_file_is_already_ingest
     one; the same file replayed again is "already ingested, unchanged"."""
     original, _ = fixture_copy
     twin = Path(shutil.copy(original, tmp_path / "twin.parquet"))
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     first, in_call = replay([original, twin], db).outcomes
     assert first.status == "ingested" and (in_call.status, in_call.copy_of) == ("copy", original)
     assert in_call.line() == (
@@ -116,7 +116,7 @@ def test_a_copy_with_its_sequences_in_another_order_is_still_a_copy(tmp_path):
     seq, minibatch, pos = (table[c].to_numpy() for c in ("seq_id", "minibatch", "pos"))
     reordered = tmp_path / "reordered.parquet"
     pq.write_table(table.take(pa.array(np.lexsort((pos, -minibatch, -seq)))), reordered)
-    first, copy = replay([source, reordered], tmp_path / "m.duckdb").outcomes
+    first, copy = replay([source, reordered], tmp_path / "m").outcomes
     assert first.status == "ingested" and (copy.status, copy.copy_of) == ("copy", str(source.resolve()))
 
 
@@ -131,7 +131,7 @@ def test_the_same_tokens_with_other_values_or_part_of_a_file_are_duplicates_not_
         pc.subtract(table["behave_logp"], pa.scalar(1e-4, pa.float32())),  # every token, barely
     )
     half = table.filter(pc.less(table["seq_id"], pc.min(table["seq_id"]).as_py() + 20))
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     replay([source], db)
     for name, variant in (("other-values", other), ("part", half)):
         path = tmp_path / f"{name}.parquet"
@@ -159,7 +159,7 @@ def two_ranks(folder: Path) -> tuple[Path, Path, int]:
 
 def test_two_ranks_writing_the_same_sequences(tmp_path):
     rank0, rank1, shared = two_ranks(tmp_path / "logs")
-    report = replay([tmp_path / "logs"], tmp_path / "m.duckdb")
+    report = replay([tmp_path / "logs"], tmp_path / "m")
     assert [o.status for o in report.outcomes] == ["ingested", "skipped"]
     (problem,) = report.outcomes[1].problems
     assert problem.rows == shared and str(rank0.resolve()) in problem.message
@@ -198,5 +198,5 @@ def test_files_of_other_steps_runs_and_minibatches_are_not_duplicates(tmp_path):
     )
     write_log_atomic(other_minibatch, tmp_path / "logs" / "z-0.parquet")
     assert all(r.ok for r in validate_paths([tmp_path / "logs"]).reports)
-    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb")])
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "logs"), "--db", str(tmp_path / "m")])
     assert result.exit_code == EXIT_OK, result.output

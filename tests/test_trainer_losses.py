@@ -336,16 +336,15 @@ def test_fixture_clip_flip_rates_are_areal_clip_mask_statistics(name, tmp_path):
     """On the SmolLM2 fixture runs, each estimator's clip flip rate in the store equals the rate at which
     AReaL's own clip_mask (AReaL's loss above, run on the fixture tokens with the estimate and with
     prox_logp) differs, per run; and rejection removes tokens there, so the rule matters."""
-    import duckdb
-
     from evaluator.replay.pipeline import replay
+    from evaluator.store import open_store
     from tests.conftest import FIXTURES
     from tests.reference import estimates, loss_tokens
 
     loss = FIXTURE_LOSSES[name]
     files = [p for run in ("recompute", "loglinear") for p in sorted(FIXTURES.glob(f"{run}-*.parquet"))[:3]]
-    replay(files, tmp_path / "m.duckdb", progress=False, loss=loss)
-    with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
+    replay(files, tmp_path / "m", progress=False, loss=loss)
+    with open_store(tmp_path / "m") as con:
         got = con.sql("SELECT run_id, method, clip_flip_rate FROM decision_summary").df()
     df = loss_tokens(files)
     seq_idx = torch.tensor(df.groupby(["run_id", "seq_id", "minibatch"], sort=False).ngroup().to_numpy())

@@ -150,7 +150,7 @@ class TestFound:
         write_log_atomic(table, tmp_path / "a.parquet")
         other = set_column(table, "run_id", pa.array(["toy-b"] * table.num_rows))
         write_log_atomic(other, tmp_path / "toy" / "b.parquet")
-        for command in (["validate"], ["replay", "--db", str(tmp_path / "out" / "m.duckdb")]):
+        for command in (["validate"], ["replay", "--db", str(tmp_path / "out" / "m")]):
             result = CliRunner().invoke(cli, [*command, str(tmp_path)])
             lines = result.output.splitlines()
             head = next(i for i, line in enumerate(lines) if line.startswith("found 2 files in 2 folders"))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -19,6 +18,7 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.logio import write_log_atomic
 from evaluator.replay import replay
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from tests.reference import decision_figures, reference_values, safe_staleness
 
@@ -28,12 +28,12 @@ def replayed(tmp_path_factory) -> tuple[Path, list[Path]]:
     folder = tmp_path_factory.mktemp("verdict")
     spec = SyntheticSpec(run_id="v", tokens_per_step=1024, mean_length=24, drift=0.3, engine_mismatch=0.05)
     files = [write_log_atomic(synthetic_steps(spec, 0, 30), folder / "v.parquet")]
-    replay(files, folder / "m.duckdb", progress=False)
-    return folder / "m.duckdb", files
+    replay(files, folder / "m", progress=False)
+    return folder / "m", files
 
 
 def frame(db: Path, sql: str) -> pd.DataFrame:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         return con.execute(sql).df()
 
 
@@ -135,7 +135,7 @@ def well_approximated(folder: Path) -> Path:
 
 def test_a_well_approximated_log_ships(tmp_path):
     log = well_approximated(tmp_path)
-    db = tmp_path / "m.duckdb"
+    db = tmp_path / "m"
     assert replay([log], db, progress=False).clean
     report = tmp_path / "gate.json"
     result = CliRunner().invoke(cli, ["gate", "--db", str(db), "--json", str(report)])

@@ -1,7 +1,8 @@
 """`proxaudit watch` as a user runs it, beside a simulated run written by another process: it alerts
 `do_not_ship` on the planted drift while files still arrive and exits 1 with `--exit-on fail`; killed mid-run
 (kill -9) and restarted, it ingests nothing twice, and its store equals a clean replay's, table by table
-(but for the outcome of each finding check, which is the latest call's)."""
+(timestamps aside: the findings and checks too, judged on every stored file of the run); beside a `replay`
+process writing the same store, each file goes in once."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
+from test_store_writers import assert_same_store
 
 from evaluator.replay import replay
 from evaluator.trainer.simulated_run import SimulatedRun
@@ -36,7 +37,7 @@ def writer(out: Path) -> subprocess.Popen:
 @pytest.mark.slow
 def test_exit_on_fail_stops_watch_while_the_run_still_writes(tmp_path):
     trainer = writer(tmp_path / "logs")
-    args = [*PROXAUDIT, "watch", str(tmp_path / "logs"), "--db", str(tmp_path / "m.duckdb"),
+    args = [*PROXAUDIT, "watch", str(tmp_path / "logs"), "--db", str(tmp_path / "m"),
             "--alerts", str(tmp_path / "alerts.jsonl"), "--exit-on", "fail", "--interval", "0.5"]  # fmt: skip
     with open(tmp_path / "stdout", "w") as out, open(tmp_path / "stderr", "w") as err:
         watch = subprocess.Popen(args, stdout=out, stderr=err)
@@ -59,23 +60,9 @@ def test_exit_on_fail_stops_watch_while_the_run_still_writes(tmp_path):
     assert "waiting for token logs in" in stderr  # the progress line
 
 
-TIMESTAMPS = {"ingested_file": "ingested_at", "run_finding": "found_at", "run_check": "checked_at"}
-
-
-def tables(db: Path) -> dict[str, list]:
-    """Every table's rows in order, timestamps left out."""
-    with duckdb.connect(str(db), read_only=True) as con:
-        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
-        return {
-            t: con.execute(f"SELECT * EXCLUDE ({TIMESTAMPS[t]}) FROM {t} ORDER BY ALL" if t in TIMESTAMPS
-                           else f"SELECT * FROM {t} ORDER BY ALL").fetchall()
-            for t in names
-        }  # fmt: skip
-
-
 @pytest.mark.slow
 def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
-    logs, db = tmp_path / "logs", tmp_path / "m.duckdb"
+    logs, db = tmp_path / "logs", tmp_path / "m"
     for i in range(6):
         RUN.write_file(logs, i)
     args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2"]
@@ -100,14 +87,43 @@ def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
         if line.endswith("already ingested, unchanged")
     ]
     assert len(before) >= 1 and sorted(ingested + before) == sorted(str(p) for p in logs.glob("*.parquet"))
-    clean = tmp_path / "clean.duckdb"
+    clean = tmp_path / "clean"
     replay([logs], clean, progress=False)
-    watched, replayed = tables(db), tables(clean)
-    # run_check keeps what each finding check made of the files of the latest replay call (watch's: the
-    # files new at its last look; a clean replay's: all): the same checks, each with the call's outcome
-    assert [r[:2] for r in watched.pop("run_check")] == [r[:2] for r in replayed.pop("run_check")]
-    assert watched == replayed and watched["ingested_file"] and watched["metric_moments"]
-    assert not [p for p in tmp_path.glob(".m.duckdb.*") if p.name != ".m.duckdb.lock"]  # no working copy left
+    assert_same_store(db, clean)  # whatever the kill left, the store a clean replay writes
+    assert not list(tmp_path.glob(".m.new-*"))  # no store left half made
+
+
+@pytest.mark.slow
+def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
+    """`proxaudit watch` and `proxaudit replay` of the same folder, two processes writing one store at once,
+    then the run writes more: every file is ingested by exactly one of them (the other finds it there), and
+    the store is the one a clean replay writes."""
+    logs, db = tmp_path / "logs", tmp_path / "m"
+    for i in range(6):
+        RUN.write_file(logs, i)
+    watch_args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2", "--until-idle",
+                  "--idle-after", "3"]  # fmt: skip
+    replay_args = [*PROXAUDIT, "replay", str(logs), "--db", str(db), "--no-progress"]
+    watch = subprocess.Popen(watch_args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    replaying = subprocess.Popen(replay_args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        replayed, _ = replaying.communicate(timeout=HANG_GUARD_S)
+        for i in range(6, 9):  # the run goes on: watch alone takes these
+            RUN.write_file(logs, i)
+        watched, _ = watch.communicate(timeout=HANG_GUARD_S)
+    finally:
+        for child in (watch, replaying):
+            child.kill()
+            child.wait()
+    assert watch.returncode == 0 and replaying.returncode == 0
+    lines = [*replayed.splitlines(), *watched.splitlines()]
+    for path in sorted(logs.glob("*.parquet")):
+        ingested = [line for line in lines if line.startswith(f"{path}: ingested (")]
+        assert len(ingested) == 1, (path, [line for line in lines if line.startswith(f"{path}: ")])
+    assert sum(": ingested (" in line for line in watched.splitlines()) >= 3  # the files after the replay
+    clean = tmp_path / "clean"
+    replay([logs], clean, progress=False)
+    assert_same_store(db, clean)
 
 
 @pytest.mark.parametrize(
@@ -120,6 +136,6 @@ def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
     ],
 )
 def test_bad_options_are_usage_errors(tmp_path, extra, why):
-    args = [*PROXAUDIT, "watch", str(tmp_path), "--db", str(tmp_path / "m.duckdb"), *extra]
+    args = [*PROXAUDIT, "watch", str(tmp_path), "--db", str(tmp_path / "m"), *extra]
     result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2 and why in result.stderr

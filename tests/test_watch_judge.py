@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 from scipy.stats import linregress
 
 from evaluator.gate import load_thresholds
 from evaluator.replay import replay
+from evaluator.store import connect_store
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.verdict import judge_db, sentence
 from evaluator.watch.judge import gated, judge_runs
@@ -29,8 +29,8 @@ def drifting_store(tmp_path_factory):
     """14 files of one step each; the policy speeds up from step 4 (the approximation fails by step 13)."""
     folder = tmp_path_factory.mktemp("drifting")
     logs = [DRIFTING.write_file(folder / "logs", i) for i in range(14)]
-    replay(logs, folder / "metrics.duckdb", progress=False)
-    return folder / "metrics.duckdb"
+    replay(logs, folder / "metrics", progress=False)
+    return folder / "metrics"
 
 
 def thresholds_file(folder: Path, bound: float, min_tokens: int = 1000) -> Path:
@@ -79,7 +79,7 @@ def test_the_trends_follow_the_gated_method_and_its_bound(tmp_path):
 
 def raw_step_figures(db, method: str, lo: int, hi: int) -> dict[int, float]:
     """{step: sum |W(a) - W(g)| / sum W(g)} over stalenesses lo..hi, from the raw moments table."""
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         rows = con.execute(
             "SELECT step, sum(sum) FILTER (WHERE metric = 'grad_weight_abs_error'), "
             "sum(sum) FILTER (WHERE metric = 'true_grad_weight') FROM metric_moments "

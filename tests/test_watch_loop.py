@@ -1,17 +1,21 @@
 """The watch loop (evaluator.watch.loop) in this process, poll by poll on a clock of its own: files arrive and
 go in once, each change of state is one alert, idle folders end the run, `exit_on` stops at the first
-do_not_ship, a restart ingests and repeats nothing, a busy store makes files wait, and a trainer's dumps are
-imported once complete."""
+do_not_ship, a restart ingests and repeats nothing, another writer of the store holds nothing up and shares
+no file, and a trainer's dumps are imported once complete."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from test_store_writers import assert_same_store
 
 from evaluator.importers import nemo_rl
-from evaluator.store import StoreWriter
+from evaluator.replay import replay
+from evaluator.store import StoreWriter, connect_store
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import read_alerts
 from evaluator.watch.dumps import DumpImporter
@@ -48,7 +52,7 @@ class Lines(Status):
 
 def watcher(tmp_path: Path, clock: Clock, **keys) -> tuple[Watcher, Lines]:
     options = WatchOptions(
-        paths=(tmp_path / "logs",), db=tmp_path / "metrics.duckdb", alerts=tmp_path / "alerts.jsonl",
+        paths=(tmp_path / "logs",), db=tmp_path / "metrics", alerts=tmp_path / "alerts.jsonl",
         idle_after=60.0, **keys,
     )  # fmt: skip
     lines = Lines()
@@ -114,16 +118,41 @@ def test_a_restart_ingests_nothing_twice_and_repeats_no_alert(tmp_path):
     assert read_alerts(tmp_path / "alerts.jsonl") == alerts
 
 
-def test_a_busy_store_makes_the_files_wait(tmp_path, monkeypatch):
-    monkeypatch.setattr("evaluator.store.writer.LOCK_WAIT_S", 0.2)
+def test_another_writer_of_the_store_holds_nothing_up(tmp_path):
+    """A store takes several writers at once: with another replay's writer open on it, the file goes in at
+    the first look."""
     clock = Clock()
     RUN.write_file(tmp_path / "logs", 0)
     watch, lines = watcher(tmp_path, clock)
-    with StoreWriter(tmp_path / "metrics.duckdb"):  # another replay holds the store
+    with StoreWriter(tmp_path / "metrics"):  # another replay has the store open
         assert watch.poll() is None
-    assert watch.ingested == 0 and any("another replay is writing this store" in line for line in lines.lines)
-    watch.poll()
-    assert watch.ingested == 1
+        assert watch.ingested == 1 and any(": ingested (" in line for line in lines.lines)
+
+
+def test_a_replay_writing_the_same_store_at_once_ingests_no_file_twice(tmp_path):
+    """`proxaudit replay` of the same folder into the same store while watch looks: each file is ingested by
+    one of them (the other finds it there), and the store is the one a clean replay writes."""
+    logs = tmp_path / "logs"
+    for i in range(8):
+        RUN.write_file(logs, i)
+    command = [sys.executable, "-m", "evaluator.cli", "replay", str(logs), "--db", str(tmp_path / "metrics")]
+    other = subprocess.Popen([*command, "--no-progress"], stdout=subprocess.PIPE, text=True)
+    replayed = [other.stdout.readline()]
+    while ": ingested (" not in replayed[-1]:  # watch looks once the replay has committed a file
+        assert replayed[-1], "the replay ended without ingesting a file"
+        replayed.append(other.stdout.readline())
+    watch, lines = watcher(tmp_path, Clock())
+    assert watch.poll() is None
+    replayed += other.stdout.readlines()
+    assert other.wait(timeout=300) == 0
+    for path in sorted(logs.glob("*.parquet")):
+        said = [line for line in (*replayed, *lines.lines) if line.startswith(f"{path}: ")]
+        outcomes = sorted(line.strip().split(": ", 1)[1].split(" (")[0] for line in said)
+        assert outcomes == ["already ingested, unchanged", "ingested"], said
+    assert watch.ingested == sum(": ingested (" in line for line in lines.lines)
+    clean = tmp_path / "clean"
+    replay([logs], clean, progress=False)
+    assert_same_store(tmp_path / "metrics", clean)
 
 
 @pytest.fixture
@@ -164,3 +193,35 @@ def test_an_import_makes_the_same_bytes_twice(nemo_dump, tmp_path):
     (a,), _ = importer.convert([entry])
     (b,), _ = DumpImporter("nemo-rl", tmp_path / "b", "nemo").convert([entry])
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_each_run_folder_of_dumps_is_its_own_run(tmp_path):
+    """Dumps of two runs under the watched folder (each in the folder the trainer wrote it into): each is a
+    run named after its folder, as `proxaudit import` names it; with --run-id, the second folder is refused
+    with the reason and nothing of it is imported."""
+    for run in ("run-a", "run-b"):
+        (tmp_path / "logs" / run).mkdir(parents=True)
+        for step in (1, 2):
+            shutil.copy(
+                FIXTURES / "importers" / "nemo-rl" / f"train_data_step{step}.jsonl", tmp_path / "logs" / run
+            )
+    clock = Clock()
+    watch, _ = watcher(
+        tmp_path, clock, importer=DumpImporter("nemo-rl", tmp_path / "imported"), until_idle=True
+    )
+    clock.now += 120  # the run ended: every step is whole
+    while watch.poll() is None:
+        clock.now += 120
+    with connect_store(tmp_path / "metrics") as con:
+        runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
+    assert runs == ["run-a", "run-b"]
+    assert sorted(p.name for p in (tmp_path / "imported").iterdir()) == [
+        f"{run}-train_data_step{step}.parquet" for run in ("run-a", "run-b") for step in (1, 2)
+    ]
+
+    named = DumpImporter("nemo-rl", tmp_path / "named", "mine")
+    entries = sorted(Lister([tmp_path / "logs"]).scan(), key=lambda e: e.path)
+    logs, lines = named.convert(entries)
+    assert [p.name for p in logs] == ["mine-train_data_step1.parquet", "mine-train_data_step2.parquet"]
+    assert len(lines) == 2 and all("not imported: --run-id mine names one run" in line for line in lines)
+    assert all(line.startswith(str(tmp_path / "logs" / "run-b")) for line in lines)

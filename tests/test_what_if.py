@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -21,6 +20,7 @@ from click.testing import CliRunner
 from evaluator.cli import cli
 from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from evaluator.logio import write_log_atomic
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from tests.reference import decision_figures, reference_values
 
@@ -33,7 +33,7 @@ GATED = "loglinear_shipped"
 @pytest.fixture(scope="module")
 def crafted(tmp_path_factory) -> Path:
     """The log (module docstring), the two loss files and, replayed with `--loss masked.toml,unbounded.toml,
-    default`, the store `main.duckdb`; each loss alone in `<loss>.duckdb`."""
+    default`, the store `main`; each loss alone in `<loss>-store`."""
     folder = tmp_path_factory.mktemp("what_if")
     spec = SyntheticSpec(run_id="w", tokens_per_step=4096, max_staleness=2, resume_fraction=0.0,
                          with_proximal_t=False)  # fmt: skip
@@ -57,18 +57,18 @@ def invoke(folder: Path, *args: str):
 def replayed(crafted) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(crafted)
-        result = invoke(crafted, "replay", "w.parquet", "--db", "main.duckdb", "--loss",
+        result = invoke(crafted, "replay", "w.parquet", "--db", "main", "--loss",
                         "masked.toml,unbounded.toml,default")  # fmt: skip
         assert result.exit_code == EXIT_OK, result.output
         for name in (*LOSSES, "default"):
-            alone = invoke(crafted, "replay", "w.parquet", "--db", f"{name}.duckdb", "--loss", name)
+            alone = invoke(crafted, "replay", "w.parquet", "--db", f"{name}-store", "--loss", name)
             assert alone.exit_code == EXIT_OK, alone.output
     (crafted / "replay.out").write_text(result.output)
     return crafted
 
 
 def rows(db: Path) -> dict[str, dict]:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         table = con.sql("SELECT * FROM what_if").to_arrow_table().to_pylist()
     return {r["loss"]: r for r in table}
 
@@ -83,15 +83,15 @@ def gate_json(folder: Path, db: str) -> dict:
 def test_each_loss_equals_its_own_replay_and_gate(replayed):
     """Every row: the decision, its sentence and figures of a separate single-loss replay + gate, to the
     digit; the store's own loss marked."""
-    table = rows(replayed / "main.duckdb")
+    table = rows(replayed / "main")
     assert set(table) == {*LOSSES, "default"} and [n for n, r in table.items() if r["own"]] == ["masked.toml"]
     for name, row in table.items():
-        alone = gate_json(replayed, f"{name}.duckdb")
+        alone = gate_json(replayed, f"{name}-store")
         (decision,) = alone["decisions"]
         assert (row["run_id"], row["method"]) == (decision["run_id"], decision["method"]) == ("w", GATED)
         assert row["action"] == decision["action"] and row["max_staleness"] == decision["max_staleness"]
         assert row["sentence"] == decision["sentence"], name
-        with duckdb.connect(str(replayed / f"{name}.duckdb"), read_only=True) as con:
+        with connect_store(replayed / f"{name}-store") as con:
             pooled = con.execute(
                 "SELECT gradient_mass_error, gradient_mass_error_lower, gradient_mass_error_upper, "
                 "clip_flip_rate, n FROM decision_summary WHERE run_id = 'w' AND method = ?", [GATED]
@@ -103,7 +103,7 @@ def test_each_loss_equals_its_own_replay_and_gate(replayed):
 def test_the_answer_known_per_loss(replayed):
     """numpy over the log: the masked loss moves a large share of the gradient mass (do not ship beyond
     staleness 0); the unbounded one moves none and flips no clip (ship up to S = 2)."""
-    table = rows(replayed / "main.duckdb")
+    table = rows(replayed / "main")
     for name, bound in BOUNDS.items():
         values = reference_values([replayed / "w.parquet"], eps_low=0.9, eps_high=10.0, bound=bound)
         expected = decision_figures(values, ["run_id"]).loc[("w", GATED)]
@@ -120,7 +120,7 @@ def test_the_answer_known_per_loss(replayed):
 
 def test_the_store_s_own_gate_is_unchanged(replayed):
     """The store keeps the first loss, and its gate says what a replay under that loss alone says."""
-    main, alone = gate_json(replayed, "main.duckdb"), gate_json(replayed, "masked.toml.duckdb")
+    main, alone = gate_json(replayed, "main"), gate_json(replayed, "masked.toml-store")
     for document in (main, alone):
         document.pop("db", None)
     assert main == alone
@@ -134,7 +134,7 @@ def test_replay_says_each_loss_s_decision(replayed):
 
 
 def test_summary_by_what_if(replayed):
-    db = str(replayed / "main.duckdb")
+    db = str(replayed / "main")
     text = invoke(replayed, "summary", "--db", db, "--by", "what-if")
     assert text.exit_code == EXIT_OK, text.output
     head = text.output.splitlines()[0].split()
@@ -155,7 +155,7 @@ def test_summary_by_what_if(replayed):
 
 
 def test_a_store_without_a_what_if_says_how_to_make_one(replayed):
-    result = invoke(replayed, "summary", "--db", str(replayed / "default.duckdb"), "--by", "what-if")
+    result = invoke(replayed, "summary", "--db", str(replayed / "default-store"), "--by", "what-if")
     assert result.exit_code == EXIT_FINDINGS and "--loss a,b,c" in result.output
 
 
@@ -171,7 +171,7 @@ def test_a_store_without_a_what_if_says_how_to_make_one(replayed):
     ],
 )
 def test_a_bad_list_is_refused_before_any_work(crafted, tmp_path, args, says):
-    db = tmp_path / "metrics.duckdb"
+    db = tmp_path / "metrics"
     result = invoke(crafted, "replay", str(crafted / "w.parquet"), "--db", str(db), *args)
     assert result.exit_code == EXIT_USAGE and says in result.output, result.output
     assert not db.exists()
@@ -187,7 +187,7 @@ def test_the_overview_shows_the_table(replayed, monkeypatch):
     store without a what-if says how to make one."""
     from tests.test_dashboard_app import no_exception, run_app
 
-    at = run_app(replayed / "main.duckdb", monkeypatch, page="overview", run="w")
+    at = run_app(replayed / "main", monkeypatch, page="overview", run="w")
     no_exception(at)
     assert "What if the trainer ran another loss?" in [s.value for s in at.subheader]
     (block,) = [t.value for t in at.text if t.value.startswith("- under ")]
@@ -195,6 +195,6 @@ def test_the_overview_shows_the_table(replayed, monkeypatch):
     table = next(f.value for f in at.dataframe if "loss" in f.value.columns and "action" in f.value.columns)
     assert list(table["loss"]) == ["masked.toml", "default", "unbounded.toml"]
     assert list(table["action"]) == ["do_not_ship", "do_not_ship", "ship"]
-    bare = run_app(replayed / "default.duckdb", monkeypatch, page="overview", run="w")
+    bare = run_app(replayed / "default-store", monkeypatch, page="overview", run="w")
     no_exception(bare)
     assert any("No what-if on this run" in c.value for c in bare.caption)

@@ -27,15 +27,15 @@ SKIP = ("run_id", "step", "method", "rollout_is", "n", "n_sequences", "seq_is_es
 
 
 def dump(out: Path) -> None:
-    from evaluator.duck import connect
     from evaluator.replay.pipeline import replay
+    from evaluator.store import open_store
     from tests.conftest import FIXTURES
     from tests.reference import estimates, loss_tokens
 
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(FIXTURES.glob("*.parquet"))
-    replay(files, out / "m.duckdb", progress=False)
-    with connect(str(out / "m.duckdb"), read_only=True) as con:
+    replay(files, out / "m", progress=False)
+    with open_store(out / "m") as con:
         views = {
             "run": con.sql("SELECT * FROM rollout_corr_summary").df(),
             "step": con.sql("SELECT * EXCLUDE (staleness) FROM rollout_corr_over(by_step := true)").df(),

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dashboard.views import compare, drift, inspector, overview, training, weights
+from dashboard.views import compare, drift, inspector, live, overview, training, weights
 
 PAGES = {
     "overview": ("Overview", overview.render),
@@ -14,4 +14,5 @@ PAGES = {
     "training": ("Over training", training.render),
     "compare": ("Run comparison", compare.render),
     "tokens": ("Token inspector", inspector.render),
+    "live": ("Live audit", live.render),
 }

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import inspector_queries, queries
+from dashboard import inspector_queries, live_queries, queries
 from dashboard.queries import Filters
 from evaluator.store import StoreBusy
 from evaluator.text_table import markdown_code
@@ -40,6 +40,8 @@ class Context:
     filters: Filters
     runs: pd.DataFrame
     methods: tuple[str, ...]
+    alerts: Path | None = None
+    """the alerts file `proxaudit watch --alerts` writes (`--alerts`; None: not given)"""
 
     def with_methods(self, *methods: str) -> Filters:
         return replace(self.filters, methods=tuple(methods))
@@ -47,12 +49,12 @@ class Context:
 
 @st.cache_data(ttl=600, max_entries=512, show_spinner=False)
 def _cached(name: str, db: str, version: tuple[int, ...], args: tuple) -> Any:
-    module = queries if hasattr(queries, name) else inspector_queries
+    module = next(m for m in (queries, inspector_queries, live_queries) if hasattr(m, name))
     return getattr(module, name)(Path(db), *args)
 
 
 def load(db: Path, name: str, *args: Any, watch: Path | None = None) -> Any:
-    """`queries.<name>(db, *args)` (or the inspector's, `inspector_queries.<name>`), cached until the
+    """`queries.<name>(db, *args)` (or `inspector_queries.<name>`, `live_queries.<name>`), cached until the
     database changes. While a replay keeps the write lock past the retry budget, the last good result is
     shown with a note; a store error stops the page with its message (never a traceback). `watch`: another
     file whose changes invalidate the cache."""

@@ -10,11 +10,12 @@ two stores are then compared table by table.
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 from pathlib import Path
 
 from evaluator.bench.replay import timed_replay
-from evaluator.duck import connect
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, write_synthetic_log
 
 TABLES = ("file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
@@ -22,11 +23,8 @@ TABLES = ("file_tokens", "metric_moments", "sketch_by_step", "sketch_by_stalenes
 
 def store_hash(db: Path) -> tuple[int, ...]:
     """One order-independent hash of each table's rows (bit-exact: doubles hash by their bits)."""
-    con = connect(str(db), read_only=True)
-    try:
+    with connect_store(db) as con:
         return tuple(con.execute(f"SELECT sum(hash(t)) FROM {t} AS t").fetchall()[0][0] for t in TABLES)
-    finally:
-        con.close()
 
 
 def write_folder(folder: Path, n_files: int, n_tokens: int, tokens_per_step: int) -> int:
@@ -45,7 +43,7 @@ def timed(logs: Path, db: Path, workers: int | None, total: int, ray_cpus: int |
     """One replay of `logs` into a fresh `db`: seconds, tokens/s, CPU seconds (user + system, the whole
     process tree; not Ray's, whose processes are not ours to wait for) and peak RSS (the kernel's, of the
     largest process; and the sampled sum over the tree)."""
-    db.unlink(missing_ok=True)
+    shutil.rmtree(db, ignore_errors=True)
     run = timed_replay(logs, db, workers, ray_cpus)
     name = {1: "sequential (one process)  ", None: "parallel (default workers)"}.get(workers)
     name = f"local Ray, {ray_cpus} CPU{'s' * (ray_cpus != 1)}".ljust(26) if ray_cpus else name
@@ -60,7 +58,7 @@ def ingest_rate(logs: Path, db: Path, total: int) -> str:
     """The single writer's rate: tokens per second of ingest time alone (a replay in this process)."""
     from evaluator.replay.pipeline import replay
 
-    db.unlink(missing_ok=True)
+    shutil.rmtree(db, ignore_errors=True)
     report = replay([logs], db, progress=False, workers=1)
     return (
         f"ingest alone (the writer): {report.ingest_s:6.2f} s, {total / report.ingest_s / 1e6:.2f} M tokens/s"
@@ -75,14 +73,14 @@ def run(n_files: int, n_tokens: int, tokens_per_step: int, out: Path, rounds: in
     total = write_folder(logs, n_files, n_tokens, tokens_per_step)
     lines = [f"folder: {n_files} files, {total:,} tokens, {tokens_per_step:,} per step"]
     for _ in range(rounds):
-        lines += [timed(logs, out / "seq.duckdb", 1, total), timed(logs, out / "par.duckdb", None, total)]
+        lines += [timed(logs, out / "seq", 1, total), timed(logs, out / "par", None, total)]
         if ray:
-            lines += [timed(logs, out / f"ray{k}.duckdb", 1, total, ray_cpus=k) for k in (1, 2)]
-    stores = ["par.duckdb", *(["ray1.duckdb", "ray2.duckdb"] if ray else [])]
-    same = all(store_hash(out / "seq.duckdb") == store_hash(out / s) for s in stores)
+            lines += [timed(logs, out / f"ray{k}", 1, total, ray_cpus=k) for k in (1, 2)]
+    stores = ["par", *(["ray1", "ray2"] if ray else [])]
+    same = all(store_hash(out / "seq") == store_hash(out / s) for s in stores)
     lines.append(f"stores identical (hash of every table): {same}")
     if ray:
-        lines.append(ingest_rate(logs, out / "ingest.duckdb", total))
+        lines.append(ingest_rate(logs, out / "ingest", total))
     return "\n".join(lines)
 
 

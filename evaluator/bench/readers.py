@@ -1,8 +1,9 @@
 """`python -m evaluator.bench.readers`: readers during a replay of many small files, in one run.
 
 A folder of small token logs (the hook writes one per 10 steps; many ranks write many) is replayed into a
-fresh store twice: alone, and with readers polling it as fast as they can (raw read-only DuckDB
-connections, `summary`, `gate`, the dashboard's query of its first page) from another process. It prints
+fresh store twice: alone, and with readers polling it (a plain read-only connection to the store,
+`summary`, `gate`, the dashboard's query of its first page) from another process, a round every `--pause`
+seconds. It prints
 each reader's success rate, how far behind replay's reported files a raw reader was, and replay's wall
 time with and without readers (the slowdown the readers cost it).
 """
@@ -11,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 from evaluator.logio import write_log_atomic
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
@@ -25,14 +25,14 @@ from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 POLL = r"""
 import json, sys, time
 from pathlib import Path
-import duckdb
 from dashboard import queries
+from evaluator.store import connect_store
 from evaluator.gate.judge import run_gate
 from evaluator.verdict.summary import summary_table
 from schemas.thresholds import DEFAULT_THRESHOLDS
 db, stop, pause = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 def raw(db):
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db) as con:
         return con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
 readers = {"raw duckdb": raw, "summary": lambda db: summary_table(db).num_rows,
            "gate": lambda db: len(run_gate(db, DEFAULT_THRESHOLDS).verdicts),
@@ -40,7 +40,7 @@ readers = {"raw duckdb": raw, "summary": lambda db: summary_table(db).num_rows,
 stats = {name: [0, 0] for name in readers}
 seen = []
 while not stop.exists():
-    if not db.exists():
+    if not (db / "catalog.sqlite").exists():
         time.sleep(0.01)
         continue
     for name, read in readers.items():
@@ -74,8 +74,8 @@ def write_small_logs(folder: Path, n_files: int, tokens_per_step: int = 512) -> 
 def timed_replay(logs: Path, db: Path, with_readers: bool, pause: float = 0.0) -> dict:
     """Replay `logs` into a fresh `db` in a child process, with readers in another one (each round of the
     four readers `pause` seconds apart) or not."""
-    db.unlink(missing_ok=True)
-    stop = db.with_suffix(".stop")
+    shutil.rmtree(db, ignore_errors=True)
+    stop = db.with_name(db.name + ".stop")
     stop.unlink(missing_ok=True)
     poller = None
     if with_readers:
@@ -91,12 +91,10 @@ def timed_replay(logs: Path, db: Path, with_readers: bool, pause: float = 0.0) -
     if poller is not None:
         stop.touch()
         polled = json.loads(poller.communicate()[0].strip().splitlines()[-1])  # libraries may print first
-        # Files replay had reported (it reports a file once a publish holds it) before the read began,
-        # that the read did not see: 0 when every reader sees the latest publish.
+        # Files replay had reported (it reports a file once committed) before the read began, that the
+        # read did not see: 0 when every reader sees the latest commit.
         lags = [sum(t <= at for t in reported) - value for at, value in polled["seen"]]
         out |= {"stats": polled["stats"], "max_behind": max(lags, default=0)}
-    gaps = np.diff(reported) if reported else np.zeros(0)
-    out["publishes"] = 1 + int(np.sum(gaps > 0.05))  # the lines come in a burst per publish
     return out
 
 
@@ -106,13 +104,13 @@ def run(n_files: int, out: Path, rounds: int, pause: float = 0.0) -> str:
     lines = [f"folder: {n_files} files, {rows:,} rows; readers {pause:g} s apart"]
     alone, with_readers = [], []
     for _ in range(rounds):  # alternating: the same machine state for both
-        alone.append(timed_replay(logs, out / "alone.duckdb", False))
-        with_readers.append(timed_replay(logs, out / "read.duckdb", True, pause))
+        alone.append(timed_replay(logs, out / "alone", False))
+        with_readers.append(timed_replay(logs, out / "read", True, pause))
     for a, r in zip(alone, with_readers, strict=True):
         lines.append(
             f"replay alone {a['seconds']:.2f} s, with readers {r['seconds']:.2f} s "
-            f"({r['seconds'] / a['seconds'] - 1:+.1%}); {a['publishes']} and {r['publishes']} publishes; "
-            f"a raw read missed at most {r['max_behind']} file(s) published before it began"
+            f"({r['seconds'] / a['seconds'] - 1:+.1%}); a raw read missed at most {r['max_behind']} "
+            "file(s) committed before it began"
         )
         for name, (attempts, failed) in r["stats"].items():
             lines.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import psutil
 
 from evaluator.duck import connect
 from evaluator.errors import ProxauditError
+from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, write_synthetic_log
 
 
@@ -74,24 +76,19 @@ def bare_scan_seconds(path: Path) -> float:
 
 
 def table_bytes(db: Path, table: str) -> tuple[int, int]:
-    """(rows, bytes) of one table in a DuckDB file: its column segments' extents in their blocks, each
-    up to the next segment of any table (or the block's end), from `pragma_storage_info`: an upper bound."""
-    with connect(str(db), read_only=True) as con:
-        tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
-        parts = " UNION ALL ".join(
-            f"SELECT '{t}' AS t, block_id, block_offset FROM pragma_storage_info('{t}') WHERE block_id >= 0"
-            for t in tables
-        )
-        block = "(SELECT block_size FROM pragma_database_size())"
-        size = con.execute(
-            f"""SELECT coalesce(sum(end_offset - block_offset) FILTER (WHERE t = ?), 0)::BIGINT FROM (
-                SELECT t, block_offset, coalesce(lead(block_offset) OVER (
-                           PARTITION BY block_id ORDER BY block_offset), {block}) AS end_offset
-                FROM ({parts}))""",
+    """(rows, bytes) of one table of a store: the sizes of its Parquet data files."""
+    with connect_store(db) as con:
+        (size,) = con.execute(
+            "SELECT coalesce(sum(data_file_size_bytes), 0)::BIGINT FROM ducklake_list_files('store', ?)",
             [table],
-        ).fetchone()[0]
+        ).fetchone()
         (rows,) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
     return rows, size
+
+
+def store_bytes(db: Path) -> int:
+    """The bytes of a folder store: its catalog and every data file."""
+    return sum(p.stat().st_size for p in db.rglob("*") if p.is_file())
 
 
 def _tree_rss(processes: list[psutil.Process]) -> int:
@@ -178,8 +175,8 @@ def run_bench(
     with tempfile.TemporaryDirectory(prefix="proxaudit-bench-") as scratch:
         folder = Path(out) if out is not None else Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        log, db = folder / "bench.parquet", folder / "bench.duckdb"
-        db.unlink(missing_ok=True)
+        log, db = folder / "bench.parquet", folder / "bench-store"
+        shutil.rmtree(db, ignore_errors=True)
         spec = SyntheticSpec(run_id="bench", tokens_per_step=tokens_per_step, mean_length=300)
         tokens = write_synthetic_log(log, n_tokens, spec)
         scan_s = bare_scan_seconds(log)
@@ -193,7 +190,7 @@ def run_bench(
             run.maxrss,
             run.tree_peak,
             log.stat().st_size,
-            db.stat().st_size,
+            store_bytes(db),
             identity,
             n_sequences,
         )

@@ -50,7 +50,7 @@ def _tree_rss(process: psutil.Process) -> int:
 
 
 def run(files: int, interval: float, tokens: int, drift_from: int, drift_rate: float, out: Path) -> str:
-    logs, db, alerts = out / "logs", out / "metrics.duckdb", out / "alerts.jsonl"
+    logs, db, alerts = out / "logs", out / "metrics", out / "alerts.jsonl"
     writer_args = [
         sys.executable, "-m", "evaluator.trainer.simulated_run", str(logs), "--files", str(files),
         "--interval", str(interval), "--tokens-per-step", str(tokens), "--drift-from-step", str(drift_from),
@@ -154,7 +154,7 @@ def main() -> None:
             flush=True,
         )
         if args.breakdown:
-            print(breakdown(out / "logs", out / "breakdown.duckdb"))
+            print(breakdown(out / "logs", out / "breakdown"))
 
 
 if __name__ == "__main__":

@@ -1,49 +1,18 @@
 """`proxaudit export`: the store's series out to TensorBoard and W&B (`proxaudit import`, the other way in:
-`evaluator.cli.importing`), and the options that reading dumps takes (`watch --import`). Registered on the
-main group by `evaluator.cli`."""
+`evaluator.cli.importing`). Registered on the main group by `evaluator.cli`."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 import click
 
 from evaluator.cli.common import EXIT_USAGE, library_errors, say
 from evaluator.text_table import printable
 
-DUMP_FORMATS = ("nemo-rl", "prime-rl", "slime", "skyrl")
-
-
-def dump_options(command: Callable) -> Callable:
-    """What reading a trainer's dumps takes (`import`, `watch --import`): the run_id, SkyRL's pickles,
-    slime's weight pushes."""
-    options = [
-        click.option(
-            "--run-id", default=None, help="run_id of the rows [default: the name of the first PATH].",
-        ),
-        click.option(
-            "--trust-pickle", is_flag=True,
-            help="skyrl: read its .pkl files (unpickling runs code named in the file).",
-        ),
-        click.option(
-            "--update-weights-interval", type=click.IntRange(min=1), default=1, show_default=True,
-            help="slime: the run's --update-weights-interval (train_async.py; train.py pushes after every "
-            "rollout).",
-        ),
-        click.option(
-            "--resumed-at", type=click.IntRange(min=0), multiple=True, metavar="ROLLOUT",
-            help="slime: the first rollout of a restart of the run (its --start-rollout-id); once per "
-            "restart.",
-        ),
-    ]  # fmt: skip
-    for option in reversed(options):
-        command = option(command)
-    return command
-
 
 @click.command("export")
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@click.option("--db", required=True, help="Metrics store from `replay` (a folder, or a catalog URL).")
 @click.option(
     "--to", "target", required=True, type=(click.Choice(["tensorboard", "wandb"]), click.Path()),
     metavar="tensorboard DIR | wandb DIR",

@@ -56,6 +56,7 @@ HELP = {
     ),
 }
 """Per format: the line `proxaudit import --help` lists, and the subcommand's help."""
+DUMP_FORMATS = tuple(HELP)
 COMMON_HELP = (
     "\n\nWrites one schema v1 Parquet file per dump file into --out (streamed, each whole or not at all); "
     "then `proxaudit validate` and `replay` it as any log. A folder is searched with its subfolders, and "
@@ -71,23 +72,62 @@ def import_cmd() -> None:
     trainer, and what its dump lacks."""
 
 
+def _with(command: Callable, *options: Callable) -> Callable:
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+RUN_ID = click.option(
+    "--run-id", default=None,
+    help="run_id of the rows when PATHS hold one run [default: the name of the folder the trainer wrote the "
+    "run's dump into].",
+)  # fmt: skip
+
+
+def trust_pickle(which: str = "") -> Callable:
+    """SkyRL's --trust-pickle (`which`: the format named in its help, where several formats share it)."""
+    return click.option(
+        "--trust-pickle",
+        is_flag=True,
+        help=f"{which}Read the .pkl files (unpickling runs code named in the file).",
+    )
+
+
+def slime_versions(which: str = "") -> Callable:
+    """slime's weight pushes: --update-weights-interval and --resumed-at."""
+    return lambda command: _with(
+        command,
+        click.option(
+            "--update-weights-interval", type=click.IntRange(min=1), default=1, show_default=True,
+            help=f"{which}The run's --update-weights-interval (train_async.py; train.py pushes after every "
+            "rollout).",
+        ),
+        click.option(
+            "--resumed-at", type=click.IntRange(min=0), multiple=True, metavar="ROLLOUT",
+            help=f"{which}The first rollout of a restart of the run (its --start-rollout-id); once per "
+            "restart.",
+        ),
+    )  # fmt: skip
+
+
+def dump_options(command: Callable) -> Callable:
+    """Every format's options at once (`watch --import FORMAT`), each saying which format it is for."""
+    return _with(command, RUN_ID, trust_pickle("skyrl: "), slime_versions("slime: "))
+
+
 def _format(fmt: str) -> Callable[[Callable], click.Command]:
     """The subcommand `import FMT` with its help, PATHS, --out and --run-id."""
 
     def decorate(function: Callable) -> click.Command:
-        for option in (
-            click.option(
-                "--run-id",
-                default=None,
-                help="run_id of the rows when PATHS hold one run [default: the name of the folder the "
-                "trainer wrote the run's dump into].",
-            ),
+        function = _with(
+            function,
+            click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True)),
             click.option(
                 "--out", required=True, type=click.Path(file_okay=False), help="Folder for the Parquet logs."
             ),
-            click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True)),
-        ):
-            function = option(function)
+            RUN_ID,
+        )
         short, text = HELP[fmt]
         return import_cmd.command(fmt, short_help=short, help=text + COMMON_HELP)(function)
 
@@ -105,14 +145,7 @@ def import_prime_rl(paths: tuple[str, ...], out: str, run_id: str | None) -> Non
 
 
 @_format("slime")
-@click.option(
-    "--update-weights-interval", type=click.IntRange(min=1), default=1, show_default=True,
-    help="The run's --update-weights-interval (train_async.py; train.py pushes after every rollout).",
-)  # fmt: skip
-@click.option(
-    "--resumed-at", type=click.IntRange(min=0), multiple=True, metavar="ROLLOUT",
-    help="The first rollout of a restart of the run (its --start-rollout-id); once per restart.",
-)  # fmt: skip
+@slime_versions()
 def import_slime(
     paths: tuple[str, ...],
     out: str,
@@ -128,9 +161,7 @@ def import_slime(
 
 
 @_format("skyrl")
-@click.option(
-    "--trust-pickle", is_flag=True, help="Read the .pkl files (unpickling runs code named in the file)."
-)
+@trust_pickle()
 def import_skyrl(paths: tuple[str, ...], out: str, run_id: str | None, trust_pickle: bool) -> None:
     from evaluator.importers import skyrl
 

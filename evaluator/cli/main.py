@@ -15,9 +15,10 @@ from evaluator.cli.common import EXIT_FINDINGS, EXIT_OK, library_errors, say, te
 from evaluator.cli.exchange import export_cmd
 from evaluator.cli.importing import import_cmd
 from evaluator.cli.loss import loss_choices, loss_command, loss_options
-from evaluator.cli.options import judged_staleness_option, thresholds_option
+from evaluator.cli.options import db_option, judged_staleness_option, thresholds_option
 from evaluator.cli.outputs import ReportFile
 from evaluator.cli.reading import query, summary
+from evaluator.cli.store_cmd import store_group
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
 from evaluator.cli.watch import watch_cmd
 
@@ -83,7 +84,7 @@ def validate(paths, fmt, verbose, max_staleness) -> None:
 
 
 @cli.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@db_option
 @thresholds_option
 @click.option(
     "--run", "run_id", default=None, help="Judge only this run (default: every run in the database)."
@@ -115,8 +116,20 @@ def gate(db, thresholds, run_id, max_staleness, junit, markdown, json_path) -> N
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--db", required=True, help="Metrics store: a folder (made if missing), or a catalog URL.")
 @click.option(
-    "--db", required=True, type=click.Path(dir_okay=False), help="Metrics database (created if missing)."
+    "--data-path",
+    default=None,
+    help="Where a new store's Parquet files go: a folder or s3://bucket/prefix/ (default: DB/data/).",
+)
+@click.option(
+    "--sample-sequences",
+    "sample",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Summarise this fraction of the sequences, chosen by a hash of (run_id, seq_id); a store keeps "
+    "one fraction.",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a terminal)."
@@ -142,11 +155,14 @@ def gate(db, thresholds, run_id, max_staleness, junit, markdown, json_path) -> N
     "object-storage URIs only with a local Ray).",
 )
 @library_errors
-def replay(paths, db, progress, max_staleness, thresholds, ray_address, **loss_keys) -> None:
+def replay(
+    paths, db, data_path, sample, progress, max_staleness, thresholds, ray_address, **loss_keys
+) -> None:
     """Validate the token logs in PATHS (files, folders, or object-storage URIs such as s3://bucket/prefix/,
     copied to a temporary folder first), replay them through every estimator and store
     their metric summaries in DB. Files already in DB (same bytes) are skipped; each file is ingested in
-    one transaction. The decision metrics (clip and bound flips, gradient mass error) are computed under
+    one commit, which readers see whole; several replays may write one DB at once. The decision metrics
+    (clip and bound flips, gradient mass error) are computed under
     the loss given here (`proxaudit loss` lists the presets); a DB keeps one loss. The data-driven
     findings are judged on the files of this call: an error skips the run's files, a warning is printed
     and stored with the run. With `--loss a,b,c` (a what-if), DB keeps the loss a; the files are replayed
@@ -160,6 +176,7 @@ def replay(paths, db, progress, max_staleness, thresholds, ray_address, **loss_k
     from evaluator.errors import UsageError
     from evaluator.gate import DEFAULT_THRESHOLDS, load_thresholds
     from evaluator.replay.pipeline import replay as replay_paths
+    from evaluator.store.lake import require_local_or_uri
     from evaluator.text_table import wrapped
     from evaluator.validate.found import found_lines
     from evaluator.validate.report import findings_lines
@@ -188,6 +205,8 @@ def replay(paths, db, progress, max_staleness, thresholds, ray_address, **loss_k
         max_staleness=max_staleness,
         staleness_limit=limit,
         ray=ray_address,
+        sample=sample,
+        data_path=require_local_or_uri(data_path),
     )
     warnings = [f for f in report.findings if f.severity == "warning"]
     if warnings:
@@ -197,7 +216,7 @@ def replay(paths, db, progress, max_staleness, thresholds, ray_address, **loss_k
         table = what_if(
             paths, db, [(name, c.loss) for name, c in choices], max_staleness=max_staleness,
             staleness_limit=limit, thresholds=thresholds or DEFAULT_THRESHOLDS, ray=ray_address,
-            on_loss=lambda name: say(f"what-if: replaying under {name}"),
+            sample=sample, on_loss=lambda name: say(f"what-if: replaying under {name}"),
         )  # fmt: skip
         say("\n" + wrapped("\n".join(what_if_lines(table)), terminal_width()))
     sys.exit(EXIT_OK if report.clean else EXIT_FINDINGS)
@@ -208,6 +227,7 @@ cli.add_command(summary)
 cli.add_command(query)
 cli.add_command(loss_command)
 cli.add_command(export_cmd)
+cli.add_command(store_group)
 cli.add_command(watch_cmd)
 for command in (bench, train_demo, dashboard, demo):
     cli.add_command(command)

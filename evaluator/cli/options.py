@@ -105,6 +105,9 @@ class Number(click.ParamType):
             self.fail(error.why, param, ctx)
 
 
+db_option = click.option(
+    "--db", required=True, help="Metrics store from `replay` (a folder, or a catalog URL)."
+)
 judged_staleness_option = click.option(
     "--max-staleness",
     type=click.IntRange(min=0),

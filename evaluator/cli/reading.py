@@ -8,7 +8,7 @@ import sys
 import click
 
 from evaluator.cli.common import EXIT_FINDINGS, library_errors, say, terminal_width
-from evaluator.cli.options import Number, judged_staleness_option, thresholds_option
+from evaluator.cli.options import Number, db_option, judged_staleness_option, thresholds_option
 from evaluator.inputs import Range
 
 SUMMARY_VIEWS = {
@@ -41,7 +41,7 @@ _table_format = click.option(
 
 
 @click.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@db_option
 @click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
 @click.option(
     "--by",
@@ -135,7 +135,7 @@ def summary(
 
 
 @click.command()
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="Metrics database from `replay`.")
+@db_option
 @click.argument("sql")
 @_table_format
 @library_errors

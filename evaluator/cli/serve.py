@@ -16,11 +16,14 @@ from importlib.resources import files
 from pathlib import Path
 
 from evaluator.errors import StoreError, UsageError
+from evaluator.store.lake import locate
 
 APP = Path(str(files("dashboard") / "app.py"))
 
 
-def streamlit_command(db: Path, host: str, port: int, thresholds: Path | None = None) -> list[str]:
+def streamlit_command(
+    db: Path, host: str, port: int, thresholds: Path | None = None, alerts: Path | None = None
+) -> list[str]:
     """The command line that serves the dashboard on `host:port`."""
     command = [
         sys.executable, "-m", "streamlit", "run", str(APP),
@@ -32,18 +35,20 @@ def streamlit_command(db: Path, host: str, port: int, thresholds: Path | None = 
         "--browser.gatherUsageStats", "false",
         "--global.developmentMode", "false",
         "--client.toolbarMode", "viewer",
-        "--", "--db", str(Path(db).resolve()),
+        "--", "--db", locate(db).given if locate(db).folder is None else str(locate(db).folder),
     ]  # fmt: skip
     if thresholds is not None:
         command += ["--thresholds", str(Path(thresholds).resolve())]
+    if alerts is not None:
+        command += ["--alerts", str(Path(alerts).resolve())]
     return command
 
 
 def check_inputs(db: Path, port: int, thresholds: Path | None, host: str = "127.0.0.1") -> None:
     """StoreError for a missing database, UsageError for a missing thresholds file or an address the
     dashboard cannot listen on (`require_free_port`)."""
-    if not Path(db).is_file():
-        raise StoreError(f"{db}: no such metrics database (make one with `proxaudit replay LOGS --db {db}`)")
+    if not locate(db).exists():
+        raise StoreError(f"{db}: no such metrics store (make one with `proxaudit replay LOGS --db {db}`)")
     if thresholds is not None and not Path(thresholds).is_file():
         raise UsageError(f"--thresholds {thresholds}: no such file")
     require_free_port(host, port)
@@ -87,12 +92,20 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def serve(db: Path, host: str = "127.0.0.1", port: int = 8501, thresholds: Path | None = None) -> int:
+def serve(
+    db: Path,
+    host: str = "127.0.0.1",
+    port: int = 8501,
+    thresholds: Path | None = None,
+    alerts: Path | None = None,
+) -> int:
     """Serve the dashboard on `db` until Ctrl-C or SIGTERM (or the server exits); returns the exit code."""
     check_inputs(db, port, thresholds, host)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
-    child = subprocess.Popen(streamlit_command(db, host, port, thresholds))
+    if alerts is not None and Path(alerts).is_dir():
+        raise UsageError(f"--alerts {alerts}: is a folder, not the file `proxaudit watch --alerts` writes")
+    child = subprocess.Popen(streamlit_command(db, host, port, thresholds, alerts))
     print(f"proxaudit dashboard: http://{host}:{port}  (database {db}; Ctrl-C stops it)", flush=True)
     try:
         return child.wait()

@@ -61,9 +61,7 @@ def train_demo(bench_hook: bool, **options) -> None:
 
 
 @click.command()
-@click.option(
-    "--db", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Metrics database."
-)
+@click.option("--db", required=True, help="Metrics store (a folder, or a catalog URL).")
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on (local only by default)."
 )
@@ -74,15 +72,23 @@ def train_demo(bench_hook: bool, **options) -> None:
     default=None,
     help="Gate thresholds file (TOML): the Overview shows the gate's verdict.",
 )
+@click.option(
+    "--alerts",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The alerts file `proxaudit watch --alerts` writes: the Live audit page shows them (it may not "
+    "exist yet).",
+)
 @library_errors
-def dashboard(db, host, port, thresholds) -> None:
+def dashboard(db, host, port, thresholds, alerts) -> None:
     """Serve the dashboard (Streamlit) on DB in the foreground until Ctrl-C: drift and importance weights
-    by staleness, error over training, run comparison, token inspector. The app opens DB read-only and
-    never writes; `proxaudit replay` may keep filling it meanwhile. A missing DB is an error (exit 2).
+    by staleness, error over training, run comparison, token inspector, and the live audit (the decision
+    over the store's commits, watch's alerts). The app opens DB read-only and never writes; `proxaudit
+    replay` and `proxaudit watch` may keep filling it meanwhile. A missing DB is an error (exit 2).
     """
     from evaluator.cli.serve import serve
 
-    sys.exit(serve(db, host, port, thresholds))
+    sys.exit(serve(db, host, port, thresholds, alerts))
 
 
 @click.command()

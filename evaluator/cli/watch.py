@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from evaluator.cli.common import EXIT_USAGE, library_errors, say
-from evaluator.cli.exchange import DUMP_FORMATS, dump_options
+from evaluator.cli.importing import DUMP_FORMATS, dump_options
 from evaluator.cli.loss import loss_choice, loss_options
 
 EXIT_INTERRUPTED = 130
@@ -18,8 +18,8 @@ EXIT_INTERRUPTED = 130
 @click.command("watch")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
-    "--db", required=True, type=click.Path(dir_okay=False, path_type=Path),
-    help="Metrics database (created if missing; `replay` may write it at the same time).",
+    "--db", required=True,
+    help="Metrics store: a folder (made if missing), or a catalog URL; other replays may write it at once.",
 )  # fmt: skip
 @click.option(
     "--alerts", type=click.Path(dir_okay=False, path_type=Path),
@@ -57,7 +57,8 @@ EXIT_INTERRUPTED = 130
 )  # fmt: skip
 @click.option(
     "--import", "import_fmt", type=click.Choice(DUMP_FORMATS),
-    help="PATHS hold this trainer's dumps (as `proxaudit import`): each complete file is imported to --out.",
+    help="PATHS hold this trainer's dumps (as `proxaudit import`): each complete file is imported to --out, "
+    "each run folder as its own run.",
 )  # fmt: skip
 @click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), help="--import: folder for the logs."
@@ -95,9 +96,7 @@ def watch_cmd(
         if import_fmt == "skyrl" and not trust_pickle:
             _usage("skyrl dumps are pickles: give --trust-pickle (unpickling runs code named in the file)")
         versions = Versions(update_weights_interval, tuple(resumed_at))
-        importer = DumpImporter(
-            import_fmt, out, run_id or paths[0].resolve().name, trust_pickle=trust_pickle, versions=versions
-        )
+        importer = DumpImporter(import_fmt, out, run_id, trust_pickle=trust_pickle, versions=versions)
     choice = loss_choice(**loss_keys)
     say("\n".join(choice.lines()))
     options = WatchOptions(

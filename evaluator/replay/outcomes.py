@@ -76,26 +76,17 @@ class ReplayReport:
 
 @dataclass
 class Announcer:
-    """Hands each outcome to `on_file` once the store shows it ("ingested" means readers see it), with
-    the location the file was read from (its URI for a staged copy)."""
+    """Hands each outcome to `on_file` as it is settled (an ingested file is committed: readers see it),
+    with the location the file was read from (its URI for a staged copy)."""
 
     staging: Staging
     on_file: Callable[[FileOutcome], None] | None
     outcomes: list[FileOutcome] = field(default_factory=list)
-    waiting: list[FileOutcome] = field(default_factory=list)
 
-    def add(self, outcome: FileOutcome, published: bool) -> None:
-        """One more outcome; `published`: the store shows every outcome so far."""
-        self.waiting.append(outcome)
-        if published:
-            self.flush()
-
-    def flush(self) -> None:
-        for outcome in self.waiting:
-            outcome.path = self.staging.location(outcome.path)
-            if isinstance(outcome.copy_of, Path):  # an earlier file of this call
-                outcome.copy_of = self.staging.location(outcome.copy_of)
-            self.outcomes.append(outcome)
-            if self.on_file is not None:
-                self.on_file(outcome)
-        self.waiting = []
+    def add(self, outcome: FileOutcome) -> None:
+        outcome.path = self.staging.location(outcome.path)
+        if isinstance(outcome.copy_of, Path):  # an earlier file of this call
+            outcome.copy_of = self.staging.location(outcome.copy_of)
+        self.outcomes.append(outcome)
+        if self.on_file is not None:
+            self.on_file(outcome)

@@ -8,14 +8,17 @@ In phases over the files of one call, in sorted order:
 3. judge the call (`evaluator.validate.judge_call`): the alignment audit pooled over a run's files
    and the data-driven findings (`evaluator.validate.findings`); an error skips the run's files, the
    warnings are stored (`run_findings`);
-4. summarise each clean file streaming over record batches and ingest it in one transaction
+4. summarise each clean file streaming over record batches and ingest it in one commit
    (`evaluator.store.StoreWriter.ingest`, which refuses a token already stored, or reports a stored
-   file re-saved with other bytes as its copy), file by file in order.
+   file re-saved with other bytes as its copy), file by file in order, with its evidence for the
+   findings; at the end the store judges every run whose files changed on all its stored files
+   (`evaluator.store.derived`), whichever replays ingested them.
 
 Steps 2 and 4 run on worker processes, one file per worker (`evaluator.replay.workers`), while this process
 ingests; a file long enough to be cut into ranges (`evaluator.replay.summarise.default_workers`) is summarised
-by range threads instead. The stored numbers do not depend on which process summarised a file. The
-store's working copy is published as files go in (`evaluator.store.StoreWriter`): readers never wait.
+by range threads instead. The stored numbers do not depend on which process summarised a file. Each
+file is a commit of the store (`evaluator.store.StoreWriter`): readers never wait, and other replays may
+write the same store at once (each file is ingested once, whichever takes it).
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ from tqdm import tqdm
 
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from evaluator.problems import Finding, Problem
+from evaluator.problems import Problem
 from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
 from evaluator.replay.slots import Slot, digests, require_one_parquet
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
-from evaluator.replay.tasks import Check, Summarise
+from evaluator.replay.tasks import Check, Committed, CommitTo, Summarise
 from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
 from evaluator.sources import Staging
 from evaluator.store import StoreWriter
@@ -74,6 +77,7 @@ def check_and_summarise(
     batch_rows: int = BATCH_ROWS,
     workers: int | None = None,
     on_batch=None,
+    sample: float = 1.0,
 ) -> Summarised:
     """Validate `path` on its own and, if it breaks no rule, summarise it (`summarise_file`), in this
     process: one file's replay without a store (tests and benchmarks compare summaries with it)."""
@@ -83,7 +87,7 @@ def check_and_summarise(
     facts = checked.facts
     summary = summarise_file(
         path, facts.resumes, loss, n_sequences=facts.sequences.num_rows, on_batch=on_batch,
-        batch_rows=batch_rows, workers=workers,
+        batch_rows=batch_rows, workers=workers, sample=sample,
     )  # fmt: skip
     return Summarised(checked, summary)
 
@@ -93,17 +97,26 @@ def _outcome(slot: Slot, summary: FileSummary, location: Path | str, store: Stor
     store's own rule it broke (a token already stored); an unexpected error in the ingest (rolled back)
     is this file's failure."""
     path = slot.path
+    if isinstance(summary, Committed):  # a worker committed it itself
+        return _ingested(path, summary.result, summary.n_rows, summary.n_tokens)
     try:
-        ingested = store.ingest(location, slot.digest, summary, slot.checked.facts.sequences)
+        ingested = store.ingest(
+            location, slot.digest, summary, slot.checked.facts.sequences, slot.checked.evidence
+        )
     except (duckdb.Error, FileFailed) as error:
         return _failed(path, error)
+    return _ingested(path, ingested, summary.n_rows, summary.n_tokens)
+
+
+def _ingested(path: Path, ingested: bool | Problem | CopyOf, n_rows: int, n_tokens: int) -> FileOutcome:
+    """The outcome of a file from what its ingest returned."""
     if isinstance(ingested, Problem):
         return FileOutcome(path, "skipped", problems=[ingested])
     if isinstance(ingested, CopyOf):
         return FileOutcome(path, "copy", copy_of=ingested.path, resaved=True)
     if not ingested:
         return FileOutcome(path, "already ingested")
-    return FileOutcome(path, "ingested", n_rows=summary.n_rows, n_tokens=summary.n_tokens)
+    return FileOutcome(path, "ingested", n_rows=n_rows, n_tokens=n_tokens)
 
 
 def _failed(path: Path, error: Exception) -> FileOutcome:
@@ -126,11 +139,12 @@ def _check(slots: list[Slot], runner, bar: tqdm) -> None:
 
 
 def _summaries(
-    slots: list[Slot], runner, loss: Loss, bar: tqdm
-) -> Iterator[tuple[Slot, FileSummary | FileFailed | None]]:
+    slots: list[Slot], runner, loss: Loss, bar: tqdm, sample: float, commit_to=None
+) -> Iterator[tuple[Slot, FileSummary | Committed | FileFailed | None]]:
     """Each slot in order with its summary (None: a slot that is not summarised): runs of small files on
     the runner, a file long enough for ranges (`default_workers`) once the files before it are done: in
-    threads of this process, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here."""
+    threads of this process, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here.
+    `commit_to(slot)`: where the runner's workers commit the small files themselves (`Committed`)."""
     cpus = getattr(runner, "cpus", None)
 
     def kind(slot: Slot) -> str:
@@ -143,12 +157,16 @@ def _summaries(
         if how == "none":
             yield from ((slot, None) for slot in group)
         elif how == "small":
-            tasks = (Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s)) for s in group)
+            commits = [commit_to(s) if commit_to else None for s in group]
+            tasks = (
+                Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s), sample, c)
+                for s, c in zip(group, commits, strict=True)
+            )
             for slot, summary in zip(group, runner.map(tasks), strict=True):
                 bar.update(slot.checked.report.n_rows)
                 yield slot, summary
         else:
-            yield from ((slot, _summarise_long(slot, runner, loss, bar)) for slot in group)
+            yield from ((slot, _summarise_long(slot, runner, loss, bar, sample)) for slot in group)
 
 
 def _sequences(slot: Slot) -> int:
@@ -156,7 +174,7 @@ def _sequences(slot: Slot) -> int:
     return slot.checked.facts.sequences.num_rows
 
 
-def _summarise_long(slot: Slot, runner, loss: Loss, bar: tqdm) -> FileSummary | FileFailed:
+def _summarise_long(slot: Slot, runner, loss: Loss, bar: tqdm, sample: float) -> FileSummary | FileFailed:
     """A long file in ranges: threads here, or range tasks on a cluster's CPUs (a runner with `cpus`)."""
     cpus = getattr(runner, "cpus", None)
     workers = default_workers(slot.checked.report.n_rows, cores=cpus)
@@ -164,7 +182,7 @@ def _summarise_long(slot: Slot, runner, loss: Loss, bar: tqdm) -> FileSummary | 
     try:
         return summarise_file(
             slot.path, slot.checked.facts.resumes, loss, n_sequences=_sequences(slot), on_batch=bar.update,
-            workers=workers, range_map=range_map,
+            workers=workers, range_map=range_map, sample=sample,
         )  # fmt: skip
     except Exception as error:  # one file's trouble never stops the others
         return FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
@@ -187,6 +205,8 @@ def replay(
     max_staleness: int | None = None,
     staleness_limit: tuple[int, str, str] | None = None,
     ray: str | None = None,
+    sample: float = 1.0,
+    data_path: str | None = None,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
     order (see the module docstring; `on_found` hears first the folders they are in, with their runs), on
@@ -195,7 +215,9 @@ def replay(
     refused) and the trainer's `max_staleness` for the findings; `staleness_limit` (the trainer's maximum
     staleness, where it was read, its config key) is recorded for the gate. `ray`:
     check and summarise on Ray instead (`"local"` starts one, else a cluster address;
-    `evaluator.replay.ray_runner`), ingesting here in the same order.
+    `evaluator.replay.ray_runner`), ingesting here in the same order. `sample`: the fraction of sequences
+    summarised (`evaluator.replay.sampling`; recorded in the store). `data_path`: where a new store's
+    Parquet files go (a folder or an s3:// prefix).
 
     Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
     `StoreError` for a store of other parameters."""
@@ -212,34 +234,42 @@ def replay(
         if on_found is not None:
             on_found(found_folders(files, staging))
         announcer = Announcer(staging, on_file)
-        findings: list[Finding] = []
         ingest_s = 0.0
         runner = _runner(ray, file_workers(len(files)) if workers is None else workers)
-        try:
-            with StoreWriter(db_path, loss) as store, _progress(files, progress) as bar, runner:
-                if staleness_limit is not None:
-                    store.record_max_staleness(*staleness_limit)
-                slots = digests(files, store.digests(), staging)
-                if any(s.to_check for s in slots):
-                    load_kernels()  # numba's start, while the files are checked
-                _check(slots, runner, bar)
-                checked = [s.checked for s in slots if s.checked is not None]
-                judgement = judge_call(checked, max_staleness, duplicates=False)
-                findings = judgement.findings
-                bar.reset()
-                for i, (slot, summary) in enumerate(_summaries(slots, runner, loss, bar), 1):
-                    start = time.perf_counter()
-                    slot.outcome = _settled(slot, summary, staging.location(slot.path), store)
-                    ingest_s += time.perf_counter() - start if summary is not None else 0.0
-                    announcer.add(slot.outcome, published=not store.unpublished)
-                    bar.set_description(f"replayed {i}/{len(files)} files")
-                store.record_findings([f for f in findings if f.severity == "warning"], judgement.checks)
-        finally:
-            announcer.flush()  # after the last publish, an error or Ctrl-C too (the store keeps its files)
+        writer = StoreWriter(db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path)
+        with writer as store, _progress(files, progress) as bar, runner:
+            if staleness_limit is not None:
+                store.record_max_staleness(*staleness_limit)
+            slots = digests(files, store.digests(), staging)
+            if any(s.to_check for s in slots):
+                load_kernels()  # numba's start, while the files are checked
+            _check(slots, runner, bar)
+            checked = [s.checked for s in slots if s.checked is not None]
+            findings = judge_call(checked, max_staleness, duplicates=False).findings
+            bar.reset()
+            commit_to = _worker_commits(store, staging, max_staleness) if ray is not None else None
+            for i, (slot, summary) in enumerate(_summaries(slots, runner, loss, bar, sample, commit_to), 1):
+                start = time.perf_counter()
+                slot.outcome = _settled(slot, summary, staging.location(slot.path), store)
+                ingest_s += time.perf_counter() - start if summary is not None else 0.0
+                announcer.add(slot.outcome)
+                bar.set_description(f"replayed {i}/{len(files)} files")
     outcomes = announcer.outcomes
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes, findings, ingest_s)
+
+
+def _worker_commits(store: StoreWriter, staging: Staging, max_staleness: int | None):
+    """How a Ray worker commits a slot's file to this replay's store itself (the commits are then spread
+    over the cluster; the store must be reachable from the workers: a shared folder, or a catalog URL)."""
+    db = store.location.given if store.location.folder is None else str(store.location.folder)
+
+    def commit_to(slot: Slot) -> CommitTo:
+        facts, location = slot.checked, staging.location(slot.path)
+        return CommitTo(db, slot.digest, location, facts.facts.sequences, facts.evidence, max_staleness)
+
+    return commit_to
 
 
 def _runner(ray: str | None, workers: int):

@@ -31,6 +31,7 @@ from evaluator.replay.accumulators import Moments
 from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
 from evaluator.replay.pairing import resumes_frame
 from evaluator.replay.reading import iter_batches, sequence_starts, sorted_copy
+from evaluator.replay.sampling import sampled
 from evaluator.store import FileSummary
 
 BATCH_ROWS = 1 << 18
@@ -42,13 +43,15 @@ Rows = dict[str, np.ndarray]
 @dataclass(frozen=True)
 class SummariseRange:
     """Summarise rows [start, end) of a long file (`rows` None: all of it) in record batches of
-    `batch_rows`: a `RangeSummary`, merged with the file's other ranges in file order."""
+    `batch_rows`, the fraction `sample` of its sequences (`evaluator.replay.sampling`): a `RangeSummary`,
+    merged with the file's other ranges in file order."""
 
     path: Path
     rows: tuple[int, int] | None
     resumes: pa.Table
     loss: Loss
     batch_rows: int
+    sample: float = 1.0
     kind = "summarise_range"
 
     def run(self, on_batch: Callable[[int], None] | None = None, stop: threading.Event | None = None):
@@ -80,12 +83,14 @@ def summarise_range(
         if stop is not None and stop.is_set():
             break
         out.n_sequence_runs += int(sequence_starts(batch, None).sum())
+        batch_rows = batch.num_rows
+        out.n_rows += batch_rows
+        batch = sampled(batch, task.sample)
         acc.moments = Moments(len(SERIES))  # this batch's alone: the parent folds them in file order
         out.n_tokens += add_batch(acc, batch, runs, resumes, task.loss)
-        out.n_rows += batch.num_rows
         out.batch_moments.append((acc.moments.token_rows(), acc.moments.moment_rows()))
         if on_batch is not None:
-            on_batch(batch.num_rows)
+            on_batch(batch_rows)
     out.runs, out.by_step, out.by_staleness = list(runs), acc.by_step.rows(), acc.by_staleness.rows()
     return out
 
@@ -177,17 +182,19 @@ def summarise_file(
     batch_rows: int = BATCH_ROWS,
     workers: int | None = None,
     range_map: RangeMap | None = None,
+    sample: float = 1.0,
 ) -> FileSummary:
     """Stream `path` batch by batch into its mergeable summaries, on `workers` threads (default: one per
     core for a long file, else none), or as `workers` range tasks of `range_map` (an ordered map over
     tasks, `evaluator.replay.ray_runner.RayRunner.map`). `resumes`: the file's `FileFacts.resumes`;
     `loss`: the loss the decision metrics are computed under; `n_sequences`: the file's sequences (its
-    `FileFacts.sequences` rows), to check that they are contiguous (if not, a sorted copy is replayed).
-    `on_batch(rows)` reports progress."""
+    `FileFacts.sequences` rows), to check that they are contiguous (if not, a sorted copy is replayed);
+    `sample`: the fraction of sequences summarised (`evaluator.replay.sampling`; `n_rows` stays the
+    file's). `on_batch(rows)` reports progress."""
     n_rows = pq.ParquetFile(path).metadata.num_rows
     workers = default_workers(n_rows, batch_rows) if workers is None else workers
     ranges = batch_ranges(n_rows, batch_rows, workers)
-    whole = SummariseRange(path, None, resumes, loss, batch_rows)
+    whole = SummariseRange(path, None, resumes, loss, batch_rows, sample)
     if len(ranges) < 2:
         parts = [summarise_range(whole, on_batch)]
     elif range_map is not None:
@@ -198,7 +205,9 @@ def summarise_file(
         with tempfile.TemporaryDirectory(prefix="proxaudit-sorted-") as folder:
             copy = os.path.join(folder, "sorted.parquet")
             sorted_copy(path, copy)
-            return summarise_file(copy, resumes, loss, batch_rows=batch_rows, workers=workers, range_map=None)
+            return summarise_file(
+                copy, resumes, loss, batch_rows=batch_rows, workers=workers, range_map=None, sample=sample
+            )
     return _merged(parts)
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from evaluator.formulas.loss import Loss
 from evaluator.replay.summarise import SummariseRange, summarise_file
+from evaluator.store.writer import worker_writer
 from evaluator.validate import check_file
 
 
@@ -26,19 +27,52 @@ class Check:
 
 
 @dataclass(frozen=True)
+class CommitTo:
+    """Where a task commits the file it summarised (a Ray worker commits its own files): the store, and
+    what the ingest needs besides the summary (`evaluator.store.StoreWriter.ingest`)."""
+
+    db: str
+    digest: str
+    location: Path | str
+    sequences: pa.Table
+    evidence: object | None
+    max_staleness: int | None = None
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A file a worker summarised and committed (or found in the store): what its ingest returned."""
+
+    result: object
+    n_rows: int
+    n_tokens: int
+
+
+@dataclass(frozen=True)
 class Summarise:
     """Summarise one clean file (`FileFacts.resumes` and the number of its sequences from its check) under
-    `loss`: a `FileSummary`."""
+    `loss`, the fraction `sample` of its sequences: a `FileSummary`; with `commit`, also commit it to that
+    store from where it runs: `Committed`."""
 
     path: Path
     resumes: pa.Table
     loss: Loss
     n_sequences: int | None = None
+    sample: float = 1.0
+    commit: CommitTo | None = None
     kind = "summarise"
 
     def run(self):
         # one worker per core already: no range threads
-        return summarise_file(self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1)
+        summary = summarise_file(
+            self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1, sample=self.sample
+        )
+        if self.commit is None:
+            return summary
+        c = self.commit
+        writer = worker_writer(c.db, self.loss, self.sample, c.max_staleness)
+        result = writer.ingest(c.location, c.digest, summary, c.sequences, c.evidence)
+        return Committed(result, summary.n_rows, summary.n_tokens)
 
 
 Task = Check | Summarise | SummariseRange

@@ -1,19 +1,18 @@
-"""The findings a replay stores with its runs (`run_finding`, `run_check` of schemas/store.sql): the warnings
-with their evidence, and what every check made of every run."""
+"""The findings a store keeps with its runs (`run_finding`, `run_check` of schemas/store.sql) as Arrow
+tables: the warnings with their evidence, and what every check made of every run
+(`evaluator.store.derived` writes them)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import duckdb
 import pyarrow as pa
 
 from evaluator.problems import CheckOutcome, Finding, format_example
 
-_HELD = "run_id IN (SELECT run_id FROM file_tokens)"
 
-
-def _findings_table(findings: Sequence[Finding]) -> pa.Table:
+def findings_table(findings: Sequence[Finding]) -> pa.Table:
+    """`run_finding` rows but `found_at`."""
     return pa.table(
         {
             "run_id": pa.array([f.run_id for f in findings], pa.string()),
@@ -29,7 +28,8 @@ def _findings_table(findings: Sequence[Finding]) -> pa.Table:
     )
 
 
-def _checks_table(checks: Sequence[CheckOutcome]) -> pa.Table:
+def checks_table(checks: Sequence[CheckOutcome]) -> pa.Table:
+    """`run_check` rows but `checked_at`."""
     return pa.table(
         {
             "run_id": pa.array([c.run_id for c in checks], pa.string()),
@@ -38,29 +38,3 @@ def _checks_table(checks: Sequence[CheckOutcome]) -> pa.Table:
             "why": pa.array([c.why for c in checks], pa.string()),
         }
     )
-
-
-def record(
-    con: duckdb.DuckDBPyConnection, findings: Sequence[Finding], checks: Sequence[CheckOutcome]
-) -> bool:
-    """Insert (or replace, by run and rule / run and check) the rows of the runs the store holds; True
-    when anything was written."""
-    statements = (
-        ("found", _findings_table(findings), f"""INSERT OR REPLACE INTO run_finding
-            (run_id, rule, column_name, n_rows, message, found_at, figure, threshold, examples, advice)
-            SELECT run_id, rule, column_name, n_rows, message, now(), figure, threshold, examples, advice
-            FROM found WHERE {_HELD}"""),
-        ("outcomes", _checks_table(checks), f"""INSERT OR REPLACE INTO run_check
-            SELECT run_id, check_name, status, why, now() FROM outcomes WHERE {_HELD}"""),
-    )  # fmt: skip
-    wrote = False
-    for name, table, sql in statements:
-        if not table.num_rows:
-            continue
-        con.register(name, table)
-        try:
-            con.execute(sql)
-        finally:
-            con.unregister(name)
-        wrote = True
-    return wrote

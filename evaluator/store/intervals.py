@@ -1,5 +1,6 @@
 """The 95% intervals the public views carry (`evaluator.formulas.bootstrap`), computed from the store's
-per-step sums whenever it is published, for the views' two groupings: each run (every staleness) and each
+per-step sums (which add over files) for the runs a writer refreshes (`evaluator.store.derived`), for the
+views' two groupings: each run (every staleness) and each
 (run, staleness). Decision figures get an interval, and so does their excess over the engine floor (the
 figure minus `rollout`'s at staleness 0, on the same draws; a run's excess pools its stale tokens only,
 staleness >= 1, where the excess is not 0 by construction); the error metrics' means get one too."""
@@ -38,7 +39,8 @@ ALL, STALE = -1, -2
 
 _SUMS = """
     SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
-    FROM metric_moments WHERE metric IN ({metrics}) GROUP BY ALL ORDER BY ALL"""
+    FROM metric_moments WHERE metric IN ({metrics}) AND run_id IN (SELECT unnest($runs))
+    GROUP BY ALL ORDER BY ALL"""
 """Ordered sums, ordered rows: the same store gives the same floats whatever DuckDB's threads do."""
 
 
@@ -119,28 +121,17 @@ def _floor(replicates: np.ndarray, cells: pd.MultiIndex) -> np.ndarray:
     return replicates[:, cells.get_loc(key)]
 
 
-def refresh_intervals(con: duckdb.DuckDBPyConnection) -> None:
-    """Recompute `decision_interval` and `mean_interval` from the store's moments (in one transaction)."""
+def interval_tables(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict[str, pa.Table]:
+    """`decision_interval` and `mean_interval` rows of `runs`, from the store's moments."""
     sql = _SUMS.format(metrics=", ".join(f"'{m}'" for m in METRICS))
-    frame = con.execute(sql).df()
+    frame = con.execute(sql, {"runs": runs}).df()
     decision, means = [], []
     for run_id, part in frame.groupby("run_id", sort=True):
         rows = _run_rows(part)
         decision += [r | {"run_id": run_id} for r in rows[0]]
         means += [r | {"run_id": run_id} for r in rows[1]]
-    tables = {"decision_interval": decision, "mean_interval": means}
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for table, rows in tables.items():
-            con.execute(f"DELETE FROM {table}")
-            if rows:
-                con.register("part", _arrow(rows, _COLUMNS[table]))
-                con.execute(f"INSERT INTO {table} ({', '.join(_COLUMNS[table])}) SELECT * FROM part")
-                con.unregister("part")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+    return {"decision_interval": _arrow(decision, _COLUMNS["decision_interval"]),
+            "mean_interval": _arrow(means, _COLUMNS["mean_interval"])}  # fmt: skip
 
 
 def _arrow(rows: list[dict], columns: tuple[str, ...]) -> pa.Table:
@@ -152,7 +143,7 @@ def _arrow(rows: list[dict], columns: tuple[str, ...]) -> pa.Table:
             return None
         return None if isinstance(v, float) and np.isnan(v) else v
 
-    return pa.Table.from_pylist([{c: value(r, c) for c in columns} for r in rows])
+    return pa.Table.from_pylist([{c: value(r, c) for c in columns} for r in rows], schema=_SCHEMAS[columns])
 
 
 _COLUMNS = {
@@ -162,6 +153,13 @@ _COLUMNS = {
     ),
     "mean_interval": ("run_id", "staleness", "method", "metric", "lower", "upper"),
 }  # fmt: skip
+
+
+_TYPES = {"run_id": pa.string(), "staleness": pa.int32(), "method": pa.string(), "n_steps": pa.int32(),
+          "figure": pa.string(), "metric": pa.string()}  # fmt: skip
+_SCHEMAS = {
+    columns: pa.schema([(c, _TYPES.get(c, pa.float64())) for c in columns]) for columns in _COLUMNS.values()
+}
 
 
 _STEP_SUMS = """

@@ -6,21 +6,12 @@ naming the stored file that holds them first, unless it is one stored file saved
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import duckdb
-import pyarrow as pa
 
 from evaluator.problems import Problem
+from evaluator.store.staging import FileSummary
 from evaluator.validate.facts import duplicate_message, overlaps_sql
-
-
-class FileSummary(Protocol):
-    """What a file's summary (`evaluator.store.writer.FileSummary`) holds that a repeat is judged on."""
-
-    file_tokens: pa.Table
-    moments: pa.Table
-
 
 SUM_TOLERANCE = 1e-9
 """Sums of a re-saved copy's metrics may differ in their last bits (other row groups add in another

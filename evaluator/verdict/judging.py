@@ -63,17 +63,21 @@ def judge_store(
     run: str | None = None,
     max_staleness: int | None = None,
     tolerance: Tolerance = DEFAULT_TOLERANCE,
+    alternatives: bool = True,
 ) -> Judgement:
     """The gate's result of `thresholds` on the store of `con` (of `run` alone if given) and each judged
     run's decision, the engine floor judged against `tolerance` where the thresholds have no floor check,
-    with each trainer's own mismatch figure on the judged runs."""
+    with each trainer's own mismatch figure on the judged runs; without `alternatives` (the other trainer
+    options that would ship further) where a caller shows none."""
     result = gate_on(con, thresholds, db, run, max_staleness)
     floors, counts = engine_floors(con), minibatches(con)
     bounds = floor_bounds(thresholds, tolerance)
     decisions = []
     for run_id, limit in sorted(result.limits.items()):
         d = decide(run_id, result.of_run(run_id), limit, FloorVerdict(floors.get(run_id, {}), bounds))
-        decisions.append(replace(d, alternatives=_alternatives(con, d, counts.get(run_id), max_staleness)))
+        if alternatives:
+            d = replace(d, alternatives=_alternatives(con, d, counts.get(run_id), max_staleness))
+        decisions.append(d)
     judged = {d.run_id for d in decisions}
     trainers = tuple(f for f in trainer_figures(con, run) if f.run_id in judged)
     return Judgement(result, tuple(decisions), stored_loss(con) or DEFAULT_LOSS, trainers)

@@ -68,11 +68,13 @@ def what_if(
     thresholds: str | os.PathLike = DEFAULT_THRESHOLDS,
     workers: int | None = None,
     ray: str | None = None,
+    sample: float = 1.0,
     on_loss: Callable[[str], None] | None = None,
 ) -> pa.Table:
     """The what-if table of `paths` under `losses` ((name, loss), the first the store's, which `paths`
     were replayed into `db` under already), recorded in `db` (module docstring) and returned. The other
-    losses' replays take `replay`'s options (`max_staleness`, `staleness_limit`, `workers`, `ray`);
+    losses' replays take `replay`'s options (`max_staleness`, `staleness_limit`, `workers`, `ray`,
+    `sample`: the same sequences as the store's);
     `on_loss` hears each one's name before its replay."""
     (own_name, own_loss), others = losses[0], losses[1:]
     rows = judged_rows(db, own_name, True, thresholds)
@@ -80,10 +82,10 @@ def what_if(
         for i, (name, loss) in enumerate(others):
             if on_loss is not None:
                 on_loss(name)
-            store = Path(scratch) / f"{i}.duckdb"
+            store = Path(scratch) / str(i)
             replay(
                 paths, store, loss=loss, max_staleness=max_staleness, staleness_limit=staleness_limit,
-                workers=workers, ray=ray, progress=False,
+                workers=workers, ray=ray, sample=sample, progress=False,
             )  # fmt: skip
             rows += judged_rows(store, name, False, thresholds)
     table = pa.Table.from_pylist(rows)

@@ -1,7 +1,9 @@
 """A trainer's dump files, once complete, imported into token logs (the importers of `proxaudit import`),
-which `watch` then replays. An import writes the same bytes for the same dump file, and a log imported
-before (newer than its dump file) is kept, so a restart of `watch` converts nothing twice and replay finds
-each log's digest already in the store."""
+which `watch` then replays. Each folder the trainer wrote a run's dump into is one run, named after it (or
+`--run-id` when the paths hold one run), as `proxaudit import` names it (`evaluator.importers.runs`). An
+import writes the same bytes for the same dump file, and a log imported before (newer than its dump file)
+is kept, so a restart of `watch` converts nothing twice and replay finds each log's digest already in the
+store."""
 
 from __future__ import annotations
 
@@ -11,20 +13,22 @@ from pathlib import Path
 
 from evaluator.importers import FORMATS
 from evaluator.importers.rows import ImportFormatError
+from evaluator.importers.runs import dump_runs, run_folder
 from evaluator.importers.slime_versions import Versions
 from evaluator.text_table import printable
 from evaluator.watch.completeness import Entry
 
 
 class DumpImporter:
-    """Imports dump files of format `fmt` into `out` under `run_id` (`trust_pickle`: SkyRL's pickles may
-    be read; `versions`: slime's weight pushes)."""
+    """Imports dump files of format `fmt` into `out`, each run folder as its own run (`run_id`: the name
+    of the one run the paths may hold; `trust_pickle`: SkyRL's pickles may be read; `versions`: slime's
+    weight pushes)."""
 
     def __init__(
         self,
         fmt: str,
         out: Path,
-        run_id: str,
+        run_id: str | None = None,
         *,
         trust_pickle: bool = False,
         versions: Versions | None = None,
@@ -37,13 +41,28 @@ class DumpImporter:
         elif fmt == "slime":
             self._convert = partial(module.convert, versions=versions or Versions())
         self._sources: dict[str, Path] = {}
+        self._firsts: dict[Path, Path] = {}
+        """a dump file of each run folder met so far"""
+
+    def run_of(self, path: Path) -> str:
+        """The run_id of a dump file: its run folder's name (or `run_id`), checked against the runs met
+        before (an `ImportFormatError` when `run_id` would name two runs, or two folders one run)."""
+        folder = run_folder(self.fmt, path)
+        runs = dump_runs(self.fmt, [*self._firsts.values(), path], self.run_id)
+        self._firsts.setdefault(folder, path)
+        return next(r.run_id for r in runs if r.folder == folder)
 
     def convert(self, entries: Sequence[Entry]) -> tuple[list[Path], list[str]]:
         """(the token logs of `entries`, in order; a line per dump file that failed or was skipped)."""
         logs, lines = [], []
         for entry in entries:
             path, shown = entry.path, printable(str(entry.path))
-            name = self.module.out_name(path, self.run_id)
+            try:
+                run_id = self.run_of(path)
+            except ImportFormatError as error:
+                lines.append(f"{shown}: not imported: {printable(str(error))}")
+                continue
+            name = self.module.out_name(path, run_id)
             first = self._sources.setdefault(name, path)
             if first != path:
                 why = f"its log would replace that of {printable(str(first))} (two runs' dumps)"
@@ -54,7 +73,7 @@ class DumpImporter:
                 logs.append(log)  # imported by an earlier watch: the same bytes
                 continue
             try:
-                result = self._convert(path, self.out, self.run_id)
+                result = self._convert(path, self.out, run_id)
             except (ImportFormatError, OSError) as error:
                 lines.append(f"{shown}: not imported: {printable(str(error).removeprefix(f'{path}: '))}")
                 continue

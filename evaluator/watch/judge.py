@@ -61,7 +61,9 @@ def judge_runs(
     """The decision on every run of the store at `db` (read-only) under `thresholds` (the default ones),
     judged at each staleness 1..`max_staleness` (None: what replay recorded, else the log's), by run."""
     with open_store(db) as con:
-        judgement = judge_store(con, thresholds or default_thresholds(), str(db), max_staleness=max_staleness)
+        judgement = judge_store(
+            con, thresholds or default_thresholds(), str(db), max_staleness=max_staleness, alternatives=False
+        )
     return [
         RunVerdict(d.run_id, d.action, d.max_staleness, d.method, sentence(d), d.steps_to_decide)
         for d in judgement.decisions

@@ -4,12 +4,14 @@ state into an alert; stop at the first `do_not_ship` (or drift) when asked, or o
 
 Each complete file is handed to replay once per version of it (its size and time); replay skips a file
 whose digest the store holds, so a restarted watch hands every file again and ingests only what is new,
-and a file that other `replay` processes ingested is not counted twice. The alerts already written are
+and a file that other `replay` processes ingested (a store takes several writers at once) is not counted
+twice. The alerts already written are
 read back at start, so a restart repeats none.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from pathlib import Path
 from evaluator.errors import NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.replay import replay
-from evaluator.store import StoreBusy
+from evaluator.store.lake import locate
 from evaluator.validate.report import findings_lines
 from evaluator.watch.alerts import Alert, AlertMachine
 from evaluator.watch.completeness import Entry, Split, split
@@ -38,7 +40,8 @@ EXIT_ON = ("fail", "trend")
 @dataclass(frozen=True)
 class WatchOptions:
     paths: tuple[Path, ...]
-    db: Path
+    db: str | os.PathLike
+    """the store: a folder, or a catalog URL"""
     importer: DumpImporter | None = None
     """a trainer's dump format to import (None: the folders hold token logs)"""
     alerts: Path | None = None
@@ -101,7 +104,7 @@ class Watcher:
         new = [e for e in parts.complete if self.handed.get(e.path) != (e.size, e.mtime_ns)]
         ingested = self._ingest(new) if new else 0
         alerts: list[Alert] = []
-        if (ingested or not self.judged) and o.db.exists():
+        if (ingested or not self.judged) and locate(o.db).exists():
             alerts += self._judge()
         alerts += self.machine.on_activity(ended, utc_now(), o.idle_after, [str(p) for p in o.paths])
         for alert in alerts:
@@ -134,9 +137,6 @@ class Watcher:
                     loss=o.loss,
                     max_staleness=o.max_staleness,
                 )
-            except StoreBusy as error:  # another replay holds the store: the files wait for the next poll
-                self.status.echo(f"{error}; trying again in {o.interval:g} s", err=True)
-                return 0
             except UsageError as error:  # a file vanished between the listing and the replay
                 self.status.echo(f"{error}; looking again in {o.interval:g} s", err=True)
                 return 0
@@ -157,18 +157,12 @@ class Watcher:
             self.as_of = str(outcome.path)
 
     def _judge(self) -> list[Alert]:
+        """Judge every run again on the latest snapshot (a reader never waits for a writer)."""
         o = self.options
-        try:
-            thresholds = o.thresholds or default_thresholds()
-            self.verdicts = judge_runs(o.db, thresholds, o.max_staleness)
-            gate = gated(thresholds)
-            self.trends = (
-                run_trends(o.db, gate.method, gate.tolerance, o.max_staleness) if gate.method else []
-            )
-        except StoreBusy as error:  # judged again at the next look
-            self.status.echo(f"{error}; judging again in {o.interval:g} s", err=True)
-            self.judged = False
-            return []
+        thresholds = o.thresholds or default_thresholds()
+        self.verdicts = judge_runs(o.db, thresholds, o.max_staleness)
+        gate = gated(thresholds)
+        self.trends = run_trends(o.db, gate.method, gate.tolerance, o.max_staleness) if gate.method else []
         self.judged = True
         now = utc_now()
         return self.machine.on_verdicts(self.verdicts, now, self.as_of) + self.machine.on_trends(

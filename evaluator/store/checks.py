@@ -1,0 +1,125 @@
+"""Is an attached store one proxaudit wrote? Its tables and columns, its schema version, and every text value
+one replay writes: a store is data, never code, and a crafted one must not cost readers memory per row or
+put foreign names on charts."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import duckdb
+
+from evaluator.duck import connect
+from evaluator.errors import StoreError
+from evaluator.store.lake import CATALOG_FILE, STORE, Location
+from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL
+from schemas.token_log import RUN_ID_MAX_BYTES
+
+TEXT_MAX_BYTES = 8192
+"""The longest text a store may hold in a column without a rule of its own (a path, a finding's message)."""
+_VALUE_RULES = {
+    "run_id": (f"strlen(run_id) > {RUN_ID_MAX_BYTES}", f"longer than {RUN_ID_MAX_BYTES} bytes"),
+    "method": (f"method NOT IN ({', '.join(map(repr, METHODS))})", "not a method proxaudit computes"),
+    "metric": (f"metric NOT IN ({', '.join(map(repr, METRICS))})", "not a metric proxaudit computes"),
+    "digest": ("NOT regexp_full_match(digest, '[0-9a-f]{64}')", "not a BLAKE2b digest"),
+}
+_CHECKED: dict[str, int] = {}
+"""The snapshot up to which each store's values passed `check_values` in this process."""
+
+
+def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Every table and view of the catalog's main schema with its (column, type), in column order."""
+    rows = con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
+        "AND schema_name = 'main' ORDER BY table_name, column_index",
+        [catalog],
+    ).fetchall()
+    found: dict[str, list[tuple[str, str]]] = {}
+    for table, column, dtype in rows:
+        found.setdefault(table, []).append((column, dtype))
+    return {t: tuple(c) for t, c in found.items()}
+
+
+@functools.cache
+def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
+    """The store's tables and their (column, type), from the DDL (a reference in memory)."""
+    with connect() as con:
+        con.execute(TABLE_DDL)
+        return _columns(con, "memory")
+
+
+def check_store(
+    con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE, values: bool = True
+) -> None:
+    """A `StoreError` unless the catalog holds a proxaudit store of this schema version: every table of the
+    DDL as a base table with its columns, the schema
+    version recorded, and (with `values`) values replay writes (`check_values`)."""
+    found = _columns(con, catalog)
+    tables = "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = ?"
+    base = {t for (t,) in con.execute(tables, [catalog]).fetchall()}
+    if "store_meta" not in base:
+        what = f"tables {', '.join(sorted(base))}" if base else "views only" if found else "nothing"
+        raise StoreError(f"{db} is not a proxaudit metrics store (it holds {what}, no store_meta table)")
+    version = f"SELECT value FROM \"{catalog}\".main.store_meta WHERE key = 'store_schema_version'"
+    row = con.execute(version).fetchone()
+    if row is None or row[0] != STORE_SCHEMA_VERSION:
+        found_version = row[0] if row else None
+        raise StoreError(
+            f"{db}: store schema version {found_version!r}, this proxaudit reads {STORE_SCHEMA_VERSION!r}: "
+            "replay the token logs into a new store"
+        )
+    for table, columns in expected_tables().items():
+        if table not in base or found.get(table) != columns:
+            got = "missing" if table not in found else "a view" if table not in base else "of other columns"
+            raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
+    if values:
+        check_values(con, db, catalog)
+
+
+def _key(db: Location | str) -> str:
+    """A store's key: a folder store's catalog with its inode (a store made anew at a path is another)."""
+    folder = getattr(db, "folder", None)
+    if folder is None:
+        return str(db)
+    return f"{db}:{os.stat(folder / CATALOG_FILE).st_ino}"
+
+
+def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str) -> None:
+    """A `StoreError` unless every text value is one replay writes: a run_id of at most
+    `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
+    store repeats these on every row, so a crafted one with long or foreign values would cost readers
+    memory per row (and put foreign names on charts). Each row is checked once in a process: a snapshot
+    after one already checked has the rows inserted since read (DuckLake's `ducklake_table_insertions`)."""
+    key, now = _key(db), snapshot_id(con, catalog)
+    since = _CHECKED.get(key)
+    if since == now:
+        return
+    for table, columns in expected_tables().items():
+        texts = [c for c, dtype in columns if dtype == "VARCHAR"]
+        if not texts:
+            continue
+        rules = [
+            _VALUE_RULES.get(c, (f"strlen({c}) > {TEXT_MAX_BYTES}", f"over {TEXT_MAX_BYTES} bytes"))
+            for c in texts
+        ]
+        counts = ", ".join(f"count_if({r[0]})" for r in rules)
+        rows = f'"{catalog}".main.{table}'
+        if since is not None and since < now:
+            rows = f"ducklake_table_insertions('{catalog}', 'main', '{table}', {since + 1}, {now})"
+        try:
+            found = con.execute(f"SELECT {counts} FROM {rows}").fetchone()
+        except duckdb.Error:  # the snapshot checked before was expired: all of it again
+            found = con.execute(f'SELECT {counts} FROM "{catalog}".main.{table}').fetchone()
+        for column, (_, what), count in zip(texts, rules, found, strict=True):
+            if count:
+                raise StoreError(
+                    f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
+                )
+    if len(_CHECKED) >= 64:
+        _CHECKED.pop(next(iter(_CHECKED)))
+    _CHECKED[key] = now
+
+
+def snapshot_id(con: duckdb.DuckDBPyConnection, catalog: str = STORE) -> int:
+    """The id of the snapshot the connection reads (each commit of a writer makes one)."""
+    return con.execute(f"SELECT id FROM {catalog}.current_snapshot()").fetchone()[0]

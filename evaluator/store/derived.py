@@ -1,0 +1,98 @@
+"""What the store judges on a whole run, computed from its stored per-file rows: the findings and every
+check's outcome (`run_finding`, `run_check`: from the evidence of all the run's files, added up) and the
+95% intervals (`decision_interval`, `mean_interval`: from the per-step sums of all its files).
+
+The staleness sketches are merged over files here too (and by a writer whenever the rows it added
+outnumber the merged ones), so run-level quantiles read one sketch per run. These rows depend on the set of
+stored files alone, never on which replay ingested which file: `run_state`
+records the files (their number and the xor of their ids) and the maximum staleness each run's rows were
+computed from, and a writer recomputes every run whose files differ (`refresh`, at the end of a replay),
+in one transaction. So partial, killed, resumed and concurrent replays end in the rows one clean replay
+of the same files writes.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from evaluator.store.evidence import run_evidence
+from evaluator.store.findings import checks_table, findings_table
+from evaluator.store.intervals import interval_tables
+from evaluator.validate.findings import run_findings
+
+NO_MAX = -1
+"""`run_state.max_staleness` when the findings were judged without a maximum staleness."""
+_STALE = """
+    WITH files AS (SELECT DISTINCT run_id, file_id FROM file_tokens),
+    now AS (SELECT run_id, count(*) AS n_files, bit_xor(file_id) AS files_xor FROM files GROUP BY run_id)
+    SELECT now.run_id FROM now LEFT JOIN run_state s USING (run_id)
+    WHERE s.run_id IS NULL OR s.n_files != now.n_files OR s.files_xor != now.files_xor
+       OR s.max_staleness != $max ORDER BY 1"""
+_UNMERGED = "SELECT DISTINCT run_id FROM sketch_by_staleness WHERE file_id <> 0 ORDER BY 1"
+_STATE = """
+    SELECT run_id, count(*) AS n_files, bit_xor(file_id) AS files_xor, $max::INTEGER AS max_staleness
+    FROM (SELECT DISTINCT run_id, file_id FROM file_tokens WHERE run_id IN (SELECT unnest($runs)))
+    GROUP BY run_id ORDER BY run_id"""
+
+
+_MERGED = """
+    CREATE OR REPLACE TEMP TABLE merged_sketch AS
+    SELECT 0::BIGINT AS file_id, run_id, staleness, method, metric, bucket, sum(count)::BIGINT AS count
+    FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs)) GROUP BY ALL ORDER BY ALL"""
+
+
+def merge_sketches(con: duckdb.DuckDBPyConnection, runs: list[str]) -> int:
+    """Merge the staleness sketches of `runs` over their files into one row per bucket (file_id 0; counts
+    add exactly, so merging in any order and as often as one likes gives the same rows), inside the
+    caller's transaction: run-level quantiles then read a run's sketch, not one per file. The rows left."""
+    con.execute(_MERGED, {"runs": runs})
+    con.execute("DELETE FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs))", {"runs": runs})
+    con.execute("INSERT INTO sketch_by_staleness SELECT * FROM merged_sketch")
+    (rows,) = con.execute("SELECT count(*) FROM merged_sketch").fetchone()
+    con.execute("DROP TABLE merged_sketch")
+    return rows
+
+
+def stale_runs(con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> list[str]:
+    """The runs whose derived rows were computed from other files (or another maximum staleness)."""
+    limit = NO_MAX if max_staleness is None else int(max_staleness)
+    return [run for (run,) in con.execute(_STALE, {"max": limit}).fetchall()]
+
+
+def refresh(con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> list[str]:
+    """Recompute the derived rows of every stale run, and merge the staleness sketches of every run with
+    per-file ones, inside the caller's transaction; the runs."""
+    unmerged = [r for (r,) in con.execute(_UNMERGED).fetchall()]
+    if unmerged:
+        merge_sketches(con, unmerged)
+    runs = stale_runs(con, max_staleness)
+    if not runs:
+        return unmerged
+    limit = NO_MAX if max_staleness is None else int(max_staleness)
+    tables = interval_tables(con, runs)
+    evidence, judged = run_evidence(con, runs)
+    if evidence is not None:
+        found, outcomes = run_findings(evidence, max_staleness)
+        tables["run_finding"] = findings_table([f for f in found if f.severity == "warning"])
+        tables["run_check"] = checks_table(outcomes)
+    tables["run_state"] = con.execute(_STATE, {"runs": runs, "max": limit}).to_arrow_table()
+    for table, rows in tables.items():
+        who = judged if table in ("run_finding", "run_check") else runs
+        con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest($runs))", {"runs": who})
+        _insert(con, table, rows)
+    return sorted({*runs, *unmerged})
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:
+    """Insert `rows` (their columns by name; a table's timestamp columns are now)."""
+    if not rows.num_rows:
+        return
+    con.register("derived_rows", rows)
+    try:
+        columns = ", ".join(rows.column_names)
+        stamp = {"run_finding": ", found_at", "run_check": ", checked_at"}.get(table, "")
+        now = ", now()" if stamp else ""
+        con.execute(f"INSERT INTO {table} ({columns}{stamp}) SELECT *{now} FROM derived_rows ORDER BY ALL")
+    finally:
+        con.unregister("derived_rows")

@@ -1,0 +1,93 @@
+"""A file's rows as Parquet files of the store's tables, written before its commit (`Stager`): the commit then
+only registers them (`ducklake_add_data_files`), so the part of an ingest that is one at a time per store
+does not grow with the file's rows, and the writing runs in parallel with other writers' commits. Files a
+commit did not register (the file was stored meanwhile) are deleted; those of a killed writer are
+orphans that `proxaudit store compact` deletes."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from evaluator.duck import connect
+from evaluator.store.checks import expected_tables
+from evaluator.store.lake import load, quote, s3_secret
+
+
+@dataclass
+class FileSummary:
+    """Everything the store keeps of one file's metrics, as Arrow tables without `file_id` (what
+    `evaluator.replay.summarise` computes)."""
+
+    n_rows: int
+    n_tokens: int
+    file_tokens: pa.Table  # run_id, step, staleness, n_tokens, n_prox
+    moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, sum_sq, min, max
+    sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
+    sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
+
+
+_SEQUENCES = (
+    "SELECT {fid}, run_id, seq_id, minibatch, pos_min, pos_max FROM part ORDER BY run_id, seq_id, minibatch"
+)
+_INSERTS = {
+    "file_tokens": "SELECT {fid}, run_id, step, staleness, sum(n_tokens), sum(n_prox) FROM part "
+    "GROUP BY run_id, step, staleness ORDER BY run_id, step, staleness",
+    "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, sum(n), sum(sum), sum(sum_sq), "
+    "min(min), max(max) FROM part GROUP BY ALL ORDER BY run_id, method, metric, step, staleness",
+    "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, sum(count) FROM part "
+    "GROUP BY ALL ORDER BY run_id, method, metric, step, bucket",
+    "sketch_by_staleness": "SELECT {fid}, run_id, staleness, method, metric, bucket, sum(count) FROM part "
+    "GROUP BY ALL ORDER BY run_id, method, metric, staleness, bucket",
+}
+
+
+class Stager:
+    """Writes the per-file tables' Parquet files under the store's data path `data` (a folder or an s3://
+    prefix, ending in a separator), through a private in-memory DuckDB."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+        self.con = connect()
+        if data.startswith("s3://"):
+            load(self.con, "httpfs")
+            s3_secret(self.con)
+
+    def stage(self, file_id: int, summary: FileSummary, sequences: pa.Table) -> dict[str, str]:
+        """One Parquet file per per-file table, its columns of the store's types: {table: file}."""
+        parts = {
+            "file_sequences": (sequences, _SEQUENCES),
+            "file_tokens": (summary.file_tokens, _INSERTS["file_tokens"]),
+            "metric_moments": (summary.moments, _INSERTS["metric_moments"]),
+            "sketch_by_step": (summary.sketch_by_step, _INSERTS["sketch_by_step"]),
+            "sketch_by_staleness": (summary.sketch_by_staleness, _INSERTS["sketch_by_staleness"]),
+        }
+        staged = {}
+        for table, (part, sql) in parts.items():
+            columns = expected_tables()[table]
+            casts = ", ".join(f"#{i + 1}::{dtype} AS {name}" for i, (name, dtype) in enumerate(columns))
+            target = f"{self.data}main/{table}/proxaudit-{file_id:015x}-{uuid.uuid4().hex}.parquet"
+            if "://" not in target:
+                Path(target).parent.mkdir(parents=True, exist_ok=True)
+            self.con.register("part", part)
+            try:
+                self.con.execute(
+                    f"COPY (SELECT {casts} FROM ({sql.format(fid=file_id)})) TO '{quote(target)}' "
+                    "(FORMAT parquet, COMPRESSION zstd)"
+                )
+            finally:
+                self.con.unregister("part")
+            staged[table] = target
+        return staged
+
+    def discard(self, staged: dict[str, str]) -> None:
+        """Delete staged files no commit registered (an object's are left to compaction)."""
+        for target in staged.values():
+            if "://" not in target:
+                Path(target).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.con.close()
