@@ -133,7 +133,7 @@ def attach(
     con = connect()
     try:
         load(con, *location.extensions)
-        if (location.data_path or _recorded_data_path(location)).startswith("s3://"):
+        if (location.data_path or _recorded_data_path(con, location)).startswith("s3://"):
             if "httpfs" not in location.extensions:
                 load(con, "httpfs")
             s3_secret(con)
@@ -175,16 +175,18 @@ def made_whole(location: Location) -> Iterator[Location]:
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def _recorded_data_path(location: Location) -> str:
+def _recorded_data_path(con: duckdb.DuckDBPyConnection, location: Location) -> str:
     """The data path a folder store's catalog records, read before attaching it (a store whose data is on
-    object storage needs httpfs to attach); "" for a catalog URL or a new store."""
+    object storage needs httpfs to attach); "" for a catalog URL or a new store. Read through the SQLite
+    of the `sqlite_scanner` that `con` loaded, never Python's `sqlite3`: a second copy of SQLite in one
+    process that closes its handle drops the POSIX locks the first holds on the catalog, and a writer then
+    resets the WAL index under this process's readers (a bus error, or a wrong read)."""
     if location.folder is None or not location.exists():
         return ""
-    catalog = f"file:{location.folder / CATALOG_FILE}?mode=ro"
+    sql = "SELECT value FROM sqlite_scan(?, 'ducklake_metadata') WHERE key = 'data_path'"
     try:
-        with contextlib.closing(sqlite3.connect(catalog, uri=True)) as con:
-            rows = con.execute("SELECT value FROM ducklake_metadata WHERE key = 'data_path'").fetchall()
-    except sqlite3.Error:
+        rows = con.execute(sql, [str(location.folder / CATALOG_FILE)]).fetchall()
+    except duckdb.Error:
         return ""  # not a DuckLake catalog yet: attaching says so
     return rows[0][0] if rows else ""
 
@@ -204,7 +206,8 @@ def _make_folder(location: Location) -> None:
     """The folder, its data folder, and an empty SQLite catalog in WAL mode (DuckLake fills it)."""
     try:
         (location.folder / DATA_FOLDER).mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(location.folder / CATALOG_FILE) as catalog:
+        # closed here, before any DuckDB connection opens it (`_recorded_data_path` says why)
+        with contextlib.closing(sqlite3.connect(location.folder / CATALOG_FILE)) as catalog:
             catalog.execute("PRAGMA journal_mode=WAL")
     except (OSError, sqlite3.Error) as error:
         raise StoreError(f"--db {location}: cannot write a store there: {error}") from None
