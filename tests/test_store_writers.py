@@ -135,6 +135,30 @@ def test_concurrent_replays_ingest_each_file_once_and_equal_a_clean_replay(setup
     assert_same_store(db, clean)
 
 
+def test_a_store_records_its_name_maps_when_made_and_never_again(setup, tmp_path):
+    """Every table an ingest registers Parquet files in has its name map from the store's first commit,
+    and ingesting records no other: a name map committed while another process loads the maps crashes it
+    (duckdb/ducklake#1431), which the concurrent replays above hit under load. The store's data lies in
+    its own folder (the staged store's data path rewritten when it moved into place)."""
+    folder, logs, clean = setup
+    db = tmp_path / "m"
+    meta = "__ducklake_metadata_store"
+    tables_of = f"JOIN {meta}.ducklake_table t USING (table_id)"
+    maps = f"SELECT t.table_name FROM {meta}.ducklake_column_mapping {tables_of}"
+    with StoreWriter(db) as writer:
+        made = sorted(table for (table,) in writer.con.execute(maps).fetchall())
+    replay(logs, db, progress=False, workers=1)
+    with connect_store(db) as con:
+        after = sorted(table for (table,) in con.execute(maps).fetchall())
+        registered = f"SELECT DISTINCT t.table_name FROM {meta}.ducklake_data_file f {tables_of} "
+        registered += "WHERE f.path LIKE 'proxaudit-%'"
+        tables = sorted(table for (table,) in con.execute(registered).fetchall())
+        paths = con.execute(f"SELECT value FROM {meta}.ducklake_metadata WHERE key = 'data_path'").fetchall()
+    assert made == after == tables and len(tables) == 5
+    assert paths == [(f"{db / 'data'}{os.sep}",)]
+    assert not list(tmp_path.glob(".m.new-*")) and not any((db / "data").rglob("*-000000000000000-*"))
+
+
 def test_two_writers_racing_on_one_file_store_it_once(tmp_path, monkeypatch):
     """Both writers are inside their ingest transaction at once (a barrier in the token check): one
     commits, the other's commit conflicts, runs again and finds the file (same bytes), or the same tokens

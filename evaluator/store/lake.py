@@ -149,30 +149,36 @@ def attach(
 
 @contextmanager
 def made_whole(location: Location) -> Iterator[Location]:
-    """A new folder store made beside `location` (`.NAME.new-PID`, its data path already `location`'s) and
-    then renamed into place, so that no reader ever finds a store half made. When another writer made the
-    store meanwhile, the staged one is dropped."""
-    if location.folder.is_dir() and any(p.is_file() for p in location.folder.rglob("*")):
+    """A new folder store made beside `location` (`.NAME.new-PID`, its data inside it unless a data path is
+    given) and then renamed into place, so that no reader ever finds a store half made and two writers
+    making it at once never touch each other's files. When another writer made the store meanwhile, the
+    staged one is dropped."""
+    if location.folder.is_dir() and any(location.folder.iterdir()):
         raise StoreError(f"--db {location}: a folder of other files, not a store: give a new or empty folder")
     for stale in location.folder.parent.glob(f".{location.folder.name}.new-*"):  # of killed writers
         if not _alive(stale.name.rsplit("-", 1)[-1]):
             shutil.rmtree(stale, ignore_errors=True)
     staged = location.folder.with_name(f".{location.folder.name}.new-{os.getpid()}")
     shutil.rmtree(staged, ignore_errors=True)
-    data = location.data_path or str(location.folder / DATA_FOLDER) + os.sep
+    data = location.data_path or str(staged / DATA_FOLDER) + os.sep
     try:
         yield Location(location.given, f"sqlite:{staged / CATALOG_FILE}", staged, data)
         try:
-            if location.folder.is_dir():  # the empty folders DuckLake made under the data path
-                for folder, _, _ in sorted(os.walk(location.folder), key=lambda f: -len(f[0])):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(folder)
-            os.rename(staged, location.folder)
-        except OSError as error:
+            if location.data_path is None:  # its data moves with it (file paths are relative to this)
+                _set_data_path(staged / CATALOG_FILE, str(location.folder / DATA_FOLDER) + os.sep)
+            os.rename(staged, location.folder)  # fails if another writer's store is there
+        except (OSError, sqlite3.Error) as error:
             if not location.exists():
                 raise StoreError(f"--db {location}: cannot write a store there: {error}") from None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+
+
+def _set_data_path(catalog: Path, data_path: str) -> None:
+    """Record `data_path` in a staged store's catalog, which no connection of this process holds open any
+    more (`_recorded_data_path` says why that matters)."""
+    with contextlib.closing(sqlite3.connect(catalog)) as con, con:
+        con.execute("UPDATE ducklake_metadata SET value = ? WHERE key = 'data_path'", [data_path])
 
 
 def _recorded_data_path(con: duckdb.DuckDBPyConnection, location: Location) -> str:

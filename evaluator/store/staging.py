@@ -45,6 +45,10 @@ _INSERTS = {
 }
 
 
+STAGED_TABLES = ("file_sequences", *_INSERTS)
+"""The tables whose rows an ingest stages (registered with `ducklake_add_data_files`)."""
+
+
 class Stager:
     """Writes the per-file tables' Parquet files under the store's data path `data` (a folder or an s3://
     prefix, ending in a separator), through a private in-memory DuckDB."""
@@ -69,19 +73,32 @@ class Stager:
         for table, (part, sql) in parts.items():
             columns = expected_tables()[table]
             casts = ", ".join(f"#{i + 1}::{dtype} AS {name}" for i, (name, dtype) in enumerate(columns))
-            target = f"{self.data}main/{table}/proxaudit-{file_id:015x}-{uuid.uuid4().hex}.parquet"
-            if "://" not in target:
-                Path(target).parent.mkdir(parents=True, exist_ok=True)
             self.con.register("part", part)
             try:
-                self.con.execute(
-                    f"COPY (SELECT {casts} FROM ({sql.format(fid=file_id)})) TO '{quote(target)}' "
-                    "(FORMAT parquet, COMPRESSION zstd)"
-                )
+                staged[table] = self._copy(f"SELECT {casts} FROM ({sql.format(fid=file_id)})", table, file_id)
             finally:
                 self.con.unregister("part")
-            staged[table] = target
         return staged
+
+    def stage_empty(self) -> dict[str, str]:
+        """One Parquet file without rows per per-file table, of the staged files' schema: registering it
+        makes DuckLake record the table's name map (the one every staged file of the table then reuses)
+        and no data file. A store made with these maps never records another, which keeps every process
+        clear of a DuckLake race: a name map committed while another process loads the maps is loaded
+        twice there, and the second load frees it under a live reference (a segfault, duckdb/ducklake#1431,
+        open at 1.5.5)."""
+        staged = {}
+        for table in STAGED_TABLES:
+            nulls = ", ".join(f"NULL::{dtype} AS {name}" for name, dtype in expected_tables()[table])
+            staged[table] = self._copy(f"SELECT {nulls} WHERE false", table, 0)
+        return staged
+
+    def _copy(self, select: str, table: str, file_id: int) -> str:
+        target = f"{self.data}main/{table}/proxaudit-{file_id:015x}-{uuid.uuid4().hex}.parquet"
+        if "://" not in target:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        self.con.execute(f"COPY ({select}) TO '{quote(target)}' (FORMAT parquet, COMPRESSION zstd)")
+        return target
 
     def discard(self, staged: dict[str, str]) -> None:
         """Delete staged files no commit registered (an object's are left to compaction)."""
