@@ -174,6 +174,14 @@ def made_whole(location: Location) -> Iterator[Location]:
         shutil.rmtree(staged, ignore_errors=True)
 
 
+def catalog_inode(location: Location) -> int | None:
+    """The inode of a folder store's catalog (one store made anew at a path is another); None if none."""
+    try:
+        return os.stat(location.folder / CATALOG_FILE).st_ino
+    except (OSError, TypeError):
+        return None
+
+
 def _set_data_path(catalog: Path, data_path: str) -> None:
     """Record `data_path` in a staged store's catalog, which no connection of this process holds open any
     more (`_recorded_data_path` says why that matters)."""

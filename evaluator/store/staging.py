@@ -10,11 +10,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 
 from evaluator.duck import connect
 from evaluator.store.checks import expected_tables
-from evaluator.store.lake import load, quote, s3_secret
+from evaluator.store.lake import STORE, load, quote, s3_secret, stored_data_path
 
 
 @dataclass
@@ -108,3 +109,28 @@ class Stager:
 
     def close(self) -> None:
         self.con.close()
+
+
+def record_name_maps(con: duckdb.DuckDBPyConnection, fresh: bool) -> bool:
+    """Record, in the transaction `con` is in, the name map of every staged table of the attached store
+    that has none (all of them on a new store, before any other process can see it), from files without
+    rows (`Stager.stage_empty` says why); True if any."""
+    meta = f"__ducklake_metadata_{STORE}"
+    mapped = set() if fresh else {
+        table for (table,) in con.execute(
+            f"SELECT t.table_name FROM {meta}.ducklake_table t JOIN {meta}.ducklake_column_mapping m "
+            "USING (table_id) WHERE t.end_snapshot IS NULL"
+        ).fetchall()
+    }  # fmt: skip
+    missing = [table for table in STAGED_TABLES if table not in mapped]
+    if not missing:
+        return False
+    stager = Stager(stored_data_path(con))
+    empty = stager.stage_empty()
+    try:
+        for table in missing:  # a file without rows leaves its name map and no data file
+            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(empty[table])}')")
+    finally:
+        stager.discard(empty)
+        stager.close()
+    return True

@@ -34,10 +34,19 @@ from evaluator.store import derived
 from evaluator.store.checks import check_store
 from evaluator.store.commits import Rollback, committed
 from evaluator.store.evidence import evidence_rows
-from evaluator.store.lake import STORE, Location, attach, locate, made_whole, quote, stored_data_path
+from evaluator.store.lake import (
+    STORE,
+    Location,
+    attach,
+    catalog_inode,
+    locate,
+    made_whole,
+    quote,
+    stored_data_path,
+)
 from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY, SAMPLE_KEY, stored_loss, stored_sample
 from evaluator.store.repeats import CopyOf, repeats
-from evaluator.store.staging import STAGED_TABLES, FileSummary, Stager
+from evaluator.store.staging import FileSummary, Stager, record_name_maps
 from evaluator.validate.evidence import Evidence
 from schemas.store import METRIC_TABLE, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 
@@ -97,19 +106,23 @@ class StoreWriter:
         of ingesting that is one at a time per store."""
 
     def __enter__(self) -> StoreWriter:
+        made = None
         if not self.location.exists():  # a new folder store appears whole, set up, or not at all
             with made_whole(self.location) as staged:
                 self._open(staged)
                 self.close()
-        self._open(self.location)
+                made = catalog_inode(staged)
+        # the store this writer made is set up; one another writer made meanwhile is checked and set up
+        self._open(self.location, setup=made is None or catalog_inode(self.location) != made)
         self._stager = Stager(stored_data_path(self.con))
         return self
 
-    def _open(self, location: Location) -> None:
+    def _open(self, location: Location, setup: bool = True) -> None:
         self.con = attach(location, read_only=False, create=True)
         try:
             self.con.execute(f"USE {STORE}")
-            committed(self.con, self._setup, "setup")
+            if setup:
+                committed(self.con, self._setup, "setup")
         except BaseException:
             self.close()
             raise
@@ -151,7 +164,7 @@ class StoreWriter:
             changed = True
         else:
             check_store(con, self.location, STORE)  # a crafted store is refused before anything is written
-        changed |= self._record_name_maps(fresh)
+        changed |= record_name_maps(con, fresh)
         digest = _ddl_digest()
         if con.execute("SELECT value FROM store_meta WHERE key = ?", [DDL_KEY]).fetchall() != [(digest,)]:
             con.execute(VIEWS_DDL)
@@ -166,29 +179,6 @@ class StoreWriter:
         changed |= self._record(LOSS_KEY, stored_loss(con), self.loss, json.dumps(self.loss.to_dict()))
         changed |= self._record(SAMPLE_KEY, stored_sample(con), self.sample, repr(self.sample))
         self._changed(changed)
-
-    def _record_name_maps(self, fresh: bool) -> bool:
-        """Record the name map of every staged table that has none (all of them on a new store, before any
-        other process can see it), from files without rows (`Stager.stage_empty` says why); True if any."""
-        con, meta = self.con, f"__ducklake_metadata_{STORE}"
-        mapped = set() if fresh else {
-            table for (table,) in con.execute(
-                f"SELECT t.table_name FROM {meta}.ducklake_table t JOIN {meta}.ducklake_column_mapping m "
-                "USING (table_id) WHERE t.end_snapshot IS NULL"
-            ).fetchall()
-        }  # fmt: skip
-        missing = [table for table in STAGED_TABLES if table not in mapped]
-        if not missing:
-            return False
-        stager = Stager(stored_data_path(con))
-        empty = stager.stage_empty()
-        try:
-            for table in missing:  # a file without rows leaves its name map and no data file
-                con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(empty[table])}')")
-        finally:
-            stager.discard(empty)
-            stager.close()
-        return True
 
     def _record(self, key: str, recorded, wanted, text: str) -> bool:
         """Record `wanted` under `key` on a store without one (True), or refuse a store made with another."""
