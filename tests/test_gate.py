@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -103,9 +104,15 @@ def store_samples() -> dict[tuple[str, int, str, str], np.ndarray]:
     return samples
 
 
+@pytest.fixture(scope="module")
+def store_made_once(tmp_path_factory) -> Path:
+    return build_store(tmp_path_factory.mktemp("gate") / "metrics", store_samples())
+
+
 @pytest.fixture
-def store(tmp_path) -> Path:
-    return build_store(tmp_path / "metrics", store_samples())
+def store(store_made_once, tmp_path) -> Path:
+    """`store_samples()`'s store, a copy of its own for each test (a store folder copies whole)."""
+    return Path(shutil.copytree(store_made_once, tmp_path / "metrics"))
 
 
 LOGLINEAR = '[[check]]\nmethod="loglinear"\nmetric="abs_error"\n'
@@ -624,9 +631,10 @@ warn_only = true
 """
 
 
-@pytest.fixture
-def mixed(store, tmp_path) -> Judgement:
-    return judge_db(store, gate_file(tmp_path, MIXED))
+@pytest.fixture(scope="module")
+def mixed(store_made_once, tmp_path_factory) -> Judgement:
+    """MIXED judged once on `store_samples()`'s store (the tests read and render it)."""
+    return judge_db(store_made_once, gate_file(tmp_path_factory.mktemp("mixed"), MIXED))
 
 
 class TestReports:

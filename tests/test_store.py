@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -240,3 +241,30 @@ def test_an_old_store_converts_with_the_trainer_s_maximum_staleness_it_recorded(
     convert(old, tmp_path / "new")
     with open_store(tmp_path / "new") as con:
         assert stored_max_staleness(con) == (3, *recorded)
+
+
+def test_a_store_folder_copied_or_moved_whole_reads_and_writes_its_own_files(tmp_path):
+    """`cp -r` and `mv` of a store folder: the copy reads its own Parquet files (the original moved away),
+    and a replay into the copy writes into the copy's data/ only."""
+    first, second = logs(tmp_path, 2)
+    replay([first], tmp_path / "a", progress=False, workers=1)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "a").rename(tmp_path / "moved")
+
+    def rows(db: Path) -> dict[str, list[tuple]]:
+        with open_store(db) as con:
+            return {
+                t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                for t in ("ingested_file", "metric_moments")
+            }
+
+    assert rows(tmp_path / "b") == rows(tmp_path / "moved")
+    before = sorted((tmp_path / "moved").rglob("*"))
+    replay([second], tmp_path / "b", progress=False, workers=1)
+    assert sorted((tmp_path / "moved").rglob("*")) == before
+    assert (
+        len(rows(tmp_path / "b")["ingested_file"]) == 2
+        and len(rows(tmp_path / "moved")["ingested_file"]) == 1
+    )
+    with pytest.raises(StoreError, match="own data/ folder"):
+        StoreWriter(tmp_path / "c", data_path=str(tmp_path / "elsewhere"))

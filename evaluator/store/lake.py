@@ -78,11 +78,15 @@ class Location:
         """A folder store exists once its catalog does; a catalog URL is assumed to hold one."""
         return self.folder is None or (self.folder / CATALOG_FILE).is_file()
 
-    def attach_sql(self, read_only: bool, version: int | None = None) -> str:
-        """The ATTACH statement of the store as `STORE`."""
+    def attach_sql(self, read_only: bool, version: int | None = None, own_data: bool = False) -> str:
+        """The ATTACH statement of the store as `STORE`; `own_data`: the folder's `data/` whatever local
+        path the catalog records (a folder store moved or copied whole reads and writes its own files)."""
         options = []
         if self.data_path:  # a store being made; an existing one's catalog records its data path
             options.append(f"DATA_PATH '{quote(self.data_path)}'")
+        elif own_data:
+            own = quote(str(self.folder / DATA_FOLDER) + os.sep)
+            options += [f"DATA_PATH '{own}'", "OVERRIDE_DATA_PATH true"]
         if read_only:
             options.append("READ_ONLY")
         if version is not None:
@@ -105,6 +109,11 @@ def locate(db: str | os.PathLike, data_path: str | None = None) -> Location:
     if text.startswith("ducklake:"):
         raise StoreError(f"--db {text}: give the folder, or the catalog URL without the `ducklake:` prefix")
     path = Path(text).absolute()
+    if data_path is not None and "://" not in data_path:
+        raise StoreError(
+            f"--data-path {data_path}: a folder store keeps its Parquet files in its own data/ folder; give "
+            "an s3:// prefix, or a PostgreSQL catalog (--db postgres:...) for a data folder elsewhere"
+        )
     if path.exists() and not path.is_dir():
         with open(path, "rb") as source:
             head = source.read(16)
@@ -133,11 +142,13 @@ def attach(
     con = connect()
     try:
         load(con, *location.extensions)
-        if (location.data_path or _recorded_data_path(con, location)).startswith("s3://"):
+        recorded = location.data_path or _recorded_data_path(con, location)
+        if recorded.startswith("s3://"):
             if "httpfs" not in location.extensions:
                 load(con, "httpfs")
             s3_secret(con)
-        con.execute(location.attach_sql(read_only, version))
+        own_data = location.folder is not None and recorded != "" and "://" not in recorded
+        con.execute(location.attach_sql(read_only, version, own_data))
     except duckdb.Error as error:
         con.close()
         raise StoreError(f"cannot open the metrics store {location}: {error}") from None
@@ -245,10 +256,9 @@ def s3_secret(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def stored_data_path(con: duckdb.DuckDBPyConnection) -> str:
-    """The data path the attached store's catalog records (where its Parquet files go), with a separator."""
-    rows = con.execute(
-        f"SELECT value FROM __ducklake_metadata_{STORE}.ducklake_metadata WHERE key = 'data_path'"
-    ).fetchall()
+    """The data path the attached store reads and writes its Parquet files at (its catalog's, or a folder
+    store's own `data/`), with a separator."""
+    rows = con.execute(f"SELECT data_path FROM ducklake_settings('{STORE}')").fetchall()
     path = rows[0][0] if rows else ""
     return path if path.endswith(("/", os.sep)) else path + "/"
 
