@@ -32,7 +32,7 @@ from evaluator.verdict.summary import summary_table
 from schemas.thresholds import DEFAULT_THRESHOLDS
 from tests.reference import QUANTILE_PERCENT, loss_tokens, promised_value, within_promise
 
-N_FILES = 20
+N_FILES = 12
 PER_FILE = ("file_tokens", "metric_moments", "sketch_by_step", "file_evidence")
 """Tables every ingested file has rows in: one snapshot shows each file in all or none of them."""
 SKETCH_COUNTS = """

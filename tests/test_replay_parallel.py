@@ -132,3 +132,21 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_files_ingested(folder, tmp_path)
     assert len(seen[0]) == 2  # both workers were running when it was interrupted
     assert workers_now() == before
     assert len(stored(tmp_path / "m")["ingested_file"]) == 1
+
+
+def test_worker_processes_only_for_files_worth_their_start(folder, tmp_path, monkeypatch):
+    """Several files go to worker processes (one per core) once they hold `MIN_ROWS_FOR_WORKERS` rows in
+    all, by their footers (a broken file counts none); fewer rows, or one file, stay in this process."""
+    files = sorted(folder.rglob("*.parquet"))
+    rows = sum(
+        int(duckdb.sql(f"SELECT count(*) FROM '{f}'").fetchone()[0]) for f in files if "bad" not in f.name
+    )
+    rows += int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'b-bad.parquet'}'").fetchone()[0])
+    (folder.parent / "broken.parquet").write_bytes(b"PAR1 not a footer PAR1")
+    with_broken = [*files, folder.parent / "broken.parquet"]
+    monkeypatch.setattr(replay_module, "usable_cores", lambda: 7)
+    monkeypatch.setattr(replay_module, "MIN_ROWS_FOR_WORKERS", rows)
+    assert replay_module.file_workers(with_broken) == 7
+    assert replay_module.file_workers(files[:1]) == 1
+    monkeypatch.setattr(replay_module, "MIN_ROWS_FOR_WORKERS", rows + 1)
+    assert replay_module.file_workers(with_broken) == 1

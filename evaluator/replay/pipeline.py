@@ -23,6 +23,7 @@ write the same store at once (each file is ingested once, whichever takes it).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
@@ -188,9 +189,24 @@ def _summarise_long(slot: Slot, runner, loss: Loss, bar: tqdm, sample: float) ->
         return FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
 
 
-def file_workers(n_files: int) -> int:
-    """Worker processes over files: one per usable core when there are several files, else none."""
-    return usable_cores() if n_files > 1 else 1
+MIN_ROWS_FOR_WORKERS = 1 << 20
+"""A worker process costs about 2 CPU-seconds to start (its imports and numba's cache) and replaying costs
+about 3 per million rows (BENCHMARKS.md): under this many rows in all, the files are replayed here."""
+
+
+def file_workers(files: Sequence[Path]) -> int:
+    """Worker processes over files: one per usable core when there are several files holding at least
+    `MIN_ROWS_FOR_WORKERS` rows in all (by their Parquet footers; an unreadable one counts none), else
+    none."""
+    if len(files) < 2:
+        return 1
+    rows = 0
+    for path in files:
+        with contextlib.suppress(OSError, ValueError):  # checked, and reported, with the others
+            rows += pq.ParquetFile(path).metadata.num_rows
+        if rows >= MIN_ROWS_FOR_WORKERS:
+            return usable_cores()
+    return 1
 
 
 def replay(
@@ -235,7 +251,7 @@ def replay(
             on_found(found_folders(files, staging))
         announcer = Announcer(staging, on_file)
         ingest_s = 0.0
-        runner = _runner(ray, file_workers(len(files)) if workers is None else workers)
+        runner = _runner(ray, file_workers(files) if workers is None else workers)
         writer = StoreWriter(db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path)
         with writer as store, _progress(files, progress) as bar, runner:
             if staleness_limit is not None:
