@@ -203,6 +203,26 @@ def test_url_state_is_restored_and_bad_values_fall_back(fixture_store, monkeypat
     assert plain("A: recompute / linear") + ": no drift rows" in at.info[0].value
 
 
+def test_the_run_to_open_on_is_judged_only_when_it_must_be(
+    one_step_store, fixture_store, tmp_path, monkeypatch
+):
+    """Without a run in the link, the app opens on the worst run, which runs the gate over every run of the
+    store: never when the link names a run, nor when the store has only one. (A thresholds file of this
+    test's own: a gate no earlier page has run and cached.)"""
+    from dashboard import queries
+
+    def judgement(*args, **kwargs):
+        raise AssertionError("the gate ran")
+
+    monkeypatch.setattr(queries, "judgement", judgement)
+    gate = tmp_path / "gate.toml"
+    gate.write_text(DEFAULT_THRESHOLDS.read_text())
+    for store, params in ((one_step_store, {}), (fixture_store, {"run": "loglinear"})):
+        at = run_app(store, monkeypatch, thresholds=gate, page="tokens", **params)
+        no_exception(at)
+        assert at.title[0].value == PAGES["tokens"][0]
+
+
 def test_every_page_on_one_run_with_one_step(one_step_store, monkeypatch):
     for page in PAGES:
         at = run_app(one_step_store, monkeypatch, page=page)
