@@ -69,7 +69,10 @@ def _range_filter(label: str, key: str, lo: int, hi: int) -> tuple[int, int] | N
 
 def _worst_run(db: Path, thresholds: Path | None, run_ids: list[str]) -> str:
     """The run the Overview opens on: the worst decision (do not ship, cannot tell, ship up to, ship; then
-    the largest figure) under the thresholds; the first run when they cannot judge."""
+    the largest figure) under the thresholds; the first run when they cannot judge. A store of one run is
+    not judged for it."""
+    if len(run_ids) == 1:
+        return run_ids[0]
     path = thresholds or DEFAULT_THRESHOLDS
     try:
         judgement = common.load(db, "judgement", str(path), None, DEFAULT_TOLERANCE, watch=path)
@@ -84,7 +87,7 @@ def _sidebar(db: Path, thresholds: Path | None, alerts: Path | None, runs) -> co
     common.seed("page", "overview", common.choice(list(PAGES)))
     st.sidebar.radio("Page", list(PAGES), format_func=lambda slug: PAGES[slug][0], key="page")
     run_ids = list(runs["run_id"])
-    common.seed("run", _worst_run(db, thresholds, run_ids), common.choice(run_ids))
+    common.seed("run", lambda: _worst_run(db, thresholds, run_ids), common.choice(run_ids))
     run_id = st.sidebar.selectbox("run_id", run_ids, key="run", format_func=printable)  # controls spelled out
     present = common.load(db, "methods_present", (run_id,))
     estimators = [m for m in present if m != "ground_truth"]

@@ -203,6 +203,26 @@ def test_url_state_is_restored_and_bad_values_fall_back(fixture_store, monkeypat
     assert plain("A: recompute / linear") + ": no drift rows" in at.info[0].value
 
 
+def test_the_run_to_open_on_is_judged_only_when_it_must_be(
+    one_step_store, fixture_store, tmp_path, monkeypatch
+):
+    """Without a run in the link, the app opens on the worst run, which runs the gate over every run of the
+    store: never when the link names a run, nor when the store has only one. (A thresholds file of this
+    test's own: a gate no earlier page has run and cached.)"""
+    from dashboard import queries
+
+    def judgement(*args, **kwargs):
+        raise AssertionError("the gate ran")
+
+    monkeypatch.setattr(queries, "judgement", judgement)
+    gate = tmp_path / "gate.toml"
+    gate.write_text(DEFAULT_THRESHOLDS.read_text())
+    for store, params in ((one_step_store, {}), (fixture_store, {"run": "loglinear"})):
+        at = run_app(store, monkeypatch, thresholds=gate, page="tokens", **params)
+        no_exception(at)
+        assert at.title[0].value == PAGES["tokens"][0]
+
+
 def test_every_page_on_one_run_with_one_step(one_step_store, monkeypatch):
     for page in PAGES:
         at = run_app(one_step_store, monkeypatch, page=page)
@@ -496,11 +516,11 @@ CRAFTED = {
 }
 
 
-@pytest.mark.parametrize("uri", CRAFTED.values(), ids=CRAFTED.keys())
-def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, monkeypatch, uri):
+def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, monkeypatch):
     """A store is data a colleague can hand you: the file URI it records for the token inspector must
     never choose a host, a scheme, credentials or filesystem options. The user's (fake) AWS credentials
-    are in the environment; nothing may connect to the listener the URI names."""
+    are in the environment; nothing may connect to the listener each crafted URI names (one store, its
+    recorded path rewritten for each)."""
 
     from evaluator.logio import write_log_atomic
     from evaluator.replay.pipeline import replay
@@ -508,21 +528,25 @@ def test_a_crafted_store_never_makes_the_inspector_reach_the_network(tmp_path, m
 
     log = write_log_atomic(synthetic_steps(SyntheticSpec(run_id="c"), 3, 1), tmp_path / "c.parquet")
     replay([log], tmp_path / "m", progress=False)
+    for key, value in FAKE_AWS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     listener = _Listener()
     threading.Thread(target=listener.serve_forever, daemon=True).start()
     try:
-        with connect_store(tmp_path / "m", read_only=False) as con:
-            con.execute("UPDATE ingested_file SET path = ?", [uri.format(port=listener.server_address[1])])
-        for key, value in FAKE_AWS.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-        at = run_app(tmp_path / "m", monkeypatch, page="tokens", step="3")
-        no_exception(at)
-        assert "not reachable" in at.warning[0].value
+        for name, uri in CRAFTED.items():
+            with connect_store(tmp_path / "m", read_only=False) as con:
+                con.execute(
+                    "UPDATE ingested_file SET path = ?", [uri.format(port=listener.server_address[1])]
+                )
+            at = run_app(tmp_path / "m", monkeypatch, page="tokens", step="3")
+            no_exception(at)
+            assert "not reachable" in at.warning[0].value, name
+            assert listener.connections == [], name
     finally:
         listener.shutdown()
         listener.server_close()
-    assert listener.connections == []
+    assert listener.connections == []  # with any connection the listener was still reading when asked
 
 
 HOSTILE = (

@@ -6,6 +6,7 @@ their definitions."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -45,6 +46,19 @@ def engine_store(tmp_path_factory) -> tuple[Path, list[Path]]:
     files = [write_log_atomic(synthetic_steps(spec, 0, 30), folder / "engine.parquet")]
     replay(files, folder / "m", progress=False)
     return folder / "m", files
+
+
+@functools.cache
+def values_of(files: tuple[Path, ...]) -> pd.DataFrame:
+    """`reference_values` of token logs, computed once per process (the logs never change; callers only
+    read the frame)."""
+    return reference_values(files)
+
+
+@functools.cache
+def decision_of(db: Path, files: tuple[Path, ...], run: str) -> dict:
+    """`expected_decision` of `run`, computed once per process (the stores never change)."""
+    return expected_decision(db, files, run)
 
 
 def banner(at) -> str:
@@ -87,7 +101,7 @@ def floor_word(figures: dict[str, tuple[float, float, float]]) -> str:
 def floor_parts(db: Path, files: list[Path], run: str) -> tuple[list[str], bool]:
     """What the banner says of the engine floor (numpy over the logs, the store's stored intervals), and
     whether a floor check fails."""
-    values = reference_values(files)
+    values = values_of(tuple(files))
     zero = values[values["staleness"] == 0]
     floor = decision_figures(zero, ["run_id"]).xs("rollout", level="method").iloc[0]
     bounds = intervals(db, run)
@@ -113,7 +127,7 @@ def floor_parts(db: Path, files: list[Path], run: str) -> tuple[list[str], bool]
 def expected_banner(db: Path, files: list[Path], run: str) -> list[str]:
     """What the banner must say about `run` under the default thresholds and tolerance: the decision by its
     rule on the excess at each staleness (recomputed from the stored per-step sums), the engine floor."""
-    decision = expected_decision(db, files, run)
+    decision = decision_of(db, tuple(files), run)
     action, k, S = decision["action"], decision["k"], decision["S"]
     head = {
         "do_not_ship": f"Do not ship {OPTION} beyond staleness 0 on run {plain(run)}: ",
@@ -151,7 +165,7 @@ def test_the_banner_says_the_decision(store, engine_store, fixture_store, monkey
     text = banner(at)
     for part in expected_banner(db, files, run):
         assert part in text, (part, text)
-    action = expected_decision(db, files, run)["action"]
+    action = decision_of(db, tuple(files), run)["action"]
     box = {"do_not_ship": at.error, "ship": at.success}.get(action, at.warning)
     assert text in [b.value for b in box]  # the box says how it went
     loss = Loss.from_dict(
@@ -172,7 +186,7 @@ def test_the_overview_opens_on_the_worst_run(fixture_store, monkeypatch):
     then the largest figure."""
     order = ("do_not_ship", "undecided", "ship_up_to", "ship")
     decided = {
-        run: expected_decision(fixture_store, fixture_logs(run), run) for run in ("loglinear", "recompute")
+        run: decision_of(fixture_store, tuple(fixture_logs(run)), run) for run in ("loglinear", "recompute")
     }
 
     def rank(run: str) -> tuple[int, float]:
@@ -198,7 +212,7 @@ def test_the_banner_names_the_thresholds_and_what_they_decide(fixture_store, tmp
         in text
     )
     files = fixture_logs("loglinear")
-    values = reference_values(files)
+    values = values_of(tuple(files))
     gme = decision_figures(values, ["run_id"]).loc[("loglinear", "loglinear"), "gradient_mass_error"]
     lower, upper = intervals(fixture_store, "loglinear").loc[
         (-1, "loglinear", "gradient_mass_error"), ["lower", "upper"]
@@ -230,7 +244,7 @@ def test_compare_lists_the_decision_figures_with_intervals(fixture_store, monkey
     names = ["A: recompute / loglinear_shipped", "B: loglinear / loglinear_shipped"]
     assert list(figures.index) == names
     for name, run in zip(names, ("recompute", "loglinear"), strict=True):
-        want = decision_figures(reference_values(fixture_logs(run)), ["run_id"]).loc[
+        want = decision_figures(values_of(tuple(fixture_logs(run))), ["run_id"]).loc[
             (run, "loglinear_shipped")
         ]
         assert figures.loc[name, "gradient_mass_error"] == pytest.approx(
@@ -244,7 +258,7 @@ def test_compare_lists_the_decision_figures_with_intervals(fixture_store, monkey
     assert not side.isna().any().any() and "None" not in side.to_numpy()
     a, b = (fixture_logs(run) for run in ("recompute", "loglinear"))
     errors = [
-        reference_values(f).query("method == 'loglinear_shipped' and metric == 'abs_error'")["value"]
+        values_of(tuple(f)).query("method == 'loglinear_shipped' and metric == 'abs_error'")["value"]
         for f in (a, b)
     ]
     assert side.loc["mean", "B / A"] == f"{errors[1].mean() / errors[0].mean():.4g}"

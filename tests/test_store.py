@@ -21,7 +21,7 @@ from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store import StoreWriter, connect_store, file_digest, open_store
 from evaluator.store.checks import snapshot_id
 from evaluator.store.maintenance import compact, convert
-from evaluator.store.reader import ingested_files, stored_max_staleness
+from evaluator.store.reader import ingested_files, stored_max_staleness, version_stamp
 from evaluator.store.writer import file_id_of
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import METRICS, PUBLIC_VIEWS
@@ -145,14 +145,18 @@ def test_a_failed_insert_leaves_nothing(tmp_path, log, monkeypatch):
 
 def test_each_file_is_one_snapshot_and_old_snapshots_stay_readable(tmp_path):
     """A reader opened before a commit keeps its snapshot; a new one sees the commit; `version` reads an
-    older snapshot (time travel), and each ingested file added exactly one snapshot."""
+    older snapshot (time travel), and each ingested file added exactly one snapshot. The version stamp (the
+    dashboard's cache key) changes with a commit, not with a reader opening the store."""
     first, second = logs(tmp_path, 2)
     db = tmp_path / "m"
     replay([first], db, progress=False, workers=1)
+    stamp = version_stamp(db)
     count = "SELECT count(*) FROM ingested_file"
     with open_store(db) as before:
         at = snapshot_id(before)
+        assert version_stamp(db) == stamp
         replay([second], db, progress=False, workers=1)
+        assert version_stamp(db) != stamp
         with open_store(db) as after:
             assert after.execute(count).fetchone()[0] == 2
             assert {d for d, _ in ingested_files(after)} == {file_digest(first), file_digest(second)}

@@ -96,9 +96,10 @@ def plain(value: object) -> str:
 
 
 def seed(key: str, default: Any, parse: Callable[[str], Any] = str, valid: str = "") -> None:
-    """Give widget `key` its starting value once per session: from the URL if valid, else `default`;
-    the key's value goes into the URL at the end of this run (`publish`). A URL value that is not valid
-    is noted (`rejected_links` says so on the page), with `valid` saying what is."""
+    """Give widget `key` its starting value once per session: from the URL if valid, else `default` (a
+    function: called only then, for a default that costs a read); the key's value goes into the URL at the
+    end of this run (`publish`). A URL value that is not valid is noted (`rejected_links` says so on the
+    page), with `valid` saying what is."""
     st.session_state.setdefault("_url_keys", []).append(key)
     if key in st.session_state:
         return
@@ -111,7 +112,9 @@ def seed(key: str, default: Any, parse: Callable[[str], Any] = str, valid: str =
             value = None
         if value is None:
             st.session_state.setdefault("_url_rejected", []).append((key, raw, valid))
-    st.session_state[key] = default if value is None else value
+    if value is None:
+        value = default() if callable(default) else default
+    st.session_state[key] = value
 
 
 def rejected_links() -> None:

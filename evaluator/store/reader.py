@@ -147,7 +147,8 @@ def connect_store(db: str | os.PathLike, read_only: bool = True) -> duckdb.DuckD
 
 def version_stamp(db: str | os.PathLike) -> tuple[int, ...]:
     """A cheap stamp that changes whenever a writer commits (a cache key): the size and mtime of a folder
-    store's catalog and its WAL; a catalog URL is asked for its snapshot id."""
+    store's catalog and its WAL, an empty WAL counted as none (the first reader after the last writer
+    closed creates one; a commit never leaves one empty); a catalog URL is asked for its snapshot id."""
     location = locate(db)
     if location.folder is None:
         with open_store(db) as con:
@@ -155,7 +156,7 @@ def version_stamp(db: str | os.PathLike) -> tuple[int, ...]:
     stats = []
     for path in (location.folder / CATALOG_FILE, location.folder / f"{CATALOG_FILE}-wal"):
         st = path.stat() if path.exists() else None
-        stats += [st.st_mtime_ns, st.st_size] if st else [0, 0]
+        stats += [st.st_mtime_ns, st.st_size] if st and st.st_size else [0, 0]
     return tuple(stats)
 
 
