@@ -93,7 +93,7 @@ def test_exit_on_fail_stops_at_the_first_do_not_ship(tmp_path):
     clock = Clock()
     watch, _ = watcher(tmp_path, clock, exit_on=frozenset({"fail"}))
     codes = []
-    for i in range(8):  # the approximation fails by file 4 (tests/test_watch_judge.py: the same run)
+    for i in range(8):  # the approximation fails by file 4 (step 3: RUN drifts from step 1)
         RUN.write_file(tmp_path / "logs", i)
         clock.now += 10
         codes.append(watch.poll())
