@@ -92,7 +92,7 @@ def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
     ]
     assert len(before) >= 1 and sorted(ingested + before) == sorted(str(p) for p in logs.glob("*.parquet"))
     clean = tmp_path / "clean"
-    replay([logs], clean, progress=False)
+    replay([logs], clean, progress=False, workers=1)  # in this process: no workers to start
     assert_same_store(db, clean)  # whatever the kill left, the store a clean replay writes
     assert not list(tmp_path.glob(".m.new-*"))  # no store left half made
 
@@ -126,7 +126,7 @@ def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
     by_watch = {line.split(": ")[0] for line in watched.splitlines() if ": ingested (" in line}
     assert {str(path) for path in after} <= by_watch  # watch alone took the files after the replay
     clean = tmp_path / "clean"
-    replay([logs], clean, progress=False)
+    replay([logs], clean, progress=False, workers=1)
     assert_same_store(db, clean)
 
 

@@ -31,7 +31,7 @@ def drifting_store(tmp_path_factory):
     approximation fails by step 13)."""
     folder = tmp_path_factory.mktemp("drifting")
     logs = [replace(DRIFTING, steps_per_file=7).write_file(folder / "logs", i) for i in range(2)]
-    replay(logs, folder / "metrics", progress=False)
+    replay(logs, folder / "metrics", progress=False, workers=1)  # in this process: no workers to start
     return folder / "metrics"
 
 

@@ -151,7 +151,7 @@ def test_a_replay_writing_the_same_store_at_once_ingests_no_file_twice(tmp_path)
         assert outcomes == ["already ingested, unchanged", "ingested"], said
     assert watch.ingested == sum(": ingested (" in line for line in lines.lines)
     clean = tmp_path / "clean"
-    replay([logs], clean, progress=False)
+    replay([logs], clean, progress=False, workers=1)  # in this process: no workers to start
     assert_same_store(tmp_path / "metrics", clean)
 
 
