@@ -69,7 +69,7 @@ def test_the_history_is_the_decision_of_each_store_the_run_grew_through(grown, m
     assert history["snapshot_id"].is_monotonic_increasing
     for n, row in history.iterrows():
         separate = tmp_path / f"first-{n + 1}"
-        replay(files[: n + 1], separate, progress=False)
+        replay(files[: n + 1], separate, progress=False, workers=1)  # in this process: no workers to start
         (expected,) = judge_db(separate, run=RUN).decisions
         assert (row["action"], row["max_staleness"]) == (expected.action, expected.max_staleness), n
         assert expected.reason is not None and expected.reason.observed is not None, expected

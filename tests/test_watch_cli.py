@@ -20,7 +20,7 @@ from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import read_alerts
 
 PROXAUDIT = [sys.executable, "-m", "evaluator.cli"]
-RUN = SimulatedRun(run_id="sim", tokens_per_step=4096, drift_from_step=4, drift_rate=0.03)
+RUN = SimulatedRun(run_id="sim", tokens_per_step=4096, drift_from_step=1, drift_rate=0.1)  # fails by file 4
 HANG_GUARD_S = 480  # only against a hang: no assertion is about time
 
 
@@ -36,20 +36,24 @@ def writer(out: Path) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_exit_on_fail_stops_watch_while_the_run_still_writes(tmp_path):
-    trainer = writer(tmp_path / "logs")
     args = [*PROXAUDIT, "watch", str(tmp_path / "logs"), "--db", str(tmp_path / "m"),
             "--alerts", str(tmp_path / "alerts.jsonl"), "--exit-on", "fail", "--interval", "0.5"]  # fmt: skip
     with open(tmp_path / "stdout", "w") as out, open(tmp_path / "stderr", "w") as err:
-        watch = subprocess.Popen(args, stdout=out, stderr=err)
+        watch, trainer = subprocess.Popen(args, stdout=out, stderr=err), None
         try:
             deadline = time.monotonic() + HANG_GUARD_S
+            while "waiting for" not in (tmp_path / "stderr").read_text():  # watch looks before the first file
+                assert watch.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
+                time.sleep(0.1)
+            trainer = writer(tmp_path / "logs")
             while watch.poll() is None and trainer.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.5)
             still_writing = trainer.poll() is None
         finally:
             watch.kill()
-            trainer.kill()
-            trainer.wait()
+            if trainer is not None:
+                trainer.kill()
+                trainer.wait()
     stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
     assert watch.returncode == 1, stderr
     assert still_writing  # the writer never stops on its own: watch stopped first, during the run
@@ -63,7 +67,7 @@ def test_exit_on_fail_stops_watch_while_the_run_still_writes(tmp_path):
 @pytest.mark.slow
 def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
     logs, db = tmp_path / "logs", tmp_path / "m"
-    for i in range(6):
+    for i in range(3):
         RUN.write_file(logs, i)
     args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2"]
     first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -75,7 +79,7 @@ def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
     finally:
         first.kill()
         first.wait()
-    for i in range(6, 10):  # the run goes on while watch is down
+    for i in range(3, 5):  # the run goes on while watch is down
         RUN.write_file(logs, i)
     again = subprocess.run([*args, "--until-idle", "--idle-after", "2"], capture_output=True, text=True,
                            timeout=HANG_GUARD_S)  # fmt: skip
@@ -88,7 +92,7 @@ def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
     ]
     assert len(before) >= 1 and sorted(ingested + before) == sorted(str(p) for p in logs.glob("*.parquet"))
     clean = tmp_path / "clean"
-    replay([logs], clean, progress=False)
+    replay([logs], clean, progress=False, workers=1)  # in this process: no workers to start
     assert_same_store(db, clean)  # whatever the kill left, the store a clean replay writes
     assert not list(tmp_path.glob(".m.new-*"))  # no store left half made
 
@@ -99,7 +103,7 @@ def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
     then the run writes more: every file is ingested by exactly one of them (the other finds it there), and
     the store is the one a clean replay writes."""
     logs, db = tmp_path / "logs", tmp_path / "m"
-    for i in range(6):
+    for i in range(4):
         RUN.write_file(logs, i)
     watch_args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2", "--until-idle",
                   "--idle-after", "3"]  # fmt: skip
@@ -108,8 +112,7 @@ def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
     replaying = subprocess.Popen(replay_args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         replayed, _ = replaying.communicate(timeout=HANG_GUARD_S)
-        for i in range(6, 9):  # the run goes on: watch alone takes these
-            RUN.write_file(logs, i)
+        after = [RUN.write_file(logs, i) for i in range(4, 6)]  # the run goes on: watch alone takes these
         watched, _ = watch.communicate(timeout=HANG_GUARD_S)
     finally:
         for child in (watch, replaying):
@@ -120,9 +123,10 @@ def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
     for path in sorted(logs.glob("*.parquet")):
         ingested = [line for line in lines if line.startswith(f"{path}: ingested (")]
         assert len(ingested) == 1, (path, [line for line in lines if line.startswith(f"{path}: ")])
-    assert sum(": ingested (" in line for line in watched.splitlines()) >= 3  # the files after the replay
+    by_watch = {line.split(": ")[0] for line in watched.splitlines() if ": ingested (" in line}
+    assert {str(path) for path in after} <= by_watch  # watch alone took the files after the replay
     clean = tmp_path / "clean"
-    replay([logs], clean, progress=False)
+    replay([logs], clean, progress=False, workers=1)
     assert_same_store(db, clean)
 
 

@@ -5,6 +5,7 @@ moments."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +27,11 @@ DRIFTING = SimulatedRun(run_id="drifting", tokens_per_step=4096, drift_from_step
 
 @pytest.fixture(scope="module")
 def drifting_store(tmp_path_factory):
-    """14 files of one step each; the policy speeds up from step 4 (the approximation fails by step 13)."""
+    """14 steps in 2 files of 7 (the store holds steps, however cut); the policy speeds up from step 4 (the
+    approximation fails by step 13)."""
     folder = tmp_path_factory.mktemp("drifting")
-    logs = [DRIFTING.write_file(folder / "logs", i) for i in range(14)]
-    replay(logs, folder / "metrics", progress=False)
+    logs = [replace(DRIFTING, steps_per_file=7).write_file(folder / "logs", i) for i in range(2)]
+    replay(logs, folder / "metrics", progress=False, workers=1)  # in this process: no workers to start
     return folder / "metrics"
 
 

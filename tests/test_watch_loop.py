@@ -24,7 +24,7 @@ from evaluator.watch.loop import Watcher, WatchOptions
 from evaluator.watch.progress import Status
 from tests.conftest import FIXTURES
 
-RUN = SimulatedRun(run_id="sim", tokens_per_step=4096, drift_from_step=4, drift_rate=0.03)
+RUN = SimulatedRun(run_id="sim", tokens_per_step=4096, drift_from_step=1, drift_rate=0.1)
 
 
 class Clock:
@@ -93,7 +93,7 @@ def test_exit_on_fail_stops_at_the_first_do_not_ship(tmp_path):
     clock = Clock()
     watch, _ = watcher(tmp_path, clock, exit_on=frozenset({"fail"}))
     codes = []
-    for i in range(14):  # the approximation fails by file 13 (tests/test_watch_judge.py: the same run)
+    for i in range(8):  # the approximation fails by file 4 (step 3: RUN drifts from step 1)
         RUN.write_file(tmp_path / "logs", i)
         clock.now += 10
         codes.append(watch.poll())
@@ -133,7 +133,7 @@ def test_a_replay_writing_the_same_store_at_once_ingests_no_file_twice(tmp_path)
     """`proxaudit replay` of the same folder into the same store while watch looks: each file is ingested by
     one of them (the other finds it there), and the store is the one a clean replay writes."""
     logs = tmp_path / "logs"
-    for i in range(8):
+    for i in range(4):
         RUN.write_file(logs, i)
     command = [sys.executable, "-m", "evaluator.cli", "replay", str(logs), "--db", str(tmp_path / "metrics")]
     other = subprocess.Popen([*command, "--no-progress"], stdout=subprocess.PIPE, text=True)
@@ -151,7 +151,7 @@ def test_a_replay_writing_the_same_store_at_once_ingests_no_file_twice(tmp_path)
         assert outcomes == ["already ingested, unchanged", "ingested"], said
     assert watch.ingested == sum(": ingested (" in line for line in lines.lines)
     clean = tmp_path / "clean"
-    replay([logs], clean, progress=False)
+    replay([logs], clean, progress=False, workers=1)  # in this process: no workers to start
     assert_same_store(tmp_path / "metrics", clean)
 
 
