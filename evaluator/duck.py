@@ -20,3 +20,11 @@ def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckD
     con = duckdb.connect(database, read_only=read_only, config=NO_DOWNLOADS)
     con.execute("SET enable_progress_bar = false; SET enable_progress_bar_print = false")
     return con
+
+
+def interrupted(error: BaseException) -> bool:
+    """Is `error` a Ctrl-C? DuckDB turns one that comes during a query into an error of its own (a
+    `RuntimeError("Query interrupted")` from the Python client, or `duckdb.InterruptException`)."""
+    if isinstance(error, KeyboardInterrupt | duckdb.InterruptException):
+        return True
+    return isinstance(error, RuntimeError) and str(error) == "Query interrupted"

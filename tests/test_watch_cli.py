@@ -9,13 +9,18 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 from test_store_writers import assert_same_store
 
+from evaluator.duck import interrupted
 from evaluator.replay import replay
+from evaluator.store import open_store
+from evaluator.store.derived import stale_runs
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import read_alerts
 
@@ -97,6 +102,12 @@ def test_a_watch_killed_mid_run_and_restarted_ingests_nothing_twice(tmp_path):
     assert not list(tmp_path.glob(".m.new-*"))  # no store left half made
 
 
+def settled(db: Path) -> bool:
+    """Are the run-level rows of every run computed from all its stored files (no writer's refresh due)?"""
+    with open_store(db) as con:
+        return not stale_runs(con, None)
+
+
 @pytest.mark.slow
 def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
     """`proxaudit watch` and `proxaudit replay` of the same folder, two processes writing one store at once,
@@ -105,20 +116,30 @@ def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
     logs, db = tmp_path / "logs", tmp_path / "m"
     for i in range(4):
         RUN.write_file(logs, i)
-    watch_args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2", "--until-idle",
-                  "--idle-after", "3"]  # fmt: skip
+    watch_args = [*PROXAUDIT, "watch", str(logs), "--db", str(db), "--interval", "0.2"]
     replay_args = [*PROXAUDIT, "replay", str(logs), "--db", str(db), "--no-progress"]
     watch = subprocess.Popen(watch_args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     replaying = subprocess.Popen(replay_args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watched_lines: list[str] = []
     try:
         replayed, _ = replaying.communicate(timeout=HANG_GUARD_S)
         after = [RUN.write_file(logs, i) for i in range(4, 6)]  # the run goes on: watch alone takes these
-        watched, _ = watch.communicate(timeout=HANG_GUARD_S)
+        waiting = {f"{path}: " for path in after}
+        for line in watch.stdout:  # until watch has said its word on both (however long the replay took)
+            watched_lines.append(line)
+            waiting -= {start for start in waiting if line.startswith(start)}
+            if not waiting:
+                break
+        while not settled(db):  # its writer has judged the whole run again: Ctrl-C now loses nothing
+            time.sleep(0.2)
+        watch.send_signal(signal.SIGINT)  # as a user ends it
+        rest, _ = watch.communicate(timeout=HANG_GUARD_S)
     finally:
         for child in (watch, replaying):
             child.kill()
             child.wait()
-    assert watch.returncode == 0 and replaying.returncode == 0
+    assert watch.returncode == 130 and replaying.returncode == 0
+    watched = "".join(watched_lines) + rest
     lines = [*replayed.splitlines(), *watched.splitlines()]
     for path in sorted(logs.glob("*.parquet")):
         ingested = [line for line in lines if line.startswith(f"{path}: ingested (")]
@@ -143,3 +164,25 @@ def test_bad_options_are_usage_errors(tmp_path, extra, why):
     args = [*PROXAUDIT, "watch", str(tmp_path), "--db", str(tmp_path / "m"), *extra]
     result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2 and why in result.stderr
+
+
+def test_a_ctrl_c_during_a_query_is_a_ctrl_c():
+    """Ctrl-C while watch judges lands in a DuckDB query, which DuckDB reports as its own error: watch
+    takes it for the Ctrl-C it is ("stopped", exit 130), and any other error for an error."""
+    con = duckdb.connect()
+    caught: list[BaseException] = []
+
+    def long_query() -> None:
+        try:
+            con.execute("SELECT count(*) FROM range(10000000000) a, range(10) b WHERE a.range + b.range = -1")
+        except BaseException as error:  # noqa: BLE001 - what DuckDB raises is the point
+            caught.append(error)
+
+    thread = threading.Thread(target=long_query)
+    thread.start()
+    while thread.is_alive():
+        con.interrupt()
+        thread.join(0.05)
+    assert caught and interrupted(caught[0]), caught
+    assert interrupted(KeyboardInterrupt()) and not interrupted(RuntimeError("Query failed"))
+    assert interrupted(RuntimeError("Query interrupted"))  # SIGINT during a query (seen in watch's judge)

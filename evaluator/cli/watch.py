@@ -7,10 +7,12 @@ import sys
 from pathlib import Path
 
 import click
+import duckdb
 
 from evaluator.cli.common import EXIT_USAGE, library_errors, say
 from evaluator.cli.importing import DUMP_FORMATS, dump_options
 from evaluator.cli.loss import loss_choice, loss_options
+from evaluator.duck import interrupted
 
 EXIT_INTERRUPTED = 130
 
@@ -107,7 +109,9 @@ def watch_cmd(
     )  # fmt: skip
     try:
         code = watch(options)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError, duckdb.Error) as error:  # Ctrl-C, whatever was running
+        if not interrupted(error):
+            raise
         say("proxaudit watch: stopped", err=True)
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code)
