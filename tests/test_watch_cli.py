@@ -130,7 +130,7 @@ def test_watch_and_a_replay_process_fill_one_store_each_file_once(tmp_path):
             waiting -= {start for start in waiting if line.startswith(start)}
             if not waiting:
                 break
-        while not settled(db):  # its writer has judged the whole run again: Ctrl-C now loses nothing
+        while watch.poll() is None and not settled(db):  # judged the whole run again: Ctrl-C loses nothing
             time.sleep(0.2)
         watch.send_signal(signal.SIGINT)  # as a user ends it
         rest, _ = watch.communicate(timeout=HANG_GUARD_S)
