@@ -109,7 +109,7 @@ def locate(db: str | os.PathLike, data_path: str | None = None) -> Location:
     if text.startswith("ducklake:"):
         raise StoreError(f"--db {text}: give the folder, or the catalog URL without the `ducklake:` prefix")
     path = Path(text).absolute()
-    if data_path is not None and "://" not in data_path:
+    if data_path is not None and "://" not in data_path and Path(data_path).absolute() != path / DATA_FOLDER:
         raise StoreError(
             f"--data-path {data_path}: a folder store keeps its Parquet files in its own data/ folder; give "
             "an s3:// prefix, or a PostgreSQL catalog (--db postgres:...) for a data folder elsewhere"
