@@ -5,13 +5,12 @@ put foreign names on charts."""
 from __future__ import annotations
 
 import functools
-import os
 
 import duckdb
 
 from evaluator.duck import connect
 from evaluator.errors import StoreError
-from evaluator.store.lake import CATALOG_FILE, STORE, Location
+from evaluator.store.lake import STORE, Location, catalog_inode
 from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL
 from schemas.token_log import RUN_ID_MAX_BYTES
 
@@ -81,7 +80,7 @@ def _key(db: Location | str) -> str:
     folder = getattr(db, "folder", None)
     if folder is None:
         return str(db)
-    return f"{db}:{os.stat(folder / CATALOG_FILE).st_ino}"
+    return f"{db}:{catalog_inode(db)}"
 
 
 def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str) -> None:

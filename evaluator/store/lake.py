@@ -185,12 +185,9 @@ def made_whole(location: Location) -> Iterator[Location]:
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def catalog_inode(location: Location) -> int | None:
-    """The inode of a folder store's catalog (one store made anew at a path is another); None if none."""
-    try:
-        return os.stat(location.folder / CATALOG_FILE).st_ino
-    except (OSError, TypeError):
-        return None
+def catalog_inode(location: Location) -> int:
+    """The inode of a folder store's catalog: a store made anew at the same path is another store."""
+    return os.stat(location.folder / CATALOG_FILE).st_ino
 
 
 def _set_data_path(catalog: Path, data_path: str) -> None:

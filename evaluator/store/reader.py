@@ -24,7 +24,16 @@ import pyarrow as pa
 from evaluator.errors import StoreError, UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.store.checks import check_store, snapshot_id
-from evaluator.store.lake import CATALOG_FILE, DATA_FOLDER, STORE, Location, attach, locate, stored_data_path
+from evaluator.store.lake import (
+    CATALOG_FILE,
+    DATA_FOLDER,
+    STORE,
+    Location,
+    attach,
+    catalog_inode,
+    locate,
+    stored_data_path,
+)
 from schemas.store import VIEWS_DDL
 
 READ_LOCK_WAIT_S = 3.0
@@ -94,7 +103,7 @@ def _pool_key(location: Location) -> tuple:
     same path is another store)."""
     if location.folder is None:
         return (location.catalog,)
-    return (location.catalog, os.stat(location.folder / CATALOG_FILE).st_ino)
+    return (location.catalog, catalog_inode(location))
 
 
 @contextmanager

@@ -81,15 +81,15 @@ class Stager:
                 self.con.unregister("part")
         return staged
 
-    def stage_empty(self) -> dict[str, str]:
-        """One Parquet file without rows per per-file table, of the staged files' schema: registering it
+    def stage_empty(self, tables: list[str]) -> dict[str, str]:
+        """One Parquet file without rows per table of `tables`, of the staged files' schema: registering it
         makes DuckLake record the table's name map (the one every staged file of the table then reuses)
         and no data file. A store made with these maps never records another, which keeps every process
         clear of a DuckLake race: a name map committed while another process loads the maps is loaded
         twice there, and the second load frees it under a live reference (a segfault, duckdb/ducklake#1431,
         open at 1.5.5)."""
         staged = {}
-        for table in STAGED_TABLES:
+        for table in tables:
             nulls = ", ".join(f"NULL::{dtype} AS {name}" for name, dtype in expected_tables()[table])
             staged[table] = self._copy(f"SELECT {nulls} WHERE false", table, 0)
         return staged
@@ -126,10 +126,10 @@ def record_name_maps(con: duckdb.DuckDBPyConnection, fresh: bool) -> bool:
     if not missing:
         return False
     stager = Stager(stored_data_path(con))
-    empty = stager.stage_empty()
+    empty = stager.stage_empty(missing)
     try:
-        for table in missing:  # a file without rows leaves its name map and no data file
-            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(empty[table])}')")
+        for table, path in empty.items():  # a file without rows leaves its name map and no data file
+            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(path)}')")
     finally:
         stager.discard(empty)
         stager.close()
