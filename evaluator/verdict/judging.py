@@ -14,6 +14,7 @@ from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.gate import DEFAULT_THRESHOLDS, evaluate, gate_on, load_thresholds
 from evaluator.store import open_store
 from evaluator.store.figures import engine_floors, minibatches
+from evaluator.store.memo import Memo
 from evaluator.store.reader import require_run, stored_loss
 from evaluator.store.trainers import trainer_figures
 from evaluator.verdict.decision import Alternative, Decision, Judgement, decide
@@ -68,7 +69,9 @@ def judge_store(
     """The gate's result of `thresholds` on the store of `con` (of `run` alone if given) and each judged
     run's decision, the engine floor judged against `tolerance` where the thresholds have no floor check,
     with each trainer's own mismatch figure on the judged runs; without `alternatives` (the other trainer
-    options that would ship further) where a caller shows none."""
+    options that would ship further) where a caller shows none. Each read query is asked of the store once
+    (`Memo`: `con` reads one snapshot)."""
+    con = Memo(con)
     result = gate_on(con, thresholds, db, run, max_staleness)
     floors, counts = engine_floors(con), minibatches(con)
     bounds = floor_bounds(thresholds, tolerance)

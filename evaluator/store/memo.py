@@ -1,0 +1,53 @@
+"""A reader's connection that answers each read query once: one judging asks the store the same questions
+(a run's engine floor, its steps, its runs) dozens of times, each a scan of the snapshot's files.
+
+Only for a connection that reads one snapshot (`evaluator.store.open_store`'s, inside its transaction):
+a repeated query then has the same answer, and the memo lives no longer than the caller's judging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+
+class Memo:
+    """`con` whose `execute(sql, params)` results (`fetchall`, `fetchone`, `fetchnumpy`, `df`) are kept
+    per (sql, parameters, form); every other attribute is the connection's own."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection | Memo) -> None:
+        self._con = con._con if isinstance(con, Memo) else con
+        self._answers: dict[tuple[str, str, str], Any] = {}
+
+    def execute(self, sql: str, params: object = None) -> _Answer:
+        return _Answer(self, sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def _answer(self, sql: str, params: object, form: str) -> Any:
+        key = (sql, repr(params), form)
+        if key not in self._answers:
+            self._answers[key] = getattr(self._con.execute(sql, params), form)()
+        return self._answers[key]
+
+
+class _Answer:
+    """The result of one query through a `Memo`, fetched in the form the caller asks for."""
+
+    def __init__(self, memo: Memo, sql: str, params: object) -> None:
+        self._memo, self._sql, self._params = memo, sql, params
+
+    def fetchall(self) -> list[tuple]:
+        return list(self._memo._answer(self._sql, self._params, "fetchall"))
+
+    def fetchone(self) -> tuple | None:
+        rows = self._memo._answer(self._sql, self._params, "fetchall")
+        return rows[0] if rows else None
+
+    def fetchnumpy(self) -> dict:
+        return {k: v.copy() for k, v in self._memo._answer(self._sql, self._params, "fetchnumpy").items()}
+
+    def df(self):  # noqa: ANN201 (pandas is imported by DuckDB on demand)
+        return self._memo._answer(self._sql, self._params, "df").copy()

@@ -1,0 +1,46 @@
+"""A reader's memo (`evaluator.store.memo.Memo`): the connection's own answers, each query asked once."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+
+from evaluator.store.memo import Memo
+
+SQL = "SELECT i AS step, i * 0.5 AS value FROM range(?) t(i) ORDER BY i"
+
+
+class Counting:
+    """A connection that counts the queries it runs."""
+
+    def __init__(self) -> None:
+        self.con, self.queries = duckdb.connect(), 0
+
+    def execute(self, sql, params=None):
+        self.queries += 1
+        return self.con.execute(sql, params)
+
+
+def test_answers_are_the_connection_s_own_in_every_form():
+    con, memo = duckdb.connect(), Memo(duckdb.connect())
+    assert memo.execute(SQL, [4]).fetchall() == con.execute(SQL, [4]).fetchall()
+    assert memo.execute(SQL, [4]).fetchone() == (0, 0.0)
+    assert memo.execute(SQL, [0]).fetchone() is None
+    np.testing.assert_array_equal(memo.execute(SQL, [4]).fetchnumpy()["value"], [0, 0.5, 1, 1.5])
+    assert memo.execute(SQL, [4]).df().equals(con.execute(SQL, [4]).df())
+
+
+def test_a_repeated_query_runs_once_and_its_answer_cannot_be_changed_by_a_caller():
+    counting = Counting()
+    memo = Memo(counting)
+    first = memo.execute(SQL, [3]).fetchall()
+    first.append("changed")
+    frame = memo.execute(SQL, [3]).df()
+    frame["value"] = -1.0
+    memo.execute(SQL, [3]).fetchnumpy()["value"][:] = -1.0
+    assert memo.execute(SQL, [3]).fetchall() == [(0, 0.0), (1, 0.5), (2, 1.0)]
+    assert memo.execute(SQL, [3]).df()["value"].tolist() == [0.0, 0.5, 1.0]
+    assert memo.execute(SQL, [3]).fetchnumpy()["value"].tolist() == [0.0, 0.5, 1.0]
+    assert counting.queries == 3  # one per form: fetchall, df, fetchnumpy
+    memo.execute(SQL, [5]).fetchall()  # other parameters: another query
+    assert counting.queries == 4
