@@ -1,0 +1,144 @@
+"""`proxaudit watch --tensorboard DIR --wandb DIR`: a watch following a small simulated run (a step split
+over two files), stopped and restarted, writes each step once, when final, with the tags and values
+`proxaudit export` writes from the final store (read back with TensorBoard's event accumulator and from
+the W&B offline run's transaction log), and the decision state at the steps it judged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from click.testing import CliRunner
+from test_export import _wandb_records
+from test_watch_loop import Clock, Lines
+
+from evaluator.cli import cli
+from evaluator.logio import write_log_atomic
+from evaluator.trainer.simulated_run import SimulatedRun
+from evaluator.watch import read_alerts
+from evaluator.watch.loop import Watcher, WatchOptions
+
+RUN = SimulatedRun(run_id="sim", tokens_per_step=2048, drift_from_step=1, drift_rate=0.1)
+ACTION = {"ship": 0.0, "undecided": 1.0, "ship_up_to": 2.0, "do_not_ship": 3.0}  # higher is worse
+
+
+def write_files(logs: Path) -> list[Path]:
+    """Steps 0-3 in three files, step 1 split by sequence over the first two: [0, 1a], [1b, 2], [3]."""
+    table = RUN.steps(0, 4)
+    step, seq = table["step"], table["seq_id"]
+    half = pc.greater_equal(seq, pc.approximate_median(pc.filter(seq, pc.equal(step, 1))))  # of step 1's
+    masks = [
+        pc.or_(pc.equal(step, 0), pc.and_(pc.equal(step, 1), pc.invert(half))),
+        pc.or_(pc.and_(pc.equal(step, 1), half), pc.equal(step, 2)),
+        pc.equal(step, 3),
+    ]
+    return [write_log_atomic(table.filter(m), logs / f"sim-part{i}.parquet") for i, m in enumerate(masks)]
+
+
+def watcher(tmp_path: Path, clock: Clock, **sinks) -> Watcher:
+    options = WatchOptions(
+        paths=(tmp_path / "logs",), db=tmp_path / "m", alerts=tmp_path / "alerts.jsonl", idle_after=60.0,
+        until_idle=True, **sinks,
+    )  # fmt: skip
+    return Watcher(options, Lines(), clock)
+
+
+def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of every event file in `folder`, in the order written."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    events = EventAccumulator(str(folder), size_guidance={"tensors": 0}).Reload()
+    return {
+        tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+        for tag in events.Tags()["tensors"]
+    }
+
+
+def test_watch_writes_each_final_step_once_as_export_writes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logs, tb, wb = tmp_path / "logs", tmp_path / "tb", tmp_path / "wb"
+    files, clock = write_files(logs), Clock()
+    for f in files[1:]:
+        f.rename(tmp_path / f.name)  # the trainer writes them later
+    with watcher(tmp_path, clock, tensorboard=tb) as first:
+        assert first.poll() is None
+    assert {s for series in scalars(tb / "sim").values() for s, _ in series} == {0}  # step 1 is half in
+    # restarted, now with W&B too: TensorBoard goes on after step 0, W&B starts from the first step
+    for f in files[1:]:
+        (tmp_path / f.name).rename(f)
+    clock.now += 10
+    with watcher(tmp_path, clock, tensorboard=tb, wandb=wb) as second:
+        assert second.poll() is None  # steps 1 and 2 are final (step 3 is in)
+        assert {s for s, _ in scalars(tb / "sim")["watch/action"]} == {0, 2}
+        clock.now += 60  # idle: the run ended, its last step is final
+        assert second.poll() == 0
+    assert len(list((tb / "sim").glob("events.out.tfevents.*"))) == 2
+
+    exported = tmp_path / "export"
+    result = CliRunner().invoke(
+        cli, ["export", "--db", str(tmp_path / "m"), "--to", "tensorboard", str(exported)]
+    )
+    assert result.exit_code == 0, result.output
+    wanted, written = scalars(exported / "sim"), scalars(tb / "sim")
+    assert set(written) == set(wanted) | {"watch/action", "watch/max_staleness", "watch/drifting"}
+    assert "loglinear_shipped/decision/gradient_mass_error" in wanted
+    for tag, series in wanted.items():  # each step once, in order, with export's value
+        assert [s for s, _ in written[tag]] == [s for s, _ in series], tag
+        assert [v for _, v in written[tag]] == pytest.approx([v for _, v in series], rel=1e-6, abs=1e-7), tag
+
+    # the decision state at the last step of each look that wrote: 0, then 2 (after the restart), 3 (ended)
+    verdicts = [r for r in read_alerts(tmp_path / "alerts.jsonl") if r["kind"] == "verdict"]
+    assert [s for s, _ in written["watch/action"]] == [0, 2, 3]
+    assert written["watch/action"][-1] == (3, ACTION[verdicts[-1]["state"]])
+    assert all(v in ACTION.values() for _, v in written["watch/action"])
+    assert json.loads((tb / "proxaudit-watch-tensorboard.json").read_text())["runs"]["sim"]["step"] == 3
+
+    (log,) = wb.glob("wandb/offline-run-*/run-*.wandb")
+    history: dict[int, dict] = {}
+    for record in _wandb_records(log):
+        if record.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+            assert items["_step"] not in history  # each step once
+            history[items["_step"]] = items
+    assert sorted(history) == [0, 1, 2, 3]
+    for tag, series in written.items():  # W&B holds what TensorBoard holds (its decision state at 2 and 3)
+        logged = [(s, history[s][tag]) for s in sorted(history) if tag in history[s]]
+        if tag.startswith("watch/"):
+            assert logged == [p for p in series if p[0] >= 2], tag
+        else:
+            assert [s for s, _ in logged] == [s for s, _ in series], tag
+            assert [v for _, v in logged] == pytest.approx([v for _, v in series], rel=1e-6, abs=1e-7), tag
+
+
+def test_a_folder_that_cannot_be_written_is_an_error_before_watching(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    for option in ("--tensorboard", "--wandb"):
+        args = ["watch", str(tmp_path / "logs"), "--db", str(tmp_path / "m"), option, str(taken / "tb")]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert f"{option} {taken / 'tb'}: cannot write there" in result.output
+    assert not (tmp_path / "m").exists()  # nothing watched
+
+
+def test_a_record_that_is_not_watchs_is_an_error_naming_it(tmp_path):
+    record = tmp_path / "tb" / "proxaudit-watch-tensorboard.json"
+    record.parent.mkdir()
+    args = [
+        "watch",
+        str(tmp_path / "logs"),
+        "--db",
+        str(tmp_path / "m"),
+        "--tensorboard",
+        str(tmp_path / "tb"),
+    ]
+    for text, why in (
+        ("[1]", "not watch's record"),
+        ('{"runs": {"sim": {"step": "3"}}}', "runs.sim: `step`"),
+    ):
+        record.write_text(text)
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2 and f"{record}: {why}" in result.output, result.output
