@@ -113,6 +113,45 @@ def test_watch_writes_each_final_step_once_as_export_writes_it(tmp_path, monkeyp
             assert [v for _, v in logged] == pytest.approx([v for _, v in series], rel=1e-6, abs=1e-7), tag
 
 
+def test_a_watch_killed_between_its_scalars_and_its_record_writes_no_step_twice(tmp_path, monkeypatch):
+    """Killed after flushing a look's steps but before recording them, in its event file of the session
+    or in a new one (the first write after a restart): the restarted watch cuts them off and writes them
+    once."""
+    from evaluator.export import RunSeries
+    from evaluator.watch.scalars import Record, TensorBoardSink
+
+    run = RunSeries("sim", {"a/b/avg": ([0, 1, 2, 3], [0.5, 1.5, 2.5, 3.5])})
+    commit, calls = Record.commit, []
+
+    def killed_at(n: int):
+        def commit_or_die(self, run_id, **fields):
+            calls.append(fields)
+            if len(calls) == n:
+                raise KeyboardInterrupt  # kill -9: the record is never replaced
+            commit(self, run_id, **fields)
+
+        return commit_or_die
+
+    first = TensorBoardSink(tmp_path)
+    first.write(run.between(-1, 1), 1)  # steps 0-1 recorded
+    monkeypatch.setattr(Record, "commit", killed_at(1))
+    with pytest.raises(KeyboardInterrupt):  # the same session's file
+        first.write(run.between(1, 3), 3)
+    assert [s for s, _ in scalars(tmp_path / "sim")["a/b/avg"]] == [0, 1, 2, 3]  # 2-3 on disk, unrecorded
+    calls.clear()
+    monkeypatch.setattr(Record, "commit", killed_at(2))
+    with pytest.raises(KeyboardInterrupt):  # restarted: 2-3 cut off; a new file, recorded, 2-3 unrecorded
+        TensorBoardSink(tmp_path).write(run.between(1, 3), 3)
+    assert [s for s, _ in scalars(tmp_path / "sim")["a/b/avg"]] == [0, 1, 2, 3]
+    assert len(list((tmp_path / "sim").glob("events.out.tfevents.*"))) == 2
+    monkeypatch.setattr(Record, "commit", commit)
+    again = TensorBoardSink(tmp_path)
+    assert again.record.last("sim") == 1
+    again.write(run.between(again.record.last("sim"), 3), 3)
+    again.close()
+    assert scalars(tmp_path / "sim")["a/b/avg"] == [(0, 0.5), (1, 1.5), (2, 2.5), (3, 3.5)]
+
+
 def test_a_folder_that_cannot_be_written_is_an_error_before_watching(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("a file")
@@ -138,6 +177,7 @@ def test_a_record_that_is_not_watchs_is_an_error_naming_it(tmp_path):
     for text, why in (
         ("[1]", "not watch's record"),
         ('{"runs": {"sim": {"step": "3"}}}', "runs.sim: `step`"),
+        ('{"runs": {"sim": {"step": 3, "events": "../../x", "bytes": 0}}}', "runs.sim.events: not the name"),
     ):
         record.write_text(text)
         result = CliRunner().invoke(cli, args)

@@ -15,7 +15,7 @@ import importlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -27,7 +27,9 @@ from evaluator.watch.trends import RunTrend
 ACTION_CODE = {"ship": 0, "undecided": 1, "ship_up_to": 2, "do_not_ship": 3}
 """`watch/action`: the verdict as a number, higher is worse (an alarm is a step up in the chart)."""
 RECORD = "proxaudit-watch-{kind}.json"
-"""The record in DIR: `{"runs": {run_id: {"step": last step written, "wandb_id": ...}}}`."""
+"""The record in DIR: `{"runs": {run_id: {"step": the last step written, ...}}}`; TensorBoard's also names
+the run's event file and its length then (`events`, `bytes`), W&B's the run's id (`wandb_id`)."""
+EVENTS = "events.out.tfevents.*"
 WANDB_PROJECT = "proxaudit"
 
 
@@ -50,9 +52,9 @@ class Record:
     def last(self, run_id: str) -> int:
         return self.runs.get(run_id, {}).get("step", -1)
 
-    def commit(self, steps: Mapping[str, int]) -> None:
-        for run_id, step in steps.items():
-            self.runs.setdefault(run_id, {})["step"] = step
+    def commit(self, run_id: str, **fields) -> None:
+        """Record `fields` of `run_id` (`step`: the last step written, ...), atomically and durably."""
+        self.runs.setdefault(run_id, {}).update(fields)
         temporary = self.path.with_name(f".{self.path.name}.tmp")
         with open(temporary, "w", encoding="utf-8") as out:
             json.dump({"runs": self.runs}, out, allow_nan=False)
@@ -83,19 +85,37 @@ def _library(module: str, option: str) -> ModuleType:
 
 
 class TensorBoardSink:
-    """One event file per run and watch under `DIR/{run_folder(run_id)}`, as `export` names the folders."""
+    """One event file per run and watch under `DIR/{run_folder(run_id)}`, as `export` names the folders.
+    The record holds each run's current event file and its length at the last step recorded: at start,
+    whatever a watch killed between a flush and its record appended past that length is cut off."""
 
     def __init__(self, folder: Path) -> None:
         self.make = _library("tensorboard.summary", "--tensorboard").Writer
         self.folder, self.writers = Path(folder), {}
         self.record = Record(self.folder, "--tensorboard", "tensorboard")
+        for run_id, known in self.record.runs.items():
+            name, length = known.get("events"), known.get("bytes")
+            if not (isinstance(name, str) and name == Path(name).name and name.startswith(EVENTS[:-1])):
+                raise UsageError(f"{self.record.path}: runs.{run_id}.events: not the name of an event file")
+            if type(length) is not int:
+                raise UsageError(f"{self.record.path}: runs.{run_id}.bytes: must be a length (an integer)")
+            events = self.folder / run_folder(run_id) / name
+            if events.is_file() and events.stat().st_size > length:
+                os.truncate(events, length)
 
-    def write(self, run: RunSeries) -> None:
+    def write(self, run: RunSeries, step: int) -> None:
+        folder = self.folder / run_folder(run.run_id)
         writer = self.writers.get(run.run_id)
         if writer is None:
-            writer = self.writers[run.run_id] = self.make(str(self.folder / run_folder(run.run_id)))
+            before = set(folder.glob(EVENTS))
+            writer = self.writers[run.run_id] = self.make(str(folder))
+            (events,) = set(folder.glob(EVENTS)) - before
+            last = self.record.last(run.run_id)
+            self.record.commit(run.run_id, step=last, events=events.name, bytes=events.stat().st_size)
         add_scalars(writer, run)
         writer.flush()
+        events = folder / self.record.runs[run.run_id]["events"]
+        self.record.commit(run.run_id, step=step, bytes=events.stat().st_size)
 
     def close(self) -> None:
         for writer in self.writers.values():
@@ -111,17 +131,16 @@ class WandbSink:
         self.folder, self.runs = Path(folder), {}
         self.record = Record(self.folder, "--wandb", "wandb")
 
-    def write(self, run: RunSeries) -> None:
+    def write(self, run: RunSeries, step: int) -> None:
         wb = self.runs.get(run.run_id)
         if wb is None:
-            known = self.record.runs.setdefault(run.run_id, {})
             wb = self.runs[run.run_id] = self.wandb.init(
                 project=WANDB_PROJECT, name=run.run_id, dir=str(self.folder), mode="offline",
-                id=known.get("wandb_id"), resume="allow", reinit="create_new",
+                id=self.record.runs.get(run.run_id, {}).get("wandb_id"), resume="allow", reinit="create_new",
                 config={"proxaudit_run_id": run.run_id}, settings=self.wandb.Settings(quiet=True),
             )  # fmt: skip
-            known["wandb_id"] = wb.id
         log_steps(wb, run)
+        self.record.commit(run.run_id, step=step, wandb_id=wb.id)
 
     def close(self) -> None:
         for wb in self.runs.values():
@@ -162,8 +181,7 @@ class ScalarExport:
                 if new.series:
                     step = new.last_step()
                     state = decision_state(run.run_id, step, verdicts, trends)
-                    sink.write(RunSeries(run.run_id, new.series | state))
-                    sink.record.commit({run.run_id: step})
+                    sink.write(RunSeries(run.run_id, new.series | state), step)
 
     def close(self) -> None:
         for sink in self.sinks:
