@@ -1,7 +1,7 @@
-"""`proxaudit watch --tensorboard DIR --wandb DIR`: a watch following a small simulated run (a step split
-over two files), stopped and restarted, writes each step once, when final, with the tags and values
-`proxaudit export` writes from the final store (read back with TensorBoard's event accumulator and from
-the W&B offline run's transaction log), and the decision state at the steps it judged."""
+"""`proxaudit watch --tensorboard DIR --wandb DIR`: a watch following a small simulated run (two ranks'
+folders, one a step behind), stopped and restarted, writes each step once, when final, with the tags and
+values `proxaudit export` writes from the final store (read back with TensorBoard's event accumulator and
+from the W&B offline run's transaction log), and the decision state at the steps it judged."""
 
 from __future__ import annotations
 
@@ -25,16 +25,17 @@ ACTION = {"ship": 0.0, "undecided": 1.0, "ship_up_to": 2.0, "do_not_ship": 3.0} 
 
 
 def write_files(logs: Path) -> list[Path]:
-    """Steps 0-3 in three files, step 1 split by sequence over the first two: [0, 1a], [1b, 2], [3]."""
+    """Steps 0-3 as two ranks' hooks write them (`seq_id = rank + 2k`, a folder per rank), two steps a
+    file: rank0/0 and rank1/0 hold steps 0-1, rank0/1 and rank1/1 steps 2-3; every step spans two files."""
     table = RUN.steps(0, 4)
-    step, seq = table["step"], table["seq_id"]
-    half = pc.greater_equal(seq, pc.approximate_median(pc.filter(seq, pc.equal(step, 1))))  # of step 1's
-    masks = [
-        pc.or_(pc.equal(step, 0), pc.and_(pc.equal(step, 1), pc.invert(half))),
-        pc.or_(pc.and_(pc.equal(step, 1), half), pc.equal(step, 2)),
-        pc.equal(step, 3),
+    rank, later = pc.bit_wise_and(table["seq_id"], 1), pc.greater_equal(table["step"], 2)
+    return [
+        write_log_atomic(
+            table.filter(pc.and_(pc.equal(rank, r), pc.equal(later, i == 1))),
+            logs / f"rank{r}" / f"{i}.parquet",
+        )
+        for r, i in ((0, 0), (1, 0), (0, 1), (1, 1))
     ]
-    return [write_log_atomic(table.filter(m), logs / f"sim-part{i}.parquet") for i, m in enumerate(masks)]
 
 
 def watcher(tmp_path: Path, clock: Clock, **sinks) -> Watcher:
@@ -61,17 +62,17 @@ def test_watch_writes_each_final_step_once_as_export_writes_it(tmp_path, monkeyp
     monkeypatch.setenv("WANDB_SILENT", "true")
     logs, tb, wb = tmp_path / "logs", tmp_path / "tb", tmp_path / "wb"
     files, clock = write_files(logs), Clock()
-    for f in files[1:]:
-        f.rename(tmp_path / f.name)  # the trainer writes them later
+    late = tmp_path / "late.parquet"
+    files[-1].rename(late)  # rank 1 is a step behind: its steps 2-3 come later
     with watcher(tmp_path, clock, tensorboard=tb) as first:
         assert first.poll() is None
-    assert {s for series in scalars(tb / "sim").values() for s, _ in series} == {0}  # step 1 is half in
+    # steps 2-3 are in for rank 0 only, so step 1 is the last whole one; 0 is final, 1 waits for rank 1
+    assert {s for series in scalars(tb / "sim").values() for s, _ in series} == {0}
     # restarted, now with W&B too: TensorBoard goes on after step 0, W&B starts from the first step
-    for f in files[1:]:
-        (tmp_path / f.name).rename(f)
+    late.rename(files[-1])
     clock.now += 10
     with watcher(tmp_path, clock, tensorboard=tb, wandb=wb) as second:
-        assert second.poll() is None  # steps 1 and 2 are final (step 3 is in)
+        assert second.poll() is None  # steps 1 and 2 are final (step 3 is in, from both ranks)
         assert {s for s, _ in scalars(tb / "sim")["watch/action"]} == {0, 2}
         clock.now += 60  # idle: the run ended, its last step is final
         assert second.poll() == 0

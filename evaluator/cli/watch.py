@@ -88,7 +88,8 @@ def watch_cmd(
     1..S; and the trend of the gradient mass error over steps), and each change of state is an alert: a
     line on stdout, in --alerts, to --webhook. A progress line on stderr says what watch waits for.
     Restarting it ingests nothing twice and repeats no alert. With --tensorboard or --wandb each run's
-    steps go to your dashboards once final (a later step is in, or the run ended), each step once.
+    steps go to your dashboards once final (each rank's folder holds a later step, or the run ended), each
+    step once.
 
     Exit code 1 at the first do_not_ship (or drift) with --exit-on, 0 once idle with --until-idle, 2 for a
     usage error or a DB of another loss, 130 on Ctrl-C.

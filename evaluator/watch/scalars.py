@@ -3,10 +3,10 @@ TensorBoard event files (`--tensorboard DIR`) or an offline W&B run (`--wandb DI
 values `proxaudit export` writes for them (`evaluator.export`), and the decision state watch judged at
 that look under `watch/` (`action` as a number, `max_staleness`, `drifting`).
 
-A step is final once the store holds a later step of its run, or once the run has ended (the folders
-idle): a step whose rows span two files is written whole. Each DIR keeps a record of the last step written
-per run (`RECORD`, replaced atomically once a look's scalars are flushed); a restarted watch goes on after
-it, so no step is written twice.
+A step is final once every folder the run's files came from (one per rank's hook) holds a later step of
+the run, or once the run has ended (the folders idle): a step whose rows span files is written whole. Each
+DIR keeps a record of the last step written per run (`RECORD`, replaced atomically once a look's scalars
+are flushed); a restarted watch goes on after it, so no step is written twice.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from types import ModuleType
 
 from evaluator.errors import UsageError
 from evaluator.export import RunSeries, add_scalars, log_steps, run_folder, run_series
+from evaluator.store import open_store
 from evaluator.watch.judge import RunVerdict
 from evaluator.watch.trends import RunTrend
 
@@ -162,6 +163,22 @@ def decision_state(
     return {tag: ([step], [float(value)]) for tag, value in state.items()}
 
 
+FINAL_STEPS = r"""
+SELECT run_id, min(folder_last) - 1 FROM (
+    SELECT t.run_id, regexp_replace(f.path, '[/\\][^/\\]*$', '') AS folder, max(t.step) AS folder_last
+    FROM file_tokens t JOIN ingested_file f USING (file_id)
+    GROUP BY ALL
+) GROUP BY run_id
+"""
+
+
+def final_steps(db: str | os.PathLike) -> dict[str, int]:
+    """Each run's last final step while it runs: the step before the one every folder of its files has
+    reached (one hook per rank writes one folder each: a rank a step behind holds the others back)."""
+    with open_store(db) as con:
+        return dict(con.execute(FINAL_STEPS).fetchall())
+
+
 class ScalarExport:
     """The sinks of one watch, and what each look writes to them."""
 
@@ -174,8 +191,9 @@ class ScalarExport:
         """Write each run's newly final steps (every step once the run `ended`) to each sink, with the
         decision state at the last of them."""
         start = min((s.record.last(v.run_id) for s in self.sinks for v in verdicts), default=-1) + 1
+        finals = {} if ended else final_steps(self.db)  # before the series: a snapshot no newer than theirs
         for run in run_series(self.db, from_step=start):
-            final = run.last_step() if ended else run.last_step() - 1
+            final = run.last_step() if ended else finals.get(run.run_id, -1)
             for sink in self.sinks:
                 new = run.between(sink.record.last(run.run_id), final)
                 if new.series:
