@@ -6,6 +6,7 @@ exists). The x-axis is the trainer step."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 import urllib.parse
@@ -37,6 +38,18 @@ class RunSeries:
                 steps.setdefault(x, {})[tag] = y
         yield from sorted(steps.items())
 
+    def last_step(self) -> int:
+        return max(xs[-1] for xs, _ in self.series.values())
+
+    def between(self, after: int, upto: int) -> RunSeries:
+        """The scalars of the steps in `(after, upto]` (tags left without a step dropped)."""
+        cut = {}
+        for tag, (xs, ys) in self.series.items():
+            lo, hi = bisect.bisect_right(xs, after), bisect.bisect_right(xs, upto)
+            if lo < hi:
+                cut[tag] = (xs[lo:hi], ys[lo:hi])
+        return RunSeries(self.run_id, cut)
+
 
 def _long(con, sql: str, params: list, stats: dict[str, str], prefix) -> pa.Table:
     """Rows (run_id, tag, step, value) of a wide query, one per stat column that is not null."""
@@ -50,20 +63,22 @@ def _long(con, sql: str, params: list, stats: dict[str, str], prefix) -> pa.Tabl
     return pa.concat_tables(parts)
 
 
-def run_series(db: str | Path, run_id: str | None = None) -> list[RunSeries]:
-    """Every run's (or one run's) scalars from the store."""
+def run_series(db: str | Path, run_id: str | None = None, from_step: int = 0) -> list[RunSeries]:
+    """Every run's (or one run's) scalars from the store, of the steps from `from_step` on."""
     where, params = ("TRUE", []) if run_id is None else ("run_id = ?", [run_id])
     with open_store(db) as con:
         metrics = _long(
             con,
-            f"SELECT run_id, step, method, metric, mean, min, max FROM step_summary WHERE {where}",
-            params,
+            "SELECT run_id, step, method, metric, mean, min, max FROM step_summary "
+            f"WHERE {where} AND step >= ?",
+            [*params, from_step],
             STAT_SUFFIX,
             lambda t: (t["method"], t["metric"]),
         )
         decisions = _long(
             con,
-            f"SELECT * EXCLUDE (staleness) FROM decision_over(by_step := true) WHERE {where}",
+            "SELECT * EXCLUDE (staleness) FROM decision_over(by_step := true, first_step := "
+            f"{int(from_step)}) WHERE {where}",
             params,
             dict(zip(DECISION_FIGURES, DECISION_FIGURES, strict=True)),
             lambda t: (t["method"], pa.array(["decision"] * t.num_rows, pa.string())),
@@ -98,9 +113,7 @@ def to_tensorboard(runs: list[RunSeries], log_dir: str | Path) -> list[Path]:
     for run in runs:
         folder = Path(log_dir) / run_folder(run.run_id)
         writer = Writer(str(folder))
-        for tag, (xs, ys) in run.series.items():
-            for x, y in zip(xs, ys, strict=True):
-                writer.add_scalar(tag, y, x)
+        add_scalars(writer, run)
         writer.close()
         written.append(folder)
     return written
@@ -115,7 +128,19 @@ def to_wandb(runs: list[RunSeries], project: str, directory: str | Path, mode: s
     for run in runs:
         with wandb.init(project=project, name=run.run_id, dir=str(directory), mode=mode,
                         config={"proxaudit_run_id": run.run_id}, reinit="create_new") as wb:  # fmt: skip
-            for step, values in run.by_step():
-                wb.log(values, step=step)
+            log_steps(wb, run)
             ids.append(wb.id)
     return ids
+
+
+def add_scalars(writer, run: RunSeries) -> None:
+    """Every scalar of `run` to a `tensorboard.summary.Writer`."""
+    for tag, (xs, ys) in run.series.items():
+        for x, y in zip(xs, ys, strict=True):
+            writer.add_scalar(tag, y, x)
+
+
+def log_steps(wb, run: RunSeries) -> None:
+    """Every step of `run` to a W&B run, the trainer step as W&B's step."""
+    for step, values in run.by_step():
+        wb.log(values, step=step)

@@ -65,19 +65,31 @@ EXIT_INTERRUPTED = 130
 @click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), help="--import: folder for the logs."
 )
+@click.option(
+    "--tensorboard", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+    help="Write each run's steps, once final, as `proxaudit export --to tensorboard DIR` writes them, and "
+    "the decision state (watch/action, watch/max_staleness, watch/drifting).",
+)  # fmt: skip
+@click.option(
+    "--wandb", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+    help="The same as offline W&B runs in DIR (`wandb sync` uploads them).",
+)  # fmt: skip
 @dump_options
 @loss_options
 @library_errors
 def watch_cmd(
     paths, db, alerts, webhook, exit_on, interval, idle_after, until_idle, thresholds, max_staleness,
-    import_fmt, out, run_id, trust_pickle, update_weights_interval, resumed_at, **loss_keys,
+    import_fmt, out, tensorboard, wandb, run_id, trust_pickle, update_weights_interval, resumed_at,
+    **loss_keys,
 ) -> None:  # fmt: skip
     """Follow a training run: the token logs the hook writes into PATHS (or, with --import, a trainer's
     dumps), each file replayed into DB once complete; after each, the run is judged again (the decision
     `proxaudit gate` makes under --thresholds: the gated method beyond the engine floor at each staleness
     1..S; and the trend of the gradient mass error over steps), and each change of state is an alert: a
     line on stdout, in --alerts, to --webhook. A progress line on stderr says what watch waits for.
-    Restarting it ingests nothing twice and repeats no alert.
+    Restarting it ingests nothing twice and repeats no alert. With --tensorboard or --wandb each run's
+    steps go to your dashboards once final (each rank's folder holds a later step, or the run ended), each
+    step once.
 
     Exit code 1 at the first do_not_ship (or drift) with --exit-on, 0 once idle with --until-idle, 2 for a
     usage error or a DB of another loss, 130 on Ctrl-C.
@@ -105,7 +117,7 @@ def watch_cmd(
         paths=tuple(paths), db=db, importer=importer, alerts=alerts, webhook=webhook,
         exit_on=frozenset(exit_on), interval=interval, idle_after=idle_after, until_idle=until_idle,
         thresholds=load_thresholds(thresholds) if thresholds else None, max_staleness=max_staleness,
-        loss=choice.loss,
+        loss=choice.loss, tensorboard=tensorboard, wandb=wandb,
     )  # fmt: skip
     try:
         code = watch(options)

@@ -6,7 +6,8 @@ Each complete file is handed to replay once per version of it (its size and time
 whose digest the store holds, so a restarted watch hands every file again and ingests only what is new,
 and a file that other `replay` processes ingested (a store takes several writers at once) is not counted
 twice. The alerts already written are
-read back at start, so a restart repeats none.
+read back at start, so a restart repeats none. With `tensorboard` or `wandb`, each look that judged (or
+found the run ended) writes the steps final by then (`evaluator.watch.scalars`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from evaluator.watch.dumps import DumpImporter
 from evaluator.watch.judge import RunVerdict, default_thresholds, gated, judge_runs
 from evaluator.watch.listing import Lister
 from evaluator.watch.progress import Status, progress_text
+from evaluator.watch.scalars import ScalarExport
 from evaluator.watch.sinks import AlertsFile, Webhook, state
 from evaluator.watch.trends import RunTrend, run_trends
 from schemas.thresholds import Thresholds
@@ -58,6 +60,10 @@ class WatchOptions:
     max_staleness: int | None = None
     """S, the trainer's maximum staleness: judged 1..S, recorded with the store (None: the log's)"""
     loss: Loss = DEFAULT_LOSS
+    tensorboard: Path | None = None
+    """write each run's final steps (`export`'s scalars) and the decision state as TensorBoard events here"""
+    wandb: Path | None = None
+    """the same as offline W&B runs here"""
 
 
 def utc_now() -> str:
@@ -81,6 +87,16 @@ class Watcher:
         self.ingested, self.as_of = 0, None
         self.verdicts: list[RunVerdict] = []
         self.trends: list[RunTrend] = []
+        scalars = options.tensorboard or options.wandb
+        self.scalars = ScalarExport(options.db, options.tensorboard, options.wandb) if scalars else None
+        self.exported_ended = False
+
+    def __enter__(self) -> Watcher:
+        return self
+
+    def __exit__(self, *_) -> None:
+        if self.scalars is not None:
+            self.scalars.close()
 
     def run(self) -> int:
         """Poll until an exit condition holds; its exit code (0: the run ended, 1: `exit_on` fired)."""
@@ -104,11 +120,16 @@ class Watcher:
         new = [e for e in parts.complete if self.handed.get(e.path) != (e.size, e.mtime_ns)]
         ingested = self._ingest(new) if new else 0
         alerts: list[Alert] = []
-        if (ingested or not self.judged) and locate(o.db).exists():
+        stored = locate(o.db).exists()
+        judged = bool(ingested or not self.judged) and stored
+        if judged:
             alerts += self._judge()
         alerts += self.machine.on_activity(ended, utc_now(), o.idle_after, [str(p) for p in o.paths])
         for alert in alerts:
             self._emit(alert)
+        if self.scalars is not None and stored and (judged or ended != self.exported_ended):
+            self.scalars.after_look(self.verdicts, self.trends, ended)  # the steps final by now
+            self.exported_ended = ended
         self._show(parts, now)
         if "fail" in o.exit_on and any(v.action == "do_not_ship" for v in self.verdicts):
             return 1
@@ -190,6 +211,7 @@ def watch(options: WatchOptions, status: Status | None = None) -> int:
     1 when `exit_on` fired, 0 when the run ended (`until_idle`)."""
     status = status or Status()
     try:
-        return Watcher(options, status).run()
+        with Watcher(options, status) as watcher:
+            return watcher.run()
     finally:
         status.close()
