@@ -12,8 +12,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from evaluator.duck import connect
+from evaluator.problems import Problem
 from evaluator.store.checks import expected_tables
 from evaluator.store.lake import STORE, load, quote, s3_secret, stored_data_path
 
@@ -29,6 +31,16 @@ class FileSummary:
     moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, sum_sq, min, max
     sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
     sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
+
+
+def unstorable_text(summary: FileSummary) -> Problem | None:
+    """The problem of a file whose run_id holds a NUL byte: DuckLake writes a registered file's text
+    statistics into its catalog's SQL, where a NUL ends the text (every later query of the table fails)."""
+    runs = pc.unique(summary.file_tokens["run_id"]).to_pylist()
+    if not any("\x00" in run for run in runs):
+        return None
+    message = "a run_id holds a NUL byte (\\x00), which the store cannot keep: name the run without one"
+    return Problem("unstorable_text", "run_id", summary.n_rows, message)
 
 
 _SEQUENCES = (
