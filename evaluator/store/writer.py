@@ -44,7 +44,6 @@ from evaluator.store.lake import (
     locate,
     made_whole,
     quote,
-    stored_data_path,
 )
 from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY, SAMPLE_KEY, stored_loss, stored_sample
 from evaluator.store.repeats import CopyOf, repeats
@@ -111,7 +110,7 @@ class StoreWriter:
                 raise
             # the store this writer made is set up; one another writer made meanwhile is checked and set up
             self._open(self.location, setup=catalog_inode(self.location) != made)
-        self._stager = Stager(stored_data_path(self.con))
+        self._stager = Stager(self.con)
         return self
 
     def _open(self, location: Location, setup: bool = True) -> None:
@@ -310,10 +309,10 @@ class StoreWriter:
             con.unregister("part")
 
     def close(self) -> None:
+        if self._stager is not None:  # a cursor of the connection
+            self._stager.close()
         if self.con is not None:
             self.con.close()
-        if self._stager is not None:
-            self._stager.close()
         self.con = self._stager = None
 
 
