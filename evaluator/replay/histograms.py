@@ -2,7 +2,7 @@
 `COMPILED_FROM` tokens, the compiled loop (`evaluator.replay.kernels`, numba) for more.
 
 Importing numba and loading the compiled loop cost about 0.5 CPU-seconds and 120 MiB, which a small file's
-whole replay does not take; `bincount` costs about 5 ns a token more than the loop (BENCHMARKS.md), so below
+whole replay does not take; `bincount` costs 4-11 ns a token more than the loop (BENCHMARKS.md), so below
 `COMPILED_FROM` tokens numpy wins. Counts are integers: both paths give the same arrays.
 """
 
