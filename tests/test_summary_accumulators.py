@@ -14,10 +14,11 @@ from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.formulas.sketch import bucket_code
 from evaluator.logio import write_log_atomic
 from evaluator.replay import accumulators as summary_accumulators
+from evaluator.replay import histograms as counting
 from evaluator.replay import summarise as file_summary
 from evaluator.replay.accumulators import CellIndex, SketchCounts
 from evaluator.replay.batch import SERIES_ID, CellRows, Summaries, add_series, group_tokens
-from evaluator.replay.kernels import histograms
+from evaluator.replay.kernels import histograms as compiled
 from evaluator.replay.pipeline import check_and_summarise
 from evaluator.replay.tasks import SummariseRange
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
@@ -149,10 +150,12 @@ def test_batch_ranges_are_whole_batches_covering_the_file():
     assert file_summary.batch_ranges(900, 1000, 2) == [(0, 900)]
 
 
+@pytest.mark.parametrize("histograms", [compiled, counting.histograms], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("n_groups", [3, 400])  # group rows fewer than the tokens, and more
-def test_the_sketch_kernel_counts_what_bincount_counts(n_groups):
-    """Both of the kernel's paths against numpy: buckets of every sign, zeros of both signs,
-    subnormals and infinities, each token counted in its (run, step) and (run, staleness) rows."""
+def test_the_sketch_kernel_counts_what_bincount_counts(n_groups, histograms):
+    """Both of the kernel's paths, and the numpy path of a small batch, against bincount: buckets of every
+    sign, zeros of both signs, subnormals and infinities, each token counted in its (run, step) and (run,
+    staleness) rows."""
     rng = np.random.default_rng(3)
     values = np.concatenate(
         [
@@ -164,8 +167,10 @@ def test_the_sketch_kernel_counts_what_bincount_counts(n_groups):
     step_of_group, stale_of_group = rng.integers(0, 4, n_groups), rng.integers(0, 7, n_groups)
     codes = bucket_code(values)
     lo, span = int(codes.min()), int(codes.max() - codes.min()) + 1
+    assert len(values) < counting.COMPILED_FROM  # the dispatcher takes its numpy path
     by_step, by_stale = histograms(values, group, step_of_group, stale_of_group, lo, span, 4, 7)
     for rows, n_rows, got in ((step_of_group, 4, by_step), (stale_of_group, 7, by_stale)):
+        assert got.dtype == np.int64
         keys = rows[group] * span + (codes - lo)
         np.testing.assert_array_equal(got, np.bincount(keys, minlength=n_rows * span).reshape(n_rows, span))
 
@@ -183,7 +188,8 @@ def test_a_nan_metric_value_is_an_error_naming_its_series():
         add_series(acc, SERIES_ID["loglinear", "abs_error"], np.array([0.5, np.nan, 1.0]), groups, rows)
 
 
-def test_the_sketch_kernel_buckets_any_float_as_bucket_code_does():
+@pytest.mark.parametrize("histograms", [compiled, counting.histograms], ids=["compiled", "numpy"])
+def test_the_sketch_kernel_buckets_any_float_as_bucket_code_does(histograms):
     """Random float64 bit patterns (NaN aside): every exponent, both signs, subnormals."""
     bits = np.random.default_rng(1).integers(-(2**63), 2**63 - 1, 20_000, dtype=np.int64)
     values = bits.view(np.float64)
@@ -193,3 +199,17 @@ def test_the_sketch_kernel_buckets_any_float_as_bucket_code_does():
     one_group = np.zeros(len(values), dtype=np.int64)
     by_step, _ = histograms(values, one_group, np.zeros(1, np.int64), np.zeros(1, np.int64), lo, span, 1, 1)
     np.testing.assert_array_equal(by_step[0], np.bincount(codes - lo, minlength=span))
+
+
+def test_a_file_summarised_by_numpy_counts_equals_the_compiled_loops(tmp_path, monkeypatch):
+    """The same file, its sketch counts taken by numpy (batches under `COMPILED_FROM` tokens) and then by the
+    compiled loop (every batch): every summary table is equal, row for row."""
+    spec = SyntheticSpec(run_id="r", tokens_per_step=2048, mean_length=16)
+    log = write_log_atomic(synthetic_steps(spec, 0, 6), tmp_path / "log.parquet")
+    by_numpy = summarise_file(log, batch_rows=4096)
+    assert by_numpy.n_tokens < counting.COMPILED_FROM
+    monkeypatch.setattr(counting, "COMPILED_FROM", 1)
+    by_loop = summarise_file(log, batch_rows=4096)
+    for name in ("file_tokens", "moments", "sketch_by_step", "sketch_by_staleness"):
+        assert getattr(by_numpy, name).equals(getattr(by_loop, name)), name
+    assert by_numpy.sketch_by_step.num_rows > 0

@@ -174,19 +174,20 @@ def replay(
     could be read.
     """
     from evaluator.errors import UsageError
-    from evaluator.gate import DEFAULT_THRESHOLDS, load_thresholds
     from evaluator.replay.pipeline import replay as replay_paths
     from evaluator.store.lake import require_local_or_uri
-    from evaluator.text_table import wrapped
     from evaluator.validate.found import found_lines
     from evaluator.validate.report import findings_lines
-    from evaluator.verdict.summary import what_if_lines
-    from evaluator.verdict.what_if import what_if
 
     choices = loss_choices(**loss_keys)
     choice = choices[0][1]
     say("\n".join(choice.lines()))
-    if len(choices) > 1:
+    if len(choices) > 1:  # a what-if: the gate and the verdicts are imported for it alone
+        from evaluator.gate import DEFAULT_THRESHOLDS, load_thresholds
+        from evaluator.text_table import wrapped
+        from evaluator.verdict.summary import what_if_lines
+        from evaluator.verdict.what_if import what_if
+
         load_thresholds(thresholds or DEFAULT_THRESHOLDS)  # a bad file before any work
         say(f"what-if: {', '.join(name for name, _ in choices[1:])}, judged beside it")
     elif thresholds is not None:

@@ -7,8 +7,8 @@ keep `loss_mask` tokens, sort them once by
 
 - exact moments per (run, step, staleness): n and sum by `np.bincount`, min and max by `reduceat` over
   the sorted groups;
-- sketch counts (`evaluator.formulas.sketch` buckets) per (run, step) and per (run, staleness): one
-  compiled pass over the values (`evaluator.replay.kernels.histograms`) over the series' bucket range.
+- sketch counts (`evaluator.formulas.sketch` buckets) per (run, step) and per (run, staleness) over the
+  series' bucket range (`evaluator.replay.histograms`: numpy for a small batch, a compiled pass for more).
 
 Both go into file-level dense accumulators (`evaluator.replay.accumulators`), so a step seen in many
 batches costs one row of counts, not one per batch. `evaluator.replay.summarise` drives the batches.
@@ -30,6 +30,7 @@ from evaluator.formulas.metrics import Coverage, coverage, method_metrics
 from evaluator.formulas.sketch import bucket_code
 from evaluator.formulas.terms import Tokens, prox_terms
 from evaluator.replay.accumulators import Moments, SketchCounts
+from evaluator.replay.histograms import histograms
 from evaluator.replay.pairing import previous_versions
 from schemas.store import METHODS, metrics_for
 from schemas.token_log import LOGP_COLUMNS
@@ -168,8 +169,6 @@ def add_series(
     if np.isnan(lo) or np.isnan(hi):
         raise ValueError(f"{SERIES[series]} has a NaN value: no sketch bucket holds it")
     lo, hi = bucket_code(np.array([lo, hi]))  # buckets are ordered like values
-    from evaluator.replay.kernels import histograms  # numba: imported on first use (or by load_kernels)
-
     by_step, by_stale = histograms(
         np.ascontiguousarray(values),  # the loop reads the floats' bits
         groups.group,

@@ -8,7 +8,8 @@ token in its two rows directly. One pass over the values instead of a bucket arr
 bincount over them. Counts are integers: the same whichever way they are taken.
 
 Importing numba and the first call of a process (loading the compiled code from numba's cache) take
-about 0.7 s; replay does both in a thread while it validates (`evaluator.replay.workers.load_kernels`).
+about 0.7 s; replay does both in a thread while it validates (`evaluator.replay.workers.load_kernels`), when
+a file is long enough to need it (`evaluator.replay.histograms`: numpy counts a small batch).
 """
 
 from __future__ import annotations

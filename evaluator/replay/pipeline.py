@@ -23,7 +23,6 @@ write the same store at once (each file is ingested once, whichever takes it).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import sys
@@ -39,6 +38,7 @@ from tqdm import tqdm
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
+from evaluator.replay.histograms import needs_compiled
 from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
 from evaluator.replay.slots import Slot, digests, require_one_parquet
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
@@ -53,14 +53,17 @@ from evaluator.validate.found import Folder, found_folders, nothing_found
 
 def _progress(files: list[Path], enabled: bool | None) -> tqdm:
     """Files, tokens and tokens/s on stderr, only when stderr is a terminal (quiet in CI)."""
-    rows = 0
-    for path in files:
-        try:
-            rows += pq.ParquetFile(path).metadata.num_rows
-        except Exception:  # an unreadable file is reported by validation, not here
-            continue
+    rows = sum(footer_rows(path) for path in files)
     disable = not sys.stderr.isatty() if enabled is None else not enabled
     return tqdm(total=rows, unit="tok", unit_scale=True, desc=f"0/{len(files)} files", disable=disable)
+
+
+def footer_rows(path: Path) -> int:
+    """A file's rows by its Parquet footer; 0 for one that cannot be read (validation reports it)."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:
+        return 0
 
 
 @dataclass
@@ -202,8 +205,7 @@ def file_workers(files: Sequence[Path]) -> int:
         return 1
     rows = 0
     for path in files:
-        with contextlib.suppress(OSError, ValueError):  # checked, and reported, with the others
-            rows += pq.ParquetFile(path).metadata.num_rows
+        rows += footer_rows(path)
         if rows >= MIN_ROWS_FOR_WORKERS:
             return usable_cores()
     return 1
@@ -257,8 +259,8 @@ def replay(
             if staleness_limit is not None:
                 store.record_max_staleness(*staleness_limit)
             slots = digests(files, store.digests(), staging)
-            if any(s.to_check for s in slots):
-                load_kernels()  # numba's start, while the files are checked
+            if any(s.to_check and needs_compiled(footer_rows(s.path)) for s in slots):
+                load_kernels()  # numba's start, while the files are checked (a small file needs none)
             _check(slots, runner, bar)
             checked = [s.checked for s in slots if s.checked is not None]
             findings = judge_call(checked, max_staleness, duplicates=False).findings

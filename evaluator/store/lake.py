@@ -141,7 +141,23 @@ def attach(
         _make_folder(location)
     con = connect()
     try:
-        load(con, *location.extensions)
+        try:
+            load(con, *location.extensions)
+        except duckdb.Error as error:
+            raise StoreError(f"cannot open the metrics store {location}: {error}") from None
+        attach_on(con, location, read_only, version)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def attach_on(
+    con: duckdb.DuckDBPyConnection, location: Location, read_only: bool, version: int | None = None
+) -> None:
+    """Attach the existing store `location` as `STORE` on `con`, which has its extensions loaded (a
+    connection that `detach`ed another store of the same kind keeps them)."""
+    try:
         recorded = location.data_path or _recorded_data_path(con, location)
         if recorded.startswith("s3://"):
             if "httpfs" not in location.extensions:
@@ -150,12 +166,14 @@ def attach(
         own_data = location.folder is not None and recorded != "" and "://" not in recorded
         con.execute(location.attach_sql(read_only, version, own_data))
     except duckdb.Error as error:
-        con.close()
         raise StoreError(f"cannot open the metrics store {location}: {error}") from None
-    except BaseException:
-        con.close()
-        raise
-    return con
+
+
+def detach(con: duckdb.DuckDBPyConnection) -> None:
+    """Detach `STORE` from `con`: no handle of this process stays on its catalog (DuckDB's SQLite opens
+    it per transaction, and DETACH drops the catalog), and `con` keeps its extensions for `attach_on`."""
+    con.execute("USE memory")
+    con.execute(f"DETACH {STORE}")
 
 
 @contextmanager
@@ -192,7 +210,7 @@ def catalog_inode(location: Location) -> int:
 
 def _set_data_path(catalog: Path, data_path: str) -> None:
     """Record `data_path` in a staged store's catalog, which no connection of this process holds open any
-    more (`_recorded_data_path` says why that matters)."""
+    more (closed, or `detach`ed: `_recorded_data_path` says why that matters)."""
     with contextlib.closing(sqlite3.connect(catalog)) as con, con:
         con.execute("UPDATE ducklake_metadata SET value = ? WHERE key = 'data_path'", [data_path])
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from evaluator.duck import connect
+from evaluator.problems import Problem
 from evaluator.store.checks import expected_tables
-from evaluator.store.lake import STORE, load, quote, s3_secret, stored_data_path
+from evaluator.store.lake import STORE, quote, stored_data_path
 
 
 @dataclass
@@ -29,6 +30,16 @@ class FileSummary:
     moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, sum_sq, min, max
     sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
     sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
+
+
+def unstorable_text(summary: FileSummary) -> Problem | None:
+    """The problem of a file whose run_id holds a NUL byte: DuckLake writes a registered file's text
+    statistics into its catalog's SQL, where a NUL ends the text (every later query of the table fails)."""
+    runs = pc.unique(summary.file_tokens["run_id"]).to_pylist()
+    if not any("\x00" in run for run in runs):
+        return None
+    message = "a run_id holds a NUL byte (\\x00), which the store cannot keep: name the run without one"
+    return Problem("unstorable_text", "run_id", summary.n_rows, message)
 
 
 _SEQUENCES = (
@@ -51,15 +62,14 @@ STAGED_TABLES = ("file_sequences", *_INSERTS)
 
 
 class Stager:
-    """Writes the per-file tables' Parquet files under the store's data path `data` (a folder or an s3://
-    prefix, ending in a separator), through a private in-memory DuckDB."""
+    """Writes the per-file tables' Parquet files under the store's data path (a folder or an s3:// prefix,
+    ending in a separator) through a cursor of `con`, the writer's connection with the store attached (its
+    DuckDB, its extensions and S3 secret; a cursor is a connection of its own, outside the writer's
+    transaction)."""
 
-    def __init__(self, data: str) -> None:
-        self.data = data
-        self.con = connect()
-        if data.startswith("s3://"):
-            load(self.con, "httpfs")
-            s3_secret(self.con)
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.data = stored_data_path(con)
+        self.con = con.cursor()
 
     def stage(self, file_id: int, summary: FileSummary, sequences: pa.Table) -> dict[str, str]:
         """One Parquet file per per-file table, its columns of the store's types: {table: file}."""
@@ -125,7 +135,7 @@ def record_name_maps(con: duckdb.DuckDBPyConnection, fresh: bool) -> bool:
     missing = [table for table in STAGED_TABLES if table not in mapped]
     if not missing:
         return False
-    stager = Stager(stored_data_path(con))
+    stager = Stager(con)
     empty = stager.stage_empty(missing)
     try:
         for table, path in empty.items():  # a file without rows leaves its name map and no data file

@@ -38,15 +38,16 @@ from evaluator.store.lake import (
     STORE,
     Location,
     attach,
+    attach_on,
     catalog_inode,
+    detach,
     locate,
     made_whole,
     quote,
-    stored_data_path,
 )
 from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY, SAMPLE_KEY, stored_loss, stored_sample
 from evaluator.store.repeats import CopyOf, repeats
-from evaluator.store.staging import FileSummary, Stager, record_name_maps
+from evaluator.store.staging import FileSummary, Stager, record_name_maps, unstorable_text
 from evaluator.validate.evidence import Evidence
 from schemas.store import METRIC_TABLE, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 
@@ -66,16 +67,6 @@ def file_id_of(digest: str) -> int:
 def _ddl_digest() -> str:
     definitions = json.dumps([list(vars(m).values()) for m in METRIC_TABLE])
     return hashlib.blake2b((VIEWS_DDL + definitions).encode(), digest_size=16).hexdigest()
-
-
-def _unstorable(summary: FileSummary) -> Problem | None:
-    """The problem of a file whose run_id holds a NUL byte: DuckLake writes text statistics into its
-    catalog's SQL, where a NUL ends the text (every later query of the table would fail)."""
-    runs = pc.unique(summary.file_tokens["run_id"]).to_pylist()
-    if not any("\x00" in run for run in runs):
-        return None
-    message = "a run_id holds a NUL byte (\\x00), which the store cannot keep: name the run without one"
-    return Problem("unstorable_text", "run_id", summary.n_rows, message)
 
 
 class StoreWriter:
@@ -106,20 +97,28 @@ class StoreWriter:
         of ingesting that is one at a time per store."""
 
     def __enter__(self) -> StoreWriter:
-        made = None
-        if not self.location.exists():  # a new folder store appears whole, set up, or not at all
-            with made_whole(self.location) as staged:
-                self._open(staged)
+        if self.location.exists():
+            self._open(self.location)
+        else:  # a new folder store appears whole, set up, or not at all
+            try:
+                with made_whole(self.location) as staged:
+                    self._open(staged)
+                    made = catalog_inode(staged)
+                    detach(self.con)  # renamed next, then attached again here: its extensions are loaded
+            except BaseException:
                 self.close()
-                made = catalog_inode(staged)
-        # the store this writer made is set up; one another writer made meanwhile is checked and set up
-        self._open(self.location, setup=made is None or catalog_inode(self.location) != made)
-        self._stager = Stager(stored_data_path(self.con))
+                raise
+            # the store this writer made is set up; one another writer made meanwhile is checked and set up
+            self._open(self.location, setup=catalog_inode(self.location) != made)
+        self._stager = Stager(self.con)
         return self
 
     def _open(self, location: Location, setup: bool = True) -> None:
-        self.con = attach(location, read_only=False, create=True)
         try:
+            if self.con is None:
+                self.con = attach(location, read_only=False, create=True)
+            else:
+                attach_on(self.con, location, read_only=False)
             self.con.execute(f"USE {STORE}")
             if setup:
                 committed(self.con, self._setup, "setup")
@@ -216,7 +215,7 @@ class StoreWriter:
         location = recorded_location(path)
         file_id = file_id_of(digest)
         con = self.con
-        unstorable = _unstorable(summary)
+        unstorable = unstorable_text(summary)
         if unstorable is not None:
             return unstorable
 
@@ -310,10 +309,10 @@ class StoreWriter:
             con.unregister("part")
 
     def close(self) -> None:
+        if self._stager is not None:  # a cursor of the connection
+            self._stager.close()
         if self.con is not None:
             self.con.close()
-        if self._stager is not None:
-            self._stager.close()
         self.con = self._stager = None
 
 
