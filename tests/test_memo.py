@@ -44,3 +44,4 @@ def test_a_repeated_query_runs_once_and_its_answer_cannot_be_changed_by_a_caller
     assert counting.queries == 3  # one per form: fetchall, df, fetchnumpy
     memo.execute(SQL, [5]).fetchall()  # other parameters: another query
     assert counting.queries == 4
+    assert Memo.of(memo) is memo and Memo.of(counting) is not memo  # a caller's memo serves its callees

@@ -22,6 +22,7 @@ from evaluator.gate.verdicts import GateResult, StalenessLimit, Verdict
 from evaluator.inputs import read_text
 from evaluator.store import open_store
 from evaluator.store.figures import observe, observe_levels, runs_with_metric, stale_levels
+from evaluator.store.memo import Memo
 from evaluator.store.reader import require_run, runs_without_truth, stored_loss, stored_max_staleness
 from schemas.figures import lookup, of_run
 from schemas.store import DEFAULT_TOLERANCE, METRIC_TABLE
@@ -197,7 +198,9 @@ def gate_on(
     run: str | None = None,
     max_staleness: int | None = None,
 ) -> GateResult:
-    """Every check of `thresholds` on the store of `con` (of `run` alone if given)."""
+    """Every check of `thresholds` on the store of `con` (of `run` alone if given), each read query asked
+    of the store once (`Memo`: `con` reads one snapshot)."""
+    con = Memo.of(con)
     verdicts, limits = evaluate(con, thresholds, only_run=run, max_staleness=max_staleness)
     verdicts = explained(verdicts, runs_without_truth(con))
     return GateResult(str(db), thresholds.source, tuple(verdicts), limits)

@@ -16,9 +16,14 @@ class Memo:
     """`con` whose `execute(sql, params)` results (`fetchall`, `fetchone`, `fetchnumpy`, `df`) are kept
     per (sql, parameters, form); every other attribute is the connection's own."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection | Memo) -> None:
-        self._con = con._con if isinstance(con, Memo) else con
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
         self._answers: dict[tuple[str, str, str], Any] = {}
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection | Memo) -> Memo:
+        """`con`'s memo: `con` itself if it is one (a caller's memo goes on serving its callees)."""
+        return con if isinstance(con, Memo) else cls(con)
 
     def execute(self, sql: str, params: object = None) -> _Answer:
         return _Answer(self, sql, params)

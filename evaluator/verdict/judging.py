@@ -71,7 +71,7 @@ def judge_store(
     with each trainer's own mismatch figure on the judged runs; without `alternatives` (the other trainer
     options that would ship further) where a caller shows none. Each read query is asked of the store once
     (`Memo`: `con` reads one snapshot)."""
-    con = Memo(con)
+    con = Memo.of(con)
     result = gate_on(con, thresholds, db, run, max_staleness)
     floors, counts = engine_floors(con), minibatches(con)
     bounds = floor_bounds(thresholds, tolerance)
