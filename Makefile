@@ -9,14 +9,16 @@ TORCH := torch==2.13.0
 
 .PHONY: install test demo lint chromium clean
 
+# --no-compile: Python compiles a module when it is first imported, so the install does not compile the
+# thousands that are never imported (torch's alone cost about 16 s of CPU).
 # AReaL and verl, for the tests that run their code, go in with --no-deps: their own pins pull CUDA torch.
 # verl's wheel also installs its own test suite and scripts as top-level `tests` and `scripts` packages,
 # which would shadow this repository's `tests` (`from tests.builders import ...`): they are removed.
 $(STAMP): pyproject.toml Makefile requirements-trainers.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet $(TORCH) 2>&1 | { grep -v 'is ignored: it is neither' || true; }
-	$(BIN)/pip install --quiet -e '.[train,dev,export,ray,scale]' '$(TORCH)' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
-	$(BIN)/pip install --quiet --no-deps -r requirements-trainers.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/pip install --quiet --no-compile $(TORCH) 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/pip install --quiet --no-compile -e '.[train,dev,export,ray,scale]' '$(TORCH)' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/pip install --quiet --no-compile --no-deps -r requirements-trainers.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	rm -rf "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"/{tests,scripts}
 	touch $(STAMP)
 
