@@ -18,7 +18,7 @@ from evaluator.logio import write_log_atomic
 from evaluator.replay.groups import GROUP_FILES
 from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store import StoreWriter, connect_store, file_digest
-from evaluator.store import group as store_group
+from evaluator.store import writer as store_writer
 from evaluator.store.checks import expected_tables
 from evaluator.store.commits import CRASH_ENV
 from evaluator.store.repeats import CopyOf
@@ -161,7 +161,7 @@ def test_a_store_records_its_name_maps_when_made_and_never_again(setup, tmp_path
 
 
 def test_two_writers_racing_on_one_file_store_it_once(tmp_path, monkeypatch):
-    """Both writers are inside their ingest transaction at once (a barrier in the token check): one
+    """Both writers are inside their ingest transaction at once (a barrier after the checks): one
     commits, the other's commit conflicts, runs again and finds the file (same bytes), or the same tokens
     (a re-saved copy)."""
     log = write_logs(tmp_path / "logs")[0]
@@ -171,16 +171,16 @@ def test_two_writers_racing_on_one_file_store_it_once(tmp_path, monkeypatch):
     pq.write_table(pq.read_table(log), resaved, compression="gzip")
     done = {p: check_and_summarise(p) for p in (log, resaved)}
     barrier, first_calls = threading.Barrier(2, timeout=60), set()
-    real_repeats = store_group.repeats
+    real_check = store_writer.check
 
-    def repeats(con, file_tokens, moments):
-        found = real_repeats(con, file_tokens, moments)
+    def check(con, files, db):
+        found = real_check(con, files, db)
         if threading.get_ident() not in first_calls:  # only the first try of each writer waits
             first_calls.add(threading.get_ident())
             barrier.wait()
         return found
 
-    monkeypatch.setattr(store_group, "repeats", repeats)
+    monkeypatch.setattr(store_writer, "check", check)
     for second in (log, resaved):
         db = tmp_path / f"m-{second.stem}"
         with StoreWriter(db):

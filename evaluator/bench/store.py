@@ -10,7 +10,8 @@ up to `GROUP_FILES` files registered in one transaction (a group commit, `StoreW
 - **The commit path's serial share** (`--serial-files K --serial-tokens T`): K logs of T tokens each,
   each checked, summarised and staged (the work any number of workers share) and committed in groups
   (the transaction: checks, registering the files, the commit; one at a time per store), every phase
-  timed; the derived rows of the runs at the end are serial too. The serial share s gives Amdahl's
+  timed; the writer's merges of the staleness sketches and the derived rows of the runs at the end are
+  serial too. The serial share s gives Amdahl's
   projection of the speed-up on W workers, 1 / (s + (1 - s) / W).
 """
 
@@ -116,7 +117,7 @@ def serial_share(folder: Path, n_files: int, n_tokens: int) -> list[str]:
         logs.append(path)
     db = folder / "serial"
     shutil.rmtree(db, ignore_errors=True)
-    work = commit = 0.0
+    work = commit = merges = 0.0
     with StoreWriter(db) as writer:
         for first, last in _groups(0, n_files):
             staged = []
@@ -130,18 +131,20 @@ def serial_share(folder: Path, n_files: int, n_tokens: int) -> list[str]:
                     )
                 )
                 work += time.perf_counter() - start
-            before = writer.commit_s
+            before, start = writer.commit_s, time.perf_counter()
             writer.commit(staged)
             commit += writer.commit_s - before  # the transaction: checks, registering files, commit
+            merges += time.perf_counter() - start - (writer.commit_s - before)  # the runs' sketches merged
         start = time.perf_counter()
         writer.refresh()
         derived = time.perf_counter() - start
     lines = [
         f"{n_files} files of {n_tokens:,} tokens: check + summarise + digest + stage {work:.2f} s "
-        f"(parallel part), group commits of up to {GROUP_FILES} files {commit:.2f} s, the runs' derived rows "
-        f"{derived:.2f} s (serial part)"
+        f"(parallel part), group commits of up to {GROUP_FILES} files {commit:.2f} s, the writer's merges of "
+        f"the staleness sketches {merges:.2f} s, the runs' derived rows {derived:.2f} s (serial part)"
     ]
-    for name, serial in (("commits", commit), ("commits + derived rows", commit + derived)):
+    serial_parts = (commit, commit + merges, commit + merges + derived)
+    for name, serial in zip(("commits", "+ sketch merges", "+ derived rows"), serial_parts, strict=True):
         s = serial / (serial + work)
         lines.append(
             f"serial share ({name}) {s:.2%}: Amdahl's speed-up on {WORKERS} workers "

@@ -27,7 +27,7 @@ from evaluator.store.lake import STORE, quote
 from evaluator.store.repeats import CopyOf, repeats
 from evaluator.store.staging import FileSummary, Stager
 from evaluator.validate.evidence import Evidence
-from evaluator.validate.facts import shared_tokens
+from evaluator.validate.facts import keyed, overlaps_sql, shared_tokens
 
 Result = bool | Problem | CopyOf
 """What an ingest of one file gives: True (committed), False (its digest is stored), a problem or a copy."""
@@ -101,31 +101,52 @@ def entangled(files: list[StagedFile]) -> bool:
     return len({f.file_id for f in files}) < len(files) or bool(shared_tokens([f.sequences for f in files]))
 
 
-def check(con: duckdb.DuckDBPyConnection, f: StagedFile, db: str) -> Result | None:
-    """In the transaction `con` is in: False if the file's digest is stored, its problem or `CopyOf` if it
-    repeats stored tokens, else None (the file may be registered)."""
-    stored = con.execute("SELECT digest FROM ingested_file WHERE file_id = ?", [f.file_id]).fetchall()
-    if stored and stored[0][0] == f.digest:
-        return False
-    if stored:
-        raise StoreError(f"{db}: two files share the id {f.file_id} ({f.digest}, {stored[0][0]})")
-    con.register("part_sequences", f.sequences)
+def check(con: duckdb.DuckDBPyConnection, files: list[StagedFile], db: str) -> list[Result | None]:
+    """In the transaction `con` is in, each file against the store as committed: False if its digest is
+    stored, its problem or `CopyOf` if it repeats stored tokens (`evaluator.store.repeats`), else None (the
+    file may be registered). One query looks up the group's digests and one its tokens (bounded by
+    constants, so DuckLake skips the stored files whose seq_id range misses the group's); a file found to
+    repeat stored tokens is looked at again on its own (a copy, or which file holds them)."""
+    ids = [f.file_id for f in files]
+    sql = "SELECT file_id, digest FROM ingested_file WHERE list_contains(?, file_id)"
+    stored = dict(con.execute(sql, [ids]).fetchall())
+    results: list[Result | None] = []
+    for f in files:
+        if stored.get(f.file_id, f.digest) != f.digest:
+            raise StoreError(f"{db}: two files share the id {f.file_id} ({f.digest}, {stored[f.file_id]})")
+        results.append(False if f.file_id in stored else None)
+    todo = [i for i, result in enumerate(results) if result is None]
+    group = keyed([files[i].sequences for i in todo])
+    if group is None:
+        return results
+    bounds = pc.min_max(group["seq_id"])
+    in_range = f"e.seq_id BETWEEN {int(bounds['min'].as_py())} AND {int(bounds['max'].as_py())}"
+    con.register("group_sequences", group)
     try:
-        return repeats(con, f.file_tokens, f.moments)
+        sql = overlaps_sql("group_sequences", "file_sequences", "l.file", "e.file_id", in_range)
+        repeating = [todo[row[0]] for row in con.execute(sql).fetchall()]
     finally:
-        con.unregister("part_sequences")
+        con.unregister("group_sequences")
+    for i in repeating:
+        con.register("part_sequences", files[i].sequences)
+        try:
+            results[i] = repeats(con, files[i].file_tokens, files[i].moments)
+        finally:
+            con.unregister("part_sequences")
+    return results
 
 
-def register(con: duckdb.DuckDBPyConnection, f: StagedFile) -> None:
-    """In the transaction `con` is in: the file's row of `ingested_file`, its staged Parquet files and its
-    evidence for the findings."""
-    con.execute(
-        "INSERT INTO ingested_file VALUES (?, ?, ?, ?, ?, now())",
-        [f.file_id, f.digest, f.location, f.n_rows, f.n_tokens],
-    )
-    for table, target in f.staged.items():
-        con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(target)}')")
-    if f.evidence is not None:
-        con.register("part", evidence_rows(f.file_id, f.evidence))
+def register(con: duckdb.DuckDBPyConnection, files: list[StagedFile]) -> None:
+    """In the transaction `con` is in: the files' rows of `ingested_file`, their staged Parquet files and
+    their evidence for the findings."""
+    values = ", ".join(["(?, ?, ?, ?, ?, now())"] * len(files))
+    params = [v for f in files for v in (f.file_id, f.digest, f.location, f.n_rows, f.n_tokens)]
+    con.execute(f"INSERT INTO ingested_file VALUES {values}", params)
+    for f in files:
+        for table, target in f.staged.items():
+            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(target)}')")
+    evidence = [evidence_rows(f.file_id, f.evidence) for f in files if f.evidence is not None]
+    if evidence:
+        con.register("part", pa.concat_tables(evidence))
         con.execute("INSERT INTO file_evidence SELECT * FROM part")
         con.unregister("part")

@@ -217,23 +217,24 @@ class StoreWriter:
         writer commits first. A group whose files share a token, or whose transaction fails (a DuckDB
         error), is committed file by file: the error of a file that fails alone is its result (one file's
         own commit raises it). Staged Parquet files that no commit registered are deleted."""
+        start = time.perf_counter()
         if len(files) > 1 and entangled(files):
+            self.commit_s += time.perf_counter() - start
             return [r for f in files for r in self.commit([f])]
         con, registered = self.con, set()
 
         def work() -> list[Result]:
+            results = check(con, files, self.db)  # before any is registered (evaluator.store.group)
+            passed = [f for f, result in zip(files, results, strict=True) if result is None]
             registered.clear()
-            results = [check(con, f, self.db) for f in files]  # before any is registered (group.py)
-            for f, result in zip(files, results, strict=True):
-                if result is None:
-                    register(con, f)
-                    registered.add(f.file_id)
-            if not registered:
+            registered.update(f.file_id for f in passed)
+            if not passed:
                 raise Rollback(results)
+            register(con, passed)
             con.execute("UPDATE ingest_ticket SET n = n + 1")
             return [True if r is None else r for r in results]
 
-        start, results, alone = time.perf_counter(), None, False
+        results, alone = None, False
         try:
             results = committed(con, work, tuple(f.name for f in files))
         except duckdb.Error:
@@ -253,8 +254,7 @@ class StoreWriter:
         return results
 
     def discard(self, files: list[StagedFile]) -> None:
-        """Delete the staged Parquet files of files no commit registers (an object's are left to
-        compaction)."""
+        """Delete the staged Parquet files of files no commit registers (objects: left to compaction)."""
         for f in files:
             self._stager.discard(f.staged)
 

@@ -64,18 +64,25 @@ def overlaps_sql(later: str, earlier: str, later_file: str, holder: str, where: 
         FROM per_seq GROUP BY file ORDER BY file"""
 
 
-def shared_tokens(sequences: list[pa.Table]) -> list[tuple]:
-    """`overlaps_sql`'s rows over tables of sequences (in order): one per table that repeats a token of an
-    earlier one, its index first."""
+def keyed(sequences: list[pa.Table]) -> pa.Table | None:
+    """Tables of sequences in one, each row with the index of its table (`file`); None if all are empty."""
     parts = [
-        table.append_column("file", pa.array([i] * table.num_rows, pa.int32()))
+        table.select(list(SEQUENCE_KEYS) + ["pos_min", "pos_max"]).append_column(
+            "file", pa.array([i] * table.num_rows, pa.int32())
+        )
         for i, table in enumerate(sequences)
         if table.num_rows
     ]
-    if len(parts) < 2:
+    return pa.concat_tables(parts, promote_options="permissive") if parts else None
+
+
+def shared_tokens(sequences: list[pa.Table]) -> list[tuple]:
+    """`overlaps_sql`'s rows over tables of sequences (in order): one per table that repeats a token of an
+    earlier one, its index first."""
+    if sum(table.num_rows > 0 for table in sequences) < 2:
         return []
     with connect() as con:
-        con.register("keyed", pa.concat_tables(parts, promote_options="permissive"))
+        con.register("keyed", keyed(sequences))
         return con.execute(overlaps_sql("keyed", "keyed", "l.file", "e.file", "e.file < l.file")).fetchall()
 
 
