@@ -321,9 +321,9 @@ _WORKER_WRITERS: dict[tuple, StoreWriter] = {}
 
 
 def worker_writer(db: str, loss: Loss, sample: float, max_staleness: int | None) -> StoreWriter:
-    """The writer a worker process (a Ray worker) commits its files with, opened once per process and
-    store and kept (the process's end closes it); the replay that handed out the files computes the
-    derived rows when it closes its own."""
+    """The writer a worker process (a Ray worker) stages its files with, opened once per process and
+    store and kept (the process's end closes it); the replay that handed out the files commits them and
+    computes the derived rows."""
     key = (db, json.dumps(loss.to_dict()), sample, max_staleness)
     if key not in _WORKER_WRITERS:
         _WORKER_WRITERS[key] = StoreWriter(db, loss, max_staleness=max_staleness, sample=sample).__enter__()
