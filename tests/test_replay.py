@@ -200,12 +200,15 @@ def test_missing_path_is_exit_2(tmp_path):
     assert result.exit_code == 2
 
 
-def test_kill_mid_replay_leaves_the_store_as_before_the_file(tmp_path):
+def test_kill_mid_replay_leaves_the_store_as_before_the_group(tmp_path):
+    """The first file is stored; a replay of all three dies in the commit of the group of the other two:
+    the store is as before it (the first file only), and a second replay finishes it."""
     files = write_logs(tmp_path / "logs")
     db, only_first = tmp_path / "m", tmp_path / "first"
     replay([files[0]], only_first)
+    replay([files[0]], db)
     command = [sys.executable, "-m", "evaluator.cli", "replay", str(tmp_path / "logs"), "--db", str(db)]
-    # the process dies (os._exit, like kill -9) after inserting the second file's rows, before COMMIT
+    # the process dies (os._exit, like kill -9) after registering the group's files, before COMMIT
     env = {**os.environ, CRASH_ENV: f"before-commit:{files[1].name}"}
     crashed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert crashed.returncode == 70, crashed.stderr

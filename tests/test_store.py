@@ -20,9 +20,9 @@ from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store import StoreWriter, connect_store, file_digest, open_store
 from evaluator.store.checks import snapshot_id
+from evaluator.store.group import file_id_of
 from evaluator.store.maintenance import compact, convert
 from evaluator.store.reader import ingested_files, stored_max_staleness, version_stamp
-from evaluator.store.writer import file_id_of
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import METRICS, PUBLIC_VIEWS
 

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from evaluator.logio import write_log_atomic
+from evaluator.replay.groups import GROUP_FILES
 from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store import StoreWriter, connect_store, file_digest
 from evaluator.store import writer as store_writer
@@ -160,7 +161,7 @@ def test_a_store_records_its_name_maps_when_made_and_never_again(setup, tmp_path
 
 
 def test_two_writers_racing_on_one_file_store_it_once(tmp_path, monkeypatch):
-    """Both writers are inside their ingest transaction at once (a barrier in the token check): one
+    """Both writers are inside their ingest transaction at once (a barrier after the checks): one
     commits, the other's commit conflicts, runs again and finds the file (same bytes), or the same tokens
     (a re-saved copy)."""
     log = write_logs(tmp_path / "logs")[0]
@@ -170,16 +171,16 @@ def test_two_writers_racing_on_one_file_store_it_once(tmp_path, monkeypatch):
     pq.write_table(pq.read_table(log), resaved, compression="gzip")
     done = {p: check_and_summarise(p) for p in (log, resaved)}
     barrier, first_calls = threading.Barrier(2, timeout=60), set()
-    real_repeats = store_writer.repeats
+    real_check = store_writer.check
 
-    def repeats(con, summary):
-        found = real_repeats(con, summary)
+    def check(con, files, db):
+        found = real_check(con, files, db)
         if threading.get_ident() not in first_calls:  # only the first try of each writer waits
             first_calls.add(threading.get_ident())
             barrier.wait()
         return found
 
-    monkeypatch.setattr(store_writer, "repeats", repeats)
+    monkeypatch.setattr(store_writer, "check", check)
     for second in (log, resaved):
         db = tmp_path / f"m-{second.stem}"
         with StoreWriter(db):
@@ -229,7 +230,7 @@ def test_a_finding_zoo_s_columns_evidence_decides_survives_a_resumed_replay(tmp_
     clean = tmp_path / "clean"
     replay(files, clean, progress=False, workers=1)
     db = tmp_path / "m"
-    crashed = cli_replay(files, db, crash=f"after-commit:{files[0].name}")
+    crashed = cli_replay(files[:1], db, crash=f"after-commit:{files[0].name}")
     assert crashed.wait(timeout=300) == 70, crashed.stderr.read()
     resumed = replay(files[1:], db, progress=False, workers=1)
     assert_same_store(db, clean)
@@ -239,3 +240,49 @@ def test_a_finding_zoo_s_columns_evidence_decides_survives_a_resumed_replay(tmp_
         (rows,) = con.execute("SELECT n_rows FROM run_finding WHERE rule = 'logp_low_precision'").fetchone()
     own = [f.rows for f in resumed.findings if f.rule == "logp_low_precision"]  # the resumed call's files
     assert own == [] or own[0] < rows
+
+
+@pytest.mark.parametrize("crash, stored", [("before-commit:a-1.parquet", 0), ("after-commit:a-1.parquet", 4)])
+def test_a_group_commit_killed_midway_stores_all_of_its_files_or_none(setup, tmp_path, crash, stored):
+    """The four files make one group commit: a kill after its files are registered and before its COMMIT
+    (named by its second file) leaves none of them stored, one right after it all four; a resumed replay
+    then ends in the clean replay's store."""
+    folder, logs, clean = setup
+    db = tmp_path / "m"
+    crashed = cli_replay(logs, db, crash)
+    out, err = crashed.communicate(timeout=300)
+    assert crashed.returncode == 70, err
+    with connect_store(db) as con:
+        assert con.execute("SELECT count(*) FROM ingested_file").fetchone()[0] == stored
+        assert con.execute("SELECT count(DISTINCT file_id) FROM file_sequences").fetchone()[0] == stored
+    finished = cli_replay(logs, db)
+    out, err = finished.communicate(timeout=300)
+    assert finished.returncode == 0, err
+    assert out.count(": ingested (") == 4 - stored
+    assert_same_store(db, clean)
+
+
+def test_replay_commits_its_files_in_groups_of_group_files(tmp_path):
+    """GROUP_FILES + 1 files (well within GROUP_WAIT_S of each other) go in two commits: the first
+    GROUP_FILES files in one, the last in the next; the outcomes keep the files' order."""
+    spec = SyntheticSpec(run_id="g", seed=3, tokens_per_step=64, mean_length=8)
+    n = GROUP_FILES + 1
+    logs = [write_log_atomic(synthetic_steps(spec, i, 1), tmp_path / f"g-{i:02d}.parquet") for i in range(n)]
+    db = tmp_path / "m"
+    report = replay(logs, db, progress=False, workers=1)
+    assert [(o.path, o.status) for o in report.outcomes] == [(p, "ingested") for p in logs]
+    meta = "__ducklake_metadata_store"
+    with connect_store(db) as con:
+        (table,) = con.execute(
+            f"SELECT table_id FROM {meta}.ducklake_table WHERE table_name = 'ingested_file' "
+            "AND end_snapshot IS NULL"
+        ).fetchone()
+        snapshots = con.execute("SELECT snapshot_id, changes FROM ducklake_snapshots('store')").fetchall()
+        per_commit = [
+            con.execute(
+                f"SELECT count(*) FROM ducklake_table_insertions('store', 'main', 'ingested_file', {s}, {s})"
+            ).fetchone()[0]
+            for s, changes in snapshots
+            if str(table) in changes.get("inlined_insert", []) + changes.get("tables_inserted_into", [])
+        ]
+    assert per_commit == [GROUP_FILES, 1]

@@ -1,14 +1,18 @@
 """`python -m evaluator.bench.store`: what the store's commits cost, in one run.
 
+Both commit files as replay does: each file staged (its Parquet files written), then the staged files of
+up to `GROUP_FILES` files registered in one transaction (a group commit, `StoreWriter.commit`).
+
 - **Commit cost against the store's size** (`--files N`): one small log is checked and summarised once,
-  then committed N times as N distinct files (its steps and seq_ids shifted, a digest of its own each),
-  each commit timed: the cost of the 10th file against the N-th (medians of ten around each), then the
-  same after `proxaudit store compact`.
+  then published N times as N distinct files (its steps and seq_ids shifted, a digest of its own each),
+  each file's cost timed (its staging, and its share of its group's commit): the cost of the 10th file
+  against the N-th (medians of ten around each), then the same after `proxaudit store compact`.
 - **The commit path's serial share** (`--serial-files K --serial-tokens T`): K logs of T tokens each,
-  each checked, summarised and written as Parquet files (the work any number of workers share) and
-  committed (the transaction: checks, registering the files, the commit; one at a time per store), every
-  phase timed; the derived rows of the runs at the end are serial too. The
-  serial share s gives Amdahl's projection of the speed-up on W workers, 1 / (s + (1 - s) / W).
+  each checked, summarised and staged (the work any number of workers share) and committed in groups
+  (the transaction: checks, registering the files, the commit; one at a time per store), every phase
+  timed; the writer's merges of the staleness sketches and the derived rows of the runs at the end are
+  serial too. The serial share s gives Amdahl's
+  projection of the speed-up on W workers, 1 / (s + (1 - s) / W).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evaluator.logio import write_log_atomic
+from evaluator.replay.groups import GROUP_FILES
 from evaluator.replay.pipeline import Summarised, check_and_summarise
 from evaluator.store import StoreWriter, file_digest
 from evaluator.store.maintenance import compact
@@ -64,20 +69,26 @@ def commit_costs(folder: Path, n_files: int) -> list[str]:
     shutil.rmtree(db, ignore_errors=True)
     seconds, transactions = [], []
     with StoreWriter(db) as writer:
-        for k in range(n_files + 10):
-            digest, summary, sequences = shifted_file(done, k, steps, seqs)
-            start, before = time.perf_counter(), writer.commit_s
-            assert writer.ingest(log, digest, summary, sequences, done.checked.evidence) is True
-            seconds.append(time.perf_counter() - start)
-            transactions.append(writer.commit_s - before)
-            if k == n_files - 1:
+        for first, last in [*_groups(0, n_files), *_groups(n_files, n_files + 2 * GROUP_FILES)]:
+            staged, stage_s = [], []
+            for k in range(first, last):
+                digest, summary, sequences = shifted_file(done, k, steps, seqs)
+                start = time.perf_counter()
+                staged.append(writer.stage(log, digest, summary, sequences, done.checked.evidence))
+                stage_s.append(time.perf_counter() - start)
+            before = writer.commit_s
+            assert writer.commit(staged) == [True] * len(staged)
+            share = (writer.commit_s - before) / len(staged)  # each file's share of its group's commit
+            seconds += [t + share for t in stage_s]
+            transactions += [share] * len(staged)
+            if last == n_files:
                 compaction = compact(db, expire_older_than_h=0)
     lines = [
         f"one file: {done.summary.n_rows:,} rows; {sum(t.num_rows for t in _tables(done)):,} summary rows"
     ]
     for name, times in (
-        ("ingest (writing the files + the transaction)", seconds),
-        ("transaction", transactions),
+        ("ingest (staging the files + the share of the group commit)", seconds),
+        ("group commit, per file", transactions),
     ):
         early, late, after = (statistics.median(times[i : i + 10]) for i in (5, n_files - 5, n_files))
         lines.append(
@@ -85,6 +96,11 @@ def commit_costs(folder: Path, n_files: int) -> list[str]:
             f"{late / early:.2f}); after compaction {after * 1e3:.0f} ms (ratio {after / early:.2f})"
         )
     return [*lines, f"compaction, snapshots expired: {compaction.line()}"]
+
+
+def _groups(start: int, stop: int) -> list[tuple[int, int]]:
+    """The (first, last + 1) of each group of files replay commits together, from `start` to `stop`."""
+    return [(i, min(i + GROUP_FILES, stop)) for i in range(start, stop, GROUP_FILES)]
 
 
 def _tables(done: Summarised) -> list[pa.Table]:
@@ -101,25 +117,34 @@ def serial_share(folder: Path, n_files: int, n_tokens: int) -> list[str]:
         logs.append(path)
     db = folder / "serial"
     shutil.rmtree(db, ignore_errors=True)
-    work = commit = 0.0
+    work = commit = merges = 0.0
     with StoreWriter(db) as writer:
-        for path in logs:
-            start = time.perf_counter()
-            done = check_and_summarise(path, workers=1)
-            digest = file_digest(path)
-            work += time.perf_counter() - start
-            start, before = time.perf_counter(), writer.commit_s
-            writer.ingest(path, digest, done.summary, done.checked.facts.sequences, done.checked.evidence)
+        for first, last in _groups(0, n_files):
+            staged = []
+            for path in logs[first:last]:
+                start = time.perf_counter()
+                done = check_and_summarise(path, workers=1)
+                checked = done.checked
+                staged.append(
+                    writer.stage(
+                        path, file_digest(path), done.summary, checked.facts.sequences, checked.evidence
+                    )
+                )
+                work += time.perf_counter() - start
+            before, start = writer.commit_s, time.perf_counter()
+            writer.commit(staged)
             commit += writer.commit_s - before  # the transaction: checks, registering files, commit
-            work += time.perf_counter() - start - (writer.commit_s - before)  # writing the files
+            merges += time.perf_counter() - start - (writer.commit_s - before)  # the runs' sketches merged
         start = time.perf_counter()
         writer.refresh()
         derived = time.perf_counter() - start
     lines = [
-        f"{n_files} files of {n_tokens:,} tokens: check + summarise + digest + write files {work:.2f} s "
-        f"(parallel part), commits {commit:.2f} s, the runs' derived rows {derived:.2f} s (serial part)"
+        f"{n_files} files of {n_tokens:,} tokens: check + summarise + digest + stage {work:.2f} s "
+        f"(parallel part), group commits of up to {GROUP_FILES} files {commit:.2f} s, the writer's merges of "
+        f"the staleness sketches {merges:.2f} s, the runs' derived rows {derived:.2f} s (serial part)"
     ]
-    for name, serial in (("commits", commit), ("commits + derived rows", commit + derived)):
+    serial_parts = (commit, commit + merges, commit + merges + derived)
+    for name, serial in zip(("commits", "+ sketch merges", "+ derived rows"), serial_parts, strict=True):
         s = serial / (serial + work)
         lines.append(
             f"serial share ({name}) {s:.2%}: Amdahl's speed-up on {WORKERS} workers "
@@ -131,7 +156,9 @@ def serial_share(folder: Path, n_files: int, n_tokens: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=1000, help="commits of the cost test")
-    parser.add_argument("--serial-files", type=int, default=4, help="files of the serial-share test")
+    parser.add_argument(
+        "--serial-files", type=int, default=GROUP_FILES, help="files of the serial-share test"
+    )
     parser.add_argument("--serial-tokens", type=int, default=1 << 20, help="tokens per file of that test")
     parser.add_argument("--out", type=Path, default=None, help="folder to keep the logs and stores in")
     parser.add_argument("--skip-commits", action="store_true", help="only the serial share")

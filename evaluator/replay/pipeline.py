@@ -8,17 +8,18 @@ In phases over the files of one call, in sorted order:
 3. judge the call (`evaluator.validate.judge_call`): the alignment audit pooled over a run's files
    and the data-driven findings (`evaluator.validate.findings`); an error skips the run's files, the
    warnings are stored (`run_findings`);
-4. summarise each clean file streaming over record batches and ingest it in one commit
-   (`evaluator.store.StoreWriter.ingest`, which refuses a token already stored, or reports a stored
-   file re-saved with other bytes as its copy), file by file in order, with its evidence for the
-   findings; at the end the store judges every run whose files changed on all its stored files
-   (`evaluator.store.derived`), whichever replays ingested them.
+4. summarise each clean file streaming over record batches, stage it (its Parquet files written) and
+   commit it with the files before and after it, up to 8 in one commit (`evaluator.replay.groups`,
+   `evaluator.store.StoreWriter.commit`, which refuses a token already stored, or reports a stored file
+   re-saved with other bytes as its copy), in order, with its evidence for the findings; at the end the store
+   judges every run whose files changed on all its stored files (`evaluator.store.derived`), whichever
+   replays ingested them.
 
 Steps 2 and 4 run on worker processes, one file per worker (`evaluator.replay.workers`), while this process
 ingests; a file long enough to be cut into ranges (`evaluator.replay.summarise.default_workers`) is summarised
 by range threads instead. The stored numbers do not depend on which process summarised a file. Each
-file is a commit of the store (`evaluator.store.StoreWriter`): readers never wait, and other replays may
-write the same store at once (each file is ingested once, whichever takes it).
+group of files is a commit of the store (`evaluator.store.StoreWriter`): readers never wait, and other
+replays may write the same store at once (each file is ingested once, whichever takes it).
 """
 
 from __future__ import annotations
@@ -31,22 +32,22 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
+from evaluator.replay.groups import Groups, failed
 from evaluator.replay.histograms import needs_compiled
 from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
 from evaluator.replay.slots import Slot, digests, require_one_parquet
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
-from evaluator.replay.tasks import Check, Committed, CommitTo, Summarise
+from evaluator.replay.tasks import Check, StageTo, Summarise
 from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
 from evaluator.sources import Staging
 from evaluator.store import StoreWriter
-from evaluator.store.repeats import CopyOf
+from evaluator.store.group import StagedFile
 from evaluator.validate import CheckedFile, check_file, find_parquet_files, judge_call
 from evaluator.validate.found import Folder, found_folders, nothing_found
 
@@ -96,46 +97,13 @@ def check_and_summarise(
     return Summarised(checked, summary)
 
 
-def _outcome(slot: Slot, summary: FileSummary, location: Path | str, store: StoreWriter) -> FileOutcome:
-    """Ingest a summarised file as `location` (its path, or the URI it was copied from), or report the
-    store's own rule it broke (a token already stored); an unexpected error in the ingest (rolled back)
-    is this file's failure."""
-    path = slot.path
-    if isinstance(summary, Committed):  # a worker committed it itself
-        return _ingested(path, summary.result, summary.n_rows, summary.n_tokens)
-    try:
-        ingested = store.ingest(
-            location, slot.digest, summary, slot.checked.facts.sequences, slot.checked.evidence
-        )
-    except (duckdb.Error, FileFailed) as error:
-        return _failed(path, error)
-    return _ingested(path, ingested, summary.n_rows, summary.n_tokens)
-
-
-def _ingested(path: Path, ingested: bool | Problem | CopyOf, n_rows: int, n_tokens: int) -> FileOutcome:
-    """The outcome of a file from what its ingest returned."""
-    if isinstance(ingested, Problem):
-        return FileOutcome(path, "skipped", problems=[ingested])
-    if isinstance(ingested, CopyOf):
-        return FileOutcome(path, "copy", copy_of=ingested.path, resaved=True)
-    if not ingested:
-        return FileOutcome(path, "already ingested")
-    return FileOutcome(path, "ingested", n_rows=n_rows, n_tokens=n_tokens)
-
-
-def _failed(path: Path, error: Exception) -> FileOutcome:
-    """The outcome of a file whose replay failed for a reason of its own: reported, the others go on."""
-    why = str(error) if isinstance(error, FileFailed) else f"{type(error).__name__}: {error}"
-    return FileOutcome(path, "failed", problems=[Problem("failed", None, 0, why)])
-
-
 def _check(slots: list[Slot], runner, bar: tqdm) -> None:
     """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
     todo = [s for s in slots if s.to_check]
     results = runner.map(Check(s.path) for s in todo)
     for i, (slot, checked) in enumerate(zip(todo, results, strict=True), 1):
         if isinstance(checked, FileFailed):
-            slot.outcome = _failed(slot.path, checked)
+            slot.outcome = failed(slot.path, checked)
         else:
             slot.checked = checked
             bar.update(checked.report.n_rows or 0)
@@ -143,12 +111,13 @@ def _check(slots: list[Slot], runner, bar: tqdm) -> None:
 
 
 def _summaries(
-    slots: list[Slot], runner, loss: Loss, bar: tqdm, sample: float, commit_to=None
-) -> Iterator[tuple[Slot, FileSummary | Committed | FileFailed | None]]:
+    slots: list[Slot], runner, loss: Loss, bar: tqdm, sample: float, stage_to=None
+) -> Iterator[tuple[Slot, FileSummary | StagedFile | Problem | FileFailed | None]]:
     """Each slot in order with its summary (None: a slot that is not summarised): runs of small files on
     the runner, a file long enough for ranges (`default_workers`) once the files before it are done: in
     threads of this process, or on a cluster's CPUs as range tasks (a runner with `cpus`), merged here.
-    `commit_to(slot)`: where the runner's workers commit the small files themselves (`Committed`)."""
+    `stage_to(slot)`: the store the runner's workers stage the small files for themselves (a `StagedFile`,
+    or the `Problem` of a file the store cannot keep)."""
     cpus = getattr(runner, "cpus", None)
 
     def kind(slot: Slot) -> str:
@@ -161,10 +130,10 @@ def _summaries(
         if how == "none":
             yield from ((slot, None) for slot in group)
         elif how == "small":
-            commits = [commit_to(s) if commit_to else None for s in group]
+            stages = [stage_to(s) if stage_to else None for s in group]
             tasks = (
                 Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s), sample, c)
-                for s, c in zip(group, commits, strict=True)
+                for s, c in zip(group, stages, strict=True)
             )
             for slot, summary in zip(group, runner.map(tasks), strict=True):
                 bar.update(slot.checked.report.n_rows)
@@ -265,29 +234,33 @@ def replay(
             checked = [s.checked for s in slots if s.checked is not None]
             findings = judge_call(checked, max_staleness, duplicates=False).findings
             bar.reset()
-            commit_to = _worker_commits(store, staging, max_staleness) if ray is not None else None
-            for i, (slot, summary) in enumerate(_summaries(slots, runner, loss, bar, sample, commit_to), 1):
+            stage_to = _worker_staging(store, staging, max_staleness) if ray is not None else None
+            summaries = _summaries(slots, runner, loss, bar, sample, stage_to)
+            with Groups(store, announcer) as groups:
+                for i, (slot, summary) in enumerate(summaries, 1):
+                    start = time.perf_counter()
+                    groups.add(slot, summary, staging.location(slot.path))
+                    ingest_s += time.perf_counter() - start if summary is not None else 0.0
+                    bar.set_description(f"replayed {i}/{len(files)} files")
                 start = time.perf_counter()
-                slot.outcome = _settled(slot, summary, staging.location(slot.path), store)
-                ingest_s += time.perf_counter() - start if summary is not None else 0.0
-                announcer.add(slot.outcome)
-                bar.set_description(f"replayed {i}/{len(files)} files")
+            ingest_s += time.perf_counter() - start  # the last group's commit
     outcomes = announcer.outcomes
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes, findings, ingest_s)
 
 
-def _worker_commits(store: StoreWriter, staging: Staging, max_staleness: int | None):
-    """How a Ray worker commits a slot's file to this replay's store itself (the commits are then spread
-    over the cluster; the store must be reachable from the workers: a shared folder, or a catalog URL)."""
+def _worker_staging(store: StoreWriter, staging: Staging, max_staleness: int | None):
+    """How a Ray worker stages a slot's file for this replay's store itself (its Parquet files written
+    there, in parallel; this process then registers them in group commits). The store must be reachable
+    from the workers: a shared folder, or a catalog URL with its data path."""
     db = store.location.given if store.location.folder is None else str(store.location.folder)
 
-    def commit_to(slot: Slot) -> CommitTo:
+    def stage_to(slot: Slot) -> StageTo:
         facts, location = slot.checked, staging.location(slot.path)
-        return CommitTo(db, slot.digest, location, facts.facts.sequences, facts.evidence, max_staleness)
+        return StageTo(db, slot.digest, location, facts.facts.sequences, facts.evidence, max_staleness)
 
-    return commit_to
+    return stage_to
 
 
 def _runner(ray: str | None, workers: int):
@@ -298,15 +271,3 @@ def _runner(ray: str | None, workers: int):
 
         return RayRunner(ray)
     return WorkerPool(workers) if workers > 1 else LocalRunner()
-
-
-def _settled(
-    slot: Slot, summary: FileSummary | FileFailed | None, location: Path | str, store: StoreWriter
-) -> FileOutcome:
-    """The slot's outcome: ingested from its summary, its summary's failure, or known without one (from its
-    digest, or its check)."""
-    if summary is None:
-        return slot.outcome or slot.resolve()
-    if isinstance(summary, FileFailed):
-        return _failed(slot.path, summary)
-    return _outcome(slot, summary, location, store)

@@ -2,13 +2,13 @@
 `evaluator.replay.workers.WorkerPool`, on a Ray cluster instead of local worker processes.
 
 No address starts a local Ray with this machine's cores; an address (`ray://...`, `auto`, `host:port`)
-joins that cluster, whose workers must reach the log files by the same paths (a shared file system).
-Each task is `evaluator.replay.workers.run_task`: check or summarise one file, or summarise one range of
-the batches of a long file (one range per cluster CPU, merged here in file order); the caller ingests the
-results in task order, one transaction per file, exactly as with local workers, so the store is the
-same bit for bit. A worker that dies is retried by Ray (`MAX_RETRIES`); a task that raises, or whose
-retries run out, yields a `FileFailed` in its place and the other files go on. At most `2 x CPUs` tasks
-are in flight, so finished results wait in the object store, not here.
+joins that cluster, whose workers must reach the log files by the same paths (a shared file system). Each
+task is `evaluator.replay.workers.run_task`: check, or summarise and stage (`StageTo`) one file, or
+summarise one range of the batches of a long file (one range per cluster CPU, merged here in file order);
+the caller commits the results in task order, in group commits, exactly as with local workers, so the
+store is the same bit for bit. A worker that dies is retried by Ray (`MAX_RETRIES`); a task that raises,
+or whose retries run out, yields a `FileFailed` in its place and the other files go on. At most `2 x CPUs`
+tasks are in flight, so finished results wait in the object store, not here.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ a Ray worker); a range of a long file is `evaluator.replay.summarise.SummariseRa
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,8 +12,20 @@ import pyarrow as pa
 
 from evaluator.formulas.loss import Loss
 from evaluator.replay.summarise import SummariseRange, summarise_file
-from evaluator.store.writer import worker_writer
+from evaluator.store import StoreWriter
 from evaluator.validate import check_file
+
+_WORKER_WRITERS: dict[tuple, StoreWriter] = {}
+
+
+def worker_writer(db: str, loss: Loss, sample: float, max_staleness: int | None) -> StoreWriter:
+    """The writer a worker process (a Ray worker) stages its files with, opened once per process and
+    store and kept (the process's end closes it); the replay that handed out the files commits them and
+    computes the derived rows."""
+    key = (db, json.dumps(loss.to_dict()), sample, max_staleness)
+    if key not in _WORKER_WRITERS:
+        _WORKER_WRITERS[key] = StoreWriter(db, loss, max_staleness=max_staleness, sample=sample).__enter__()
+    return _WORKER_WRITERS[key]
 
 
 @dataclass(frozen=True)
@@ -27,9 +40,10 @@ class Check:
 
 
 @dataclass(frozen=True)
-class CommitTo:
-    """Where a task commits the file it summarised (a Ray worker commits its own files): the store, and
-    what the ingest needs besides the summary (`evaluator.store.StoreWriter.ingest`)."""
+class StageTo:
+    """The store a task stages the file it summarised for (a Ray worker writes its own files' Parquet
+    files; the replay registers them in group commits), and what staging needs besides the summary
+    (`evaluator.store.StoreWriter.stage`)."""
 
     db: str
     digest: str
@@ -40,26 +54,18 @@ class CommitTo:
 
 
 @dataclass(frozen=True)
-class Committed:
-    """A file a worker summarised and committed (or found in the store): what its ingest returned."""
-
-    result: object
-    n_rows: int
-    n_tokens: int
-
-
-@dataclass(frozen=True)
 class Summarise:
     """Summarise one clean file (`FileFacts.resumes` and the number of its sequences from its check) under
-    `loss`, the fraction `sample` of its sequences: a `FileSummary`; with `commit`, also commit it to that
-    store from where it runs: `Committed`."""
+    `loss`, the fraction `sample` of its sequences: a `FileSummary`; with `stage`, its Parquet files
+    written for that store from where it runs: a `StagedFile` (or the `Problem` of a file the store cannot
+    keep)."""
 
     path: Path
     resumes: pa.Table
     loss: Loss
     n_sequences: int | None = None
     sample: float = 1.0
-    commit: CommitTo | None = None
+    stage: StageTo | None = None
     kind = "summarise"
 
     def run(self):
@@ -67,12 +73,11 @@ class Summarise:
         summary = summarise_file(
             self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1, sample=self.sample
         )
-        if self.commit is None:
+        if self.stage is None:
             return summary
-        c = self.commit
-        writer = worker_writer(c.db, self.loss, self.sample, c.max_staleness)
-        result = writer.ingest(c.location, c.digest, summary, c.sequences, c.evidence)
-        return Committed(result, summary.n_rows, summary.n_tokens)
+        s = self.stage
+        writer = worker_writer(s.db, self.loss, self.sample, s.max_staleness)
+        return writer.stage(s.location, s.digest, summary, s.sequences, s.evidence)
 
 
 Task = Check | Summarise | SummariseRange

@@ -26,8 +26,9 @@ MAX_TRIES = 200
 FIRST_WAIT_S, MAX_WAIT_S = 0.005, 0.5
 _CONFLICTS = ("database is locked", "conflict", "could not serialize", "busy")
 CRASH_ENV = "PROXAUDIT_CRASH"
-"""Fault injection for tests: `before-commit:NAME` or `after-commit:NAME` (NAME a file's name, or
-`derived` for a run's findings and intervals) makes the writer die there (os._exit, as a kill -9)."""
+"""Fault injection for tests: `before-commit:NAME` or `after-commit:NAME` (NAME a file's name: the commit
+of the group that holds it; or `derived` for a run's findings and intervals) makes the writer die there
+(os._exit, as a kill -9)."""
 
 
 class Rollback(Exception):
@@ -44,23 +45,25 @@ def is_conflict(error: duckdb.Error) -> bool:
     return any(what in text for what in _CONFLICTS)
 
 
-def crash_point(phase: str, name: str) -> None:
-    """Die here, as a kill -9 would, when `CRASH_ENV` names this phase and name (tests only)."""
-    if os.environ.get(CRASH_ENV) == f"{phase}:{name}":
+def crash_point(phase: str, names: tuple[str, ...]) -> None:
+    """Die here, as a kill -9 would, when `CRASH_ENV` names this phase and one of the names (tests only)."""
+    if os.environ.get(CRASH_ENV) in {f"{phase}:{name}" for name in names}:
         os._exit(70)
 
 
-def committed(con: duckdb.DuckDBPyConnection, work: Callable[[], T], name: str = "") -> T:
+def committed(con: duckdb.DuckDBPyConnection, work: Callable[[], T], name: str | tuple[str, ...] = "") -> T:
     """`work()` in one transaction, committed; run again (after a short random wait) while the commit
-    conflicts with another writer's. `work` may raise `Rollback(value)` to end without a change."""
+    conflicts with another writer's. `work` may raise `Rollback(value)` to end without a change. `name`
+    says what it commits (the names of a group's files)."""
+    names = (name,) if isinstance(name, str) else name
     wait = FIRST_WAIT_S
     for _ in range(MAX_TRIES):
         con.execute("BEGIN TRANSACTION")
         try:
             result = work()
-            crash_point("before-commit", name)
+            crash_point("before-commit", names)
             con.execute("COMMIT")
-            crash_point("after-commit", name)
+            crash_point("after-commit", names)
             return result
         except Rollback as stop:
             con.execute("ROLLBACK")
@@ -75,7 +78,7 @@ def committed(con: duckdb.DuckDBPyConnection, work: Callable[[], T], name: str =
         time.sleep(wait * (0.5 + random.random()))
         wait = min(2 * wait, MAX_WAIT_S)
     raise StoreError(
-        f"gave up committing {name or 'a change'} after {MAX_TRIES} conflicts with other writers"
+        f"gave up committing {', '.join(names) or 'a change'} after {MAX_TRIES} conflicts with other writers"
     )
 
 

@@ -1,4 +1,4 @@
-"""Keeping a store (`proxaudit store ...`): compaction of the many small Parquet files one commit per file
+"""Keeping a store (`proxaudit store ...`): compaction of the many small Parquet files each file's commit
 makes, and the conversion of a single-file store of an earlier proxaudit (store schema version 5 or 6)."""
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | Non
         def copy() -> int:
             for table, sql in _COPIES.items():
                 digest = "o.digest" if table == "ingested_file" else "f.digest"
-                fid = f"('0x' || left({digest}, 15))::UBIGINT::BIGINT"  # evaluator.store.writer.file_id_of
+                fid = f"('0x' || left({digest}, 15))::UBIGINT::BIGINT"  # evaluator.store.group.file_id_of
                 con.execute(f"INSERT INTO {table} " + sql.format(fid=fid, join=_JOIN, known=_KNOWN))
             if MAX_STALENESS_KEY in meta:  # the trainer's maximum staleness, for the gate
                 limit = meta[MAX_STALENESS_KEY]

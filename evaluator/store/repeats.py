@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 
 from evaluator.problems import Problem
-from evaluator.store.staging import FileSummary
 from evaluator.validate.facts import duplicate_message, overlaps_sql
 
 SUM_TOLERANCE = 1e-9
@@ -26,13 +26,19 @@ class CopyOf:
     path: str
 
 
-def repeats(con: duckdb.DuckDBPyConnection, summary: FileSummary) -> Problem | CopyOf | None:
-    """For a file being ingested (its sequences registered as `part_sequences`, its `summary`): None when it
-    repeats no stored token; `CopyOf` the stored file when it holds exactly that one file's tokens with the
-    same summaries; else the `duplicate_across_files` problem naming the first file that holds them."""
-    in_range = "e.seq_id BETWEEN (SELECT min(seq_id) FROM part_sequences) AND " + (
-        "(SELECT max(seq_id) FROM part_sequences)"  # lets DuckDB skip stored row groups by their min/max
-    )
+def repeats(
+    con: duckdb.DuckDBPyConnection, file_tokens: pa.Table, moments: pa.Table
+) -> Problem | CopyOf | None:
+    """For a file being ingested (its sequences registered as `part_sequences`, its summary's `file_tokens`
+    and `moments`): None when it repeats no stored token; `CopyOf` the stored file when it holds exactly
+    that one file's tokens with the same summaries; else the `duplicate_across_files` problem naming the
+    first file that holds them."""
+    low, high = con.execute("SELECT min(seq_id), max(seq_id) FROM part_sequences").fetchall()[0]
+    if low is None:
+        return None
+    # constants, not subqueries: DuckLake then skips every stored file whose seq_id range (in the catalog's
+    # column statistics) misses this file's, so the check costs the overlapping files, not the run's
+    in_range = f"e.seq_id BETWEEN {int(low)} AND {int(high)}"
     rows = con.execute(
         overlaps_sql("part_sequences", "file_sequences", "0", "e.file_id", in_range)
     ).fetchall()
@@ -40,7 +46,7 @@ def repeats(con: duckdb.DuckDBPyConnection, summary: FileSummary) -> Problem | C
         return None
     ((_, holder, others, n_rows, n_seqs, example),) = rows
     ((path,),) = con.execute("SELECT path FROM ingested_file WHERE file_id = ?", [holder]).fetchall()
-    if others == 0 and _same_file(con, holder, summary):
+    if others == 0 and _same_file(con, holder, file_tokens, moments):
         return CopyOf(path)
     message = duplicate_message(n_rows, n_seqs, path, example, others)
     return Problem("duplicate_across_files", "seq_id", n_rows, message)
@@ -75,13 +81,15 @@ def _count(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> int:
     return con.execute(sql, params).fetchall()[0][0]
 
 
-def _same_file(con: duckdb.DuckDBPyConnection, file_id: int, summary: FileSummary) -> bool:
+def _same_file(
+    con: duckdb.DuckDBPyConnection, file_id: int, file_tokens: pa.Table, moments: pa.Table
+) -> bool:
     """The stored file holds exactly the registered sequences, the same tokens per (run, step,
     staleness) and every metric's moments (n, min and max exactly, the sums to `SUM_TOLERANCE`)."""
     if _count(con, _DIFFERENT_SEQUENCES, {"f": file_id}):
         return False
-    con.register("part_tokens", summary.file_tokens)
-    con.register("part_moments", summary.moments)
+    con.register("part_tokens", file_tokens)
+    con.register("part_moments", moments)
     try:
         if _count(con, _DIFFERENT_TOKENS, {"f": file_id}):
             return False

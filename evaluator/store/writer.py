@@ -1,13 +1,15 @@
 """A writer of the metrics store (a DuckLake: `evaluator.store.lake`): any number at once, on one machine or
 several, never blocking a reader.
 
-Each file is ingested in one transaction, committed as one snapshot of new Parquet files, written before the
-transaction (`evaluator.store.staging`) and registered by it: its cost is the file's rows, not the
-store's, and the serial part is small. A reader sees the file whole or not at all. A DuckLake has no unique
-constraints, so the rules "each file ingested once" (by its digest) and "a token stored at most once" are
-checked inside the transaction, which also bumps the one row of `ingest_ticket`: two writers that ingest
-at once conflict, the second's commit fails and `evaluator.store.commits.committed` runs it again on the
-newer snapshot, where it finds the first's file. What is judged on a whole run (findings, checks,
+Each file's rows are written as Parquet files before any transaction (`stage`, `evaluator.store.staging`:
+here, or in the worker that summarised it), and one transaction registers those of a group of files
+(`commit`, `evaluator.store.group`), committed as one snapshot: a file's cost is its rows, not the
+store's, the commit's fixed cost is paid once per group, and the serial part is small. A reader sees a
+group whole or not at all. A DuckLake has no unique constraints, so the rules "each file ingested once"
+(by its digest) and "a token stored at most once" are checked inside the transaction, which also bumps
+the one row of `ingest_ticket`: two writers that commit at once conflict, the second's commit fails and
+`evaluator.store.commits.committed` runs it again on the newer snapshot, where it finds the first's
+files. What is judged on a whole run (findings, checks,
 intervals) is recomputed from the stored per-file rows when a writer closes (`evaluator.store.derived`).
 A kill at any point leaves the store as of its last commit; the next replay finishes the work.
 
@@ -24,7 +26,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
@@ -33,7 +34,7 @@ from evaluator.sources import recorded_location
 from evaluator.store import derived
 from evaluator.store.checks import check_store
 from evaluator.store.commits import Rollback, committed
-from evaluator.store.evidence import evidence_rows
+from evaluator.store.group import Result, StagedFile, check, entangled, register, staged_file
 from evaluator.store.lake import (
     STORE,
     Location,
@@ -43,11 +44,9 @@ from evaluator.store.lake import (
     detach,
     locate,
     made_whole,
-    quote,
 )
 from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY, SAMPLE_KEY, stored_loss, stored_sample
-from evaluator.store.repeats import CopyOf, repeats
-from evaluator.store.staging import FileSummary, Stager, record_name_maps, unstorable_text
+from evaluator.store.staging import FileSummary, Stager, record_name_maps
 from evaluator.validate.evidence import Evidence
 from schemas.store import METRIC_TABLE, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 
@@ -57,11 +56,6 @@ once the rows it added since the last merge outnumber the merged ones and this m
 per row, and a reader never scans much more than a merged sketch."""
 DDL_KEY = "ddl"
 """The `store_meta` key of the digest of the views and metric definitions the store carries."""
-
-
-def file_id_of(digest: str) -> int:
-    """A file's id: the first 60 bits of its digest, the same in every store whatever the order of ingest."""
-    return int(digest[:15], 16)
 
 
 def _ddl_digest() -> str:
@@ -89,7 +83,6 @@ class StoreWriter:
         self.loss, self.max_staleness, self.sample = loss, max_staleness, float(sample)
         self.con: duckdb.DuckDBPyConnection | None = None
         self._stager: Stager | None = None
-        self._committed = False
         self._unmerged_runs: set[str] = set()
         self._merged_rows = self._unmerged_rows = 0  # staleness sketch rows at the last merge, and since
         self.commit_s = 0.0
@@ -205,55 +198,93 @@ class StoreWriter:
         summary: FileSummary,
         sequences: pa.Table,
         evidence: Evidence | None = None,
-    ) -> bool | Problem | CopyOf:
-        """Insert one file's summaries, token identity (`FileFacts.sequences`) and evidence for the
-        findings in a single commit, recorded under `path` (made absolute; a str is an object-storage URI,
-        recorded as it is). False (and no change) if its digest is already in the store; `CopyOf` a stored
-        file it re-saves, else a `duplicate_across_files` problem, if it repeats a token of a stored file
-        (no change either: `evaluator.store.repeats`). Both are checked again if another writer commits
-        first."""
-        location = recorded_location(path)
-        file_id = file_id_of(digest)
-        con = self.con
-        unstorable = unstorable_text(summary)
-        if unstorable is not None:
-            return unstorable
+    ) -> Result:
+        """Stage and commit one file (`stage`, then `commit` of it alone): True once committed, False (and
+        no change) if its digest is already in the store; `CopyOf` a stored file it re-saves, else a
+        `duplicate_across_files` problem, if it repeats a token of a stored file (no change either:
+        `evaluator.store.repeats`); the problem of a run_id the store cannot keep."""
+        staged = self.stage(path, digest, summary, sequences, evidence)
+        return staged if isinstance(staged, Problem) else self.commit([staged])[0]
 
-        def work() -> bool | Problem | CopyOf:
-            self._committed = False
-            stored = con.execute("SELECT digest FROM ingested_file WHERE file_id = ?", [file_id]).fetchall()
-            if stored and stored[0][0] == digest:
-                raise Rollback(False)
-            if stored:
-                raise StoreError(f"{self.db}: two files share the id {file_id} ({digest}, {stored[0][0]})")
-            repeated = repeats(con, summary)
-            if repeated is not None:  # a duplicate_across_files problem, or a re-saved copy
-                raise Rollback(repeated)
-            self._insert(location, file_id, digest, summary, evidence, staged)
-            con.execute("UPDATE ingest_ticket SET n = n + 1")
-            self._committed = True
-            return True
+    def stage(
+        self,
+        path: Path | str,
+        digest: str,
+        summary: FileSummary,
+        sequences: pa.Table,
+        evidence: Evidence | None = None,
+    ) -> StagedFile | Problem:
+        """Write one file's summaries and token identity (`FileFacts.sequences`) as Parquet files of the
+        store (the work that runs beside other writers' commits), to be recorded under `path` (made
+        absolute; a str is an object-storage URI, recorded as it is) with its evidence for the findings;
+        or the problem of a run_id the store cannot keep (nothing written)."""
+        return staged_file(self._stager, recorded_location(path), digest, summary, sequences, evidence)
 
-        def merge() -> int:
-            return self._changed(derived.merge_sketches(con, sorted(self._unmerged_runs)) or -1)
-
-        staged = self._stager.stage(file_id, summary, sequences)
-        con.register("part_sequences", sequences)
+    def commit(self, files: list[StagedFile]) -> list[Result | duckdb.Error]:
+        """Register staged files (`stage`, here or in another process) in one transaction (a group commit:
+        `evaluator.store.group`), each file's result as `ingest`'s, in order; checked again if another
+        writer commits first. A group whose files share a token, or whose transaction fails (a DuckDB
+        error), is committed file by file: the error of a file that fails alone is its result (one file's
+        own commit raises it). Staged Parquet files that no commit registered are deleted."""
         start = time.perf_counter()
+        if len(files) > 1 and entangled(files):
+            self.commit_s += time.perf_counter() - start
+            return [r for f in files for r in self.commit([f])]
+        con, registered = self.con, set()
+
+        def work() -> list[Result]:
+            results = check(con, files, self.db)  # before any is registered (evaluator.store.group)
+            passed = [f for f, result in zip(files, results, strict=True) if result is None]
+            registered.clear()
+            registered.update(f.file_id for f in passed)
+            if not passed:
+                raise Rollback(results)
+            register(con, passed)
+            con.execute("UPDATE ingest_ticket SET n = n + 1")
+            return [True if r is None else r for r in results]
+
+        results, alone = None, False
         try:
-            result = committed(con, work, location.rsplit("/", 1)[-1])
+            results = committed(con, work, tuple(f.name for f in files))
+        except duckdb.Error:
+            alone = len(files) > 1
+            if not alone:
+                raise
         finally:
             self.commit_s += time.perf_counter() - start
-            con.unregister("part_sequences")
-            if self._committed is not True:  # nothing registered them: not the store's files
-                self._stager.discard(staged)
-        if result is True:
-            self._unmerged_runs.update(pc.unique(summary.sketch_by_staleness["run_id"]).to_pylist())
-            self._unmerged_rows += summary.sketch_by_staleness.num_rows
-            if self._unmerged_rows >= max(self._merged_rows, MERGE_MIN_ROWS):
-                self._merged_rows, self._unmerged_rows = committed(con, merge, "merge"), 0
-                self._unmerged_runs.clear()
-        return result
+            if results is None and not alone:  # raised: nothing registered
+                self.discard(files)
+        if alone:  # which file failed: each in a transaction of its own
+            return [self._alone(f) for f in files]
+        self.discard([f for f in files if f.file_id not in registered])  # not the store's files
+        for f in files:
+            if f.file_id in registered:
+                self._merge_later(f)
+        return results
+
+    def discard(self, files: list[StagedFile]) -> None:
+        """Delete the staged Parquet files of files no commit registers (objects: left to compaction)."""
+        for f in files:
+            self._stager.discard(f.staged)
+
+    def _alone(self, f: StagedFile) -> Result | duckdb.Error:
+        """`f` committed on its own: its result, or the error its commit raised (its files deleted)."""
+        try:
+            return self.commit([f])[0]
+        except duckdb.Error as error:
+            return error
+
+    def _merge_later(self, f: StagedFile) -> None:
+        """Count a committed file's staleness sketch rows; merge the runs' sketches once they are due."""
+        self._unmerged_runs.update(f.sketch_runs)
+        self._unmerged_rows += f.sketch_rows
+        if self._unmerged_rows >= max(self._merged_rows, MERGE_MIN_ROWS):
+
+            def merge() -> int:
+                return self._changed(derived.merge_sketches(self.con, sorted(self._unmerged_runs)) or -1)
+
+            self._merged_rows, self._unmerged_rows = committed(self.con, merge, "merge"), 0
+            self._unmerged_runs.clear()
 
     def record_max_staleness(self, value: int, source: str, key: str) -> None:
         """Record the trainer's maximum staleness, where it was read and the config key that sets it
@@ -287,43 +318,9 @@ class StoreWriter:
         finally:
             con.unregister("judged")
 
-    def _insert(
-        self,
-        location: str,
-        file_id: int,
-        digest: str,
-        summary: FileSummary,
-        evidence: Evidence | None,
-        staged: dict[str, str],
-    ) -> None:
-        con = self.con
-        con.execute(
-            "INSERT INTO ingested_file VALUES (?, ?, ?, ?, ?, now())",
-            [file_id, digest, location, summary.n_rows, summary.n_tokens],
-        )
-        for table, target in staged.items():
-            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(target)}')")
-        if evidence is not None:
-            con.register("part", evidence_rows(file_id, evidence))
-            con.execute("INSERT INTO file_evidence SELECT * FROM part")
-            con.unregister("part")
-
     def close(self) -> None:
         if self._stager is not None:  # a cursor of the connection
             self._stager.close()
         if self.con is not None:
             self.con.close()
         self.con = self._stager = None
-
-
-_WORKER_WRITERS: dict[tuple, StoreWriter] = {}
-
-
-def worker_writer(db: str, loss: Loss, sample: float, max_staleness: int | None) -> StoreWriter:
-    """The writer a worker process (a Ray worker) commits its files with, opened once per process and
-    store and kept (the process's end closes it); the replay that handed out the files computes the
-    derived rows when it closes its own."""
-    key = (db, json.dumps(loss.to_dict()), sample, max_staleness)
-    if key not in _WORKER_WRITERS:
-        _WORKER_WRITERS[key] = StoreWriter(db, loss, max_staleness=max_staleness, sample=sample).__enter__()
-    return _WORKER_WRITERS[key]

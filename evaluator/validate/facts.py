@@ -64,19 +64,32 @@ def overlaps_sql(later: str, earlier: str, later_file: str, holder: str, where: 
         FROM per_seq GROUP BY file ORDER BY file"""
 
 
+def keyed(sequences: list[pa.Table]) -> pa.Table | None:
+    """Tables of sequences in one, each row with the index of its table (`file`); None if all are empty."""
+    parts = [
+        table.select(list(SEQUENCE_KEYS) + ["pos_min", "pos_max"]).append_column(
+            "file", pa.array([i] * table.num_rows, pa.int32())
+        )
+        for i, table in enumerate(sequences)
+        if table.num_rows
+    ]
+    return pa.concat_tables(parts, promote_options="permissive") if parts else None
+
+
+def shared_tokens(sequences: list[pa.Table]) -> list[tuple]:
+    """`overlaps_sql`'s rows over tables of sequences (in order): one per table that repeats a token of an
+    earlier one, its index first."""
+    if sum(table.num_rows > 0 for table in sequences) < 2:
+        return []
+    with connect() as con:
+        con.register("keyed", keyed(sequences))
+        return con.execute(overlaps_sql("keyed", "keyed", "l.file", "e.file", "e.file < l.file")).fetchall()
+
+
 def cross_file_duplicates(files: list[tuple[Path, FileFacts]]) -> dict[int, Problem]:
     """`duplicate_across_files` problems of the files (in order) that repeat tokens of an earlier one,
     keyed by the index of the later file; the earliest file holding them is named."""
-    parts = [
-        facts.sequences.append_column("file", pa.array([i] * facts.sequences.num_rows, pa.int32()))
-        for i, (_, facts) in enumerate(files)
-        if facts.sequences.num_rows
-    ]
-    if len(parts) < 2:
-        return {}
-    with connect() as con:
-        con.register("keyed", pa.concat_tables(parts, promote_options="permissive"))
-        rows = con.execute(overlaps_sql("keyed", "keyed", "l.file", "e.file", "e.file < l.file")).fetchall()
+    rows = shared_tokens([facts.sequences for _, facts in files])
     return {
         file: Problem(
             "duplicate_across_files",
