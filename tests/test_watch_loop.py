@@ -17,7 +17,7 @@ from evaluator.importers import nemo_rl
 from evaluator.replay import replay
 from evaluator.store import StoreWriter, connect_store
 from evaluator.trainer.simulated_run import SimulatedRun
-from evaluator.watch import read_alerts
+from evaluator.watch import loop, read_alerts
 from evaluator.watch.dumps import DumpImporter
 from evaluator.watch.listing import Lister
 from evaluator.watch.loop import Watcher, WatchOptions
@@ -87,6 +87,21 @@ def test_files_go_in_as_they_arrive_and_idle_folders_end_the_run(tmp_path):
     assert kinds(tmp_path / "alerts.jsonl")[-1] == ("idle", "idle")
     first = read_alerts(tmp_path / "alerts.jsonl")[0]
     assert first["as_of"] == str(tmp_path / "logs" / RUN.file_name(0))  # judged after the file went in
+
+
+def test_a_watch_behind_judges_after_each_group_of_files(tmp_path, monkeypatch):
+    """Files due beyond `FILES_PER_LOOK` wait for the next look: the run is judged (and alerted) on the
+    oldest ones first, a group at a time, and the run ends only once every file is in."""
+    monkeypatch.setattr(loop, "FILES_PER_LOOK", 2)
+    small = SimulatedRun(run_id="sim", tokens_per_step=512)
+    paths = [small.write_file(tmp_path / "logs", i) for i in range(3)]
+    clock = Clock()
+    watch, _ = watcher(tmp_path, clock, until_idle=True)
+    assert watch.poll() is None and watch.ingested == 2 and watch.as_of == str(paths[1])
+    assert read_alerts(tmp_path / "alerts.jsonl")[0]["as_of"] == str(paths[1])  # judged on the first two
+    clock.now += 60  # idle since the first look, but a file is still due
+    assert watch.poll() is None and watch.ingested == 3 and watch.as_of == str(paths[2])
+    assert watch.poll() == 0
 
 
 def test_exit_on_fail_stops_at_the_first_do_not_ship(tmp_path):

@@ -22,6 +22,7 @@ from pathlib import Path
 from evaluator.errors import NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.replay import replay
+from evaluator.replay.groups import GROUP_FILES
 from evaluator.store.lake import locate
 from evaluator.validate.report import findings_lines
 from evaluator.watch.alerts import Alert, AlertMachine
@@ -36,6 +37,10 @@ from evaluator.watch.trends import RunTrend, run_trends
 from schemas.thresholds import Thresholds
 
 EXIT_ON = ("fail", "trend")
+FILES_PER_LOOK = GROUP_FILES
+"""The most files one look replays (in path order, the step order of the hook's files; one group commit): a
+watch that fell behind judges the run and raises its alerts after each such group, not once after the
+whole backlog."""
 """`fail`: stop at the first `do_not_ship` verdict; `trend`: at the first drift found (exit code 1)."""
 
 
@@ -117,7 +122,8 @@ class Watcher:
             self.signature, self.changed_at = signature, now
         ended = now - self.changed_at >= o.idle_after
         parts = split(self.fmt, entries, ended=True) if ended else files
-        new = [e for e in parts.complete if self.handed.get(e.path) != (e.size, e.mtime_ns)]
+        due = [e for e in parts.complete if self.handed.get(e.path) != (e.size, e.mtime_ns)]
+        new = due[:FILES_PER_LOOK]
         ingested = self._ingest(new) if new else 0
         alerts: list[Alert] = []
         stored = locate(o.db).exists()
