@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -261,17 +262,29 @@ class TestKills:
         crashed = subprocess.run(command, env=env, capture_output=True)
         assert crashed.returncode == 70
         assert table(db, "SELECT count(*) FROM ingested_file") == [(0,)]  # a store, with nothing half-made
-        finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        assert finished.returncode == 0, finished.stderr
+        finished = run("replay", str(tmp_path / "logs"), "--db", str(db))  # the next replay, in-process
+        assert finished.exit_code == EXIT_OK, finished.output
         assert table(db, "SELECT count(*) FROM ingested_file") == [(3,)]
 
 
+def replayed(folder: Path) -> Path:
+    """Two logs of run `r` under `folder / "logs"`, replayed into the store `folder / "m"`."""
+    logs(folder / "logs", n=2)
+    replay([folder / "logs"], folder / "m")
+    return folder / "m"
+
+
+@pytest.fixture(scope="module")
+def store_made_once(tmp_path_factory) -> Path:
+    return replayed(tmp_path_factory.mktemp("store"))
+
+
 @pytest.fixture
-def store(tmp_path) -> Path:
-    logs(tmp_path / "logs", n=2)
-    db = tmp_path / "m"
-    replay([tmp_path / "logs"], db)
-    return db
+def store(store_made_once, tmp_path) -> Path:
+    """`replayed`'s store, a copy of its own for each test (a store folder copies whole), beside a copy of
+    its logs (the store records the paths of the logs it was made from, not of these copies)."""
+    shutil.copytree(store_made_once.parent / "logs", tmp_path / "logs")
+    return Path(shutil.copytree(store_made_once, tmp_path / "m"))
 
 
 class TestTamperedAndCraftedStores:
@@ -325,9 +338,10 @@ class TestTamperedAndCraftedStores:
         with pytest.raises(queries.StoreError, match=says):
             queries.store_overview(store)
 
-    def test_the_token_inspector_opens_only_the_bytes_replay_read(self, store, tmp_path):
+    def test_the_token_inspector_opens_only_the_bytes_replay_read(self, tmp_path):
         from dashboard import inspector_queries as queries
 
+        store = replayed(tmp_path)  # its own logs: the test writes another log where the store says one is
         (path, step) = table(store, "SELECT f.path, min(t.step) FROM ingested_file f JOIN file_tokens t "
                                     "USING (file_id) GROUP BY ALL ORDER BY 1 LIMIT 1")[0]  # fmt: skip
         assert queries.log_files(store, "r", step)["reachable"].all()
