@@ -408,11 +408,12 @@ class TestEvaluate:
             ) and where in verdict.reason
 
 
-@pytest.fixture
-def decision_store(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def decision_store(tmp_path_factory) -> Path:
     """Run `r`: the ground truth's gradient weights and loglinear's errors, flips and weights per staleness
     0..4, with a known gradient mass error that grows with staleness (0.2% .. 3.2%): 2000 tokens per
-    staleness, 200 at staleness 3 (too few for the safe staleness at min_tokens 1000)."""
+    staleness, 200 at staleness 3 (too few for the safe staleness at min_tokens 1000). Made once; the tests
+    only read it (the gate opens a store read-only)."""
     samples, rng = {}, np.random.default_rng(0)
     for s in range(5):
         n = 200 if s == 3 else 2000
@@ -425,7 +426,7 @@ def decision_store(tmp_path) -> Path:
         samples["r", s, "loglinear", "true_grad_weight"] = mass  # the truth's W on loglinear's tokens
         samples["r", s, "loglinear", "clip_flip"] = flips
         samples["r", s, "loglinear", "behave_imp_weight"] = rng.lognormal(0, 0.3 + 0.1 * s, n)
-    return build_store(tmp_path / "decisions", samples, steps=20)
+    return build_store(tmp_path_factory.mktemp("gate") / "decisions", samples, steps=20)
 
 
 def figure(body: str) -> str:
