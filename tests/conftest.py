@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,23 @@ FIXTURES = REPO / "fixtures"
 # The commands' output is tested as a pipe receives it (no width); pytest-xdist's workers set COLUMNS=80,
 # which `terminal_width` would wrap every table and sentence at. Tests that need a width set their own.
 os.environ.pop("COLUMNS", None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def streamlit_components_scanned_once():
+    """Each new `AppTest` scans the metadata of every installed distribution for Streamlit components
+    (streamlit.components.v2.manifest_scanner: about 0.8 s of CPU, half a small page's render); the installed
+    packages do not change while the tests run, so a session scans once. Only where a collected test module
+    imported Streamlit (the AppTest tests): no other session imports it."""
+    if "streamlit" not in sys.modules:
+        yield
+        return
+    from streamlit.components.v2 import manifest_scanner
+
+    scanned = functools.cache(manifest_scanner.scan_component_manifests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_scanner, "scan_component_manifests", lambda *args: list(scanned(*args)))
+        yield
 
 
 @pytest.fixture
