@@ -286,3 +286,42 @@ def test_replay_commits_its_files_in_groups_of_group_files(tmp_path):
             if str(table) in changes.get("inlined_insert", []) + changes.get("tables_inserted_into", [])
         ]
     assert per_commit == [GROUP_FILES, 1]
+
+
+def _staleness_sketch(db: Path, run: str) -> pd.DataFrame:
+    with connect_store(db) as con:
+        return con.execute(
+            "SELECT file_id, staleness, method, metric, bucket, count FROM sketch_by_staleness "
+            "WHERE run_id = ? ORDER BY ALL",
+            [run],
+        ).df()
+
+
+def test_a_run_of_several_files_has_one_merged_sketch_a_run_of_one_keeps_its_file_s(
+    setup, tmp_path, monkeypatch
+):
+    """Run `a` (three files) stores its staleness sketch once, as file 0, the sum of what each of its files
+    stores replayed alone; run `b` (one file) keeps its file's rows, not merged (nothing to merge). With a
+    writer that merges after every commit (the mid-replay merge), the store is the same."""
+    folder, logs, clean = setup
+    alone = []
+    for log in logs[:3]:
+        replay([log], tmp_path / log.stem, progress=False, workers=1)
+        alone.append(_staleness_sketch(tmp_path / log.stem, "a"))
+    assert all(len(part) and (part["file_id"] != 0).all() for part in alone)
+    keys = ["staleness", "method", "metric", "bucket"]
+    summed = pd.concat(alone).groupby(keys, as_index=False)["count"].sum().sort_values(keys)
+    merged = _staleness_sketch(clean, "a")
+    assert (merged["file_id"] == 0).all()
+    pd.testing.assert_frame_equal(
+        merged.drop(columns="file_id").reset_index(drop=True),
+        summed.reset_index(drop=True),
+        check_dtype=False,
+    )
+    b = _staleness_sketch(clean, "b")
+    assert len(b) and b["file_id"].nunique() == 1 and (b["file_id"] != 0).all()
+    monkeypatch.setattr(store_writer, "MERGE_MIN_ROWS", 0)
+    db = tmp_path / "merging"
+    for part in ([logs[0]], [logs[3], logs[1]], [logs[2]]):
+        replay(part, db, progress=False, workers=1)
+    assert_same_store(db, clean)

@@ -7,12 +7,12 @@ up to `GROUP_FILES` files registered in one transaction (a group commit, `StoreW
   then published N times as N distinct files (its steps and seq_ids shifted, a digest of its own each),
   each file's cost timed (its staging, and its share of its group's commit): the cost of the 10th file
   against the N-th (medians of ten around each), then the same after `proxaudit store compact`.
-- **The commit path's serial share** (`--serial-files K --serial-tokens T`): K logs of T tokens each,
-  each checked, summarised and staged (the work any number of workers share) and committed in groups
-  (the transaction: checks, registering the files, the commit; one at a time per store), every phase
-  timed; the writer's merges of the staleness sketches and the derived rows of the runs at the end are
-  serial too. The serial share s gives Amdahl's
-  projection of the speed-up on W workers, 1 / (s + (1 - s) / W).
+- **The commit path's serial share** (`--serial-files K --serial-tokens T`): K logs of T tokens each, of
+  one run (consecutive steps, as a run's files are: its sketches are merged over files), each checked,
+  summarised and staged (the work any number of workers share) and committed in groups (the transaction:
+  checks, registering the files, the commit; one at a time per store), every phase timed; the writer's
+  merges of the staleness sketches and the derived rows of the runs at the end are serial too. The serial
+  share s gives Amdahl's projection of the speed-up on W workers, 1 / (s + (1 - s) / W).
 """
 
 from __future__ import annotations
@@ -109,11 +109,11 @@ def _tables(done: Summarised) -> list[pa.Table]:
 
 
 def serial_share(folder: Path, n_files: int, n_tokens: int) -> list[str]:
-    logs = []
-    for i in range(n_files):
-        spec = SyntheticSpec(run_id=f"serial-{i}", seed=i, tokens_per_step=1 << 18, mean_length=256)
+    logs, spec = [], SyntheticSpec(run_id="serial", seed=1, tokens_per_step=1 << 18, mean_length=256)
+    steps_per_file = -(-n_tokens // spec.tokens_per_step)
+    for i in range(n_files):  # one run's consecutive steps, as its ranks' and steps' files are
         path = folder / f"serial-{i:03d}.parquet"
-        write_synthetic_log(path, n_tokens, spec)
+        write_synthetic_log(path, n_tokens, spec, first_step=i * steps_per_file)
         logs.append(path)
     db = folder / "serial"
     shutil.rmtree(db, ignore_errors=True)

@@ -2,10 +2,10 @@
 check's outcome (`run_finding`, `run_check`: from the evidence of all the run's files, added up) and the
 95% intervals (`decision_interval`, `mean_interval`: from the per-step sums of all its files).
 
-The staleness sketches are merged over files here too (and by a writer whenever the rows it added
-outnumber the merged ones), so run-level quantiles read one sketch per run. These rows depend on the set of
-stored files alone, never on which replay ingested which file: `run_state`
-records the files (their number and the xor of their ids) and the maximum staleness each run's rows were
+The staleness sketches of a run of several files are merged over files here too (and by a writer whenever
+the rows it added outnumber the merged ones), so run-level quantiles read one sketch per run. These rows
+depend on the set of stored files alone, never on which replay ingested which file: `run_state` records the
+files (their number and the xor of their ids) and the maximum staleness each run's rows were
 computed from, and a writer recomputes every run whose files differ (`refresh`, at the end of a replay),
 in one transaction. So partial, killed, resumed and concurrent replays end in the rows one clean replay
 of the same files writes.
@@ -29,7 +29,9 @@ _STALE = """
     SELECT now.run_id FROM now LEFT JOIN run_state s USING (run_id)
     WHERE s.run_id IS NULL OR s.n_files != now.n_files OR s.files_xor != now.files_xor
        OR s.max_staleness != $max ORDER BY 1"""
-_UNMERGED = "SELECT DISTINCT run_id FROM sketch_by_staleness WHERE file_id <> 0 ORDER BY 1"
+_OF_FILES = """
+    SELECT run_id FROM sketch_by_staleness WHERE $all OR run_id IN (SELECT unnest($runs)) GROUP BY run_id
+    HAVING count(DISTINCT file_id) > 1 ORDER BY 1"""
 _STATE = """
     SELECT run_id, count(*) AS n_files, bit_xor(file_id) AS files_xor, $max::INTEGER AS max_staleness
     FROM (SELECT DISTINCT run_id, file_id FROM file_tokens WHERE run_id IN (SELECT unnest($runs)))
@@ -42,10 +44,21 @@ _MERGED = """
     FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs)) GROUP BY ALL ORDER BY ALL"""
 
 
+def mergeable(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None) -> list[str]:
+    """Those of `runs` (default: every run) whose staleness sketch rows come from more than one file (file
+    0: merged rows). A run of one file is not merged: its rows are its sketch already, and whether a run's
+    rows are merged then depends on its set of files alone, never on the replays that stored them."""
+    if runs == []:
+        return []
+    rows = con.execute(_OF_FILES, {"all": runs is None, "runs": runs or []}).fetchall()
+    return [run for (run,) in rows]
+
+
 def merge_sketches(con: duckdb.DuckDBPyConnection, runs: list[str]) -> int:
-    """Merge the staleness sketches of `runs` over their files into one row per bucket (file_id 0; counts
-    add exactly, so merging in any order and as often as one likes gives the same rows), inside the
-    caller's transaction: run-level quantiles then read a run's sketch, not one per file. The rows left."""
+    """Merge the staleness sketches of `runs` (`mergeable` ones) over their files into one row per bucket
+    (file_id 0; counts add exactly, so merging in any order and as often as one likes gives the same rows),
+    inside the caller's transaction: run-level quantiles then read a run's sketch, not one per file. The
+    rows left."""
     con.execute(_MERGED, {"runs": runs})
     con.execute("DELETE FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs))", {"runs": runs})
     con.execute("INSERT INTO sketch_by_staleness SELECT * FROM merged_sketch")
@@ -61,9 +74,9 @@ def stale_runs(con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> lis
 
 
 def refresh(con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> list[str]:
-    """Recompute the derived rows of every stale run, and merge the staleness sketches of every run with
-    per-file ones, inside the caller's transaction; the runs."""
-    unmerged = [r for (r,) in con.execute(_UNMERGED).fetchall()]
+    """Recompute the derived rows of every stale run, and merge the staleness sketches of every run whose
+    rows come from more than one file, inside the caller's transaction; the runs."""
+    unmerged = mergeable(con)
     if unmerged:
         merge_sketches(con, unmerged)
     runs = stale_runs(con, max_staleness)

@@ -281,7 +281,10 @@ class StoreWriter:
         if self._unmerged_rows >= max(self._merged_rows, MERGE_MIN_ROWS):
 
             def merge() -> int:
-                return self._changed(derived.merge_sketches(self.con, sorted(self._unmerged_runs)) or -1)
+                runs = derived.mergeable(self.con, sorted(self._unmerged_runs))
+                if not runs:  # each of one file so far
+                    raise Rollback(0)
+                return self._changed(derived.merge_sketches(self.con, runs) or -1)
 
             self._merged_rows, self._unmerged_rows = committed(self.con, merge, "merge"), 0
             self._unmerged_runs.clear()

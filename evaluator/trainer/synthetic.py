@@ -169,16 +169,18 @@ def _grpo(rng: np.random.Generator, n_steps: int, per_step: int, group_size: int
     return reward, ((reward - mean) / (std + np.float32(1e-6))).astype(np.float32)
 
 
-def write_synthetic_log(path: str | os.PathLike, n_tokens: int, spec: SyntheticSpec = SyntheticSpec()) -> int:
-    """Stream a synthetic log of about `n_tokens` rows to `path`, a chunk of steps at a time (bounded
-    memory). Returns the number of rows written."""
+def write_synthetic_log(
+    path: str | os.PathLike, n_tokens: int, spec: SyntheticSpec = SyntheticSpec(), first_step: int = 0
+) -> int:
+    """Stream a synthetic log of about `n_tokens` rows, its steps from `first_step` on, to `path`, a chunk
+    of steps at a time (bounded memory). Returns the number of rows written."""
     n_steps = max(1, -(-n_tokens // spec.tokens_per_step))
     steps_per_chunk = max(1, (1 << 20) // spec.tokens_per_step)
     written = 0
     writer: pq.ParquetWriter | None = None
     try:
         for first in range(0, n_steps, steps_per_chunk):
-            table = synthetic_steps(spec, first, min(steps_per_chunk, n_steps - first))
+            table = synthetic_steps(spec, first_step + first, min(steps_per_chunk, n_steps - first))
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema, compression="zstd")
             writer.write_table(table, row_group_size=1 << 20)
