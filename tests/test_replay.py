@@ -140,14 +140,15 @@ def test_replaying_again_changes_nothing(replayed):
     pd.testing.assert_frame_equal(view(db, "run_summary"), summary)
 
 
-def test_folder_replay_ingests_only_new_files(tmp_path):
+def test_folder_replay_ingests_only_new_files(replayed, tmp_path):
+    """A folder replayed after one of its files: the other two go in, and the store is the one replay of
+    the folder (`replayed`, the same logs) writes."""
+    fresh, _ = replayed
     files = write_logs(tmp_path / "logs")
     db = tmp_path / "m"
     assert replay([files[0]], db).n_ingested == 1
     report = replay([tmp_path / "logs"], db)
     assert sorted(o.status for o in report.outcomes) == ["already ingested", "ingested", "ingested"]
-    fresh = tmp_path / "fresh"
-    replay([tmp_path / "logs"], fresh)
     assert table_counts(db) == table_counts(fresh)
     key = ["run_id", "step", "method", "metric"]
     a, b = (view(d, "step_summary").sort_values(key).reset_index(drop=True) for d in (db, fresh))
@@ -200,24 +201,23 @@ def test_missing_path_is_exit_2(tmp_path):
     assert result.exit_code == 2
 
 
-def test_kill_mid_replay_leaves_the_store_as_before_the_group(tmp_path):
+def test_kill_mid_replay_leaves_the_store_as_before_the_group(replayed, tmp_path):
     """The first file is stored; a replay of all three dies in the commit of the group of the other two:
-    the store is as before it (the first file only), and a second replay finishes it."""
+    the store is as before it (the first file only), and a second replay finishes it: the store of one
+    replay of the three (`replayed`, the same logs)."""
+    fresh, _ = replayed
     files = write_logs(tmp_path / "logs")
-    db, only_first = tmp_path / "m", tmp_path / "first"
-    replay([files[0]], only_first)
+    db = tmp_path / "m"
     replay([files[0]], db)
+    only_first = table_counts(db)
     command = [sys.executable, "-m", "evaluator.cli", "replay", str(tmp_path / "logs"), "--db", str(db)]
     # the process dies (os._exit, like kill -9) after registering the group's files, before COMMIT
     env = {**os.environ, CRASH_ENV: f"before-commit:{files[1].name}"}
     crashed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert crashed.returncode == 70, crashed.stderr
-    assert table_counts(db) == table_counts(only_first)
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert finished.returncode == 0, finished.stderr
-    assert "already ingested" in finished.stdout and finished.stdout.count(": ingested") == 2
-    fresh = tmp_path / "fresh"
-    replay([tmp_path / "logs"], fresh)
+    assert table_counts(db) == only_first
+    finished = [o.status for o in replay([tmp_path / "logs"], db).outcomes]
+    assert finished == ["already ingested", "ingested", "ingested"]
     assert table_counts(db) == table_counts(fresh)
 
 

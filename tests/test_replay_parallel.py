@@ -20,16 +20,20 @@ from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 
 TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
+BATCH_ROWS = 1 << 13
+"""Record batches of 8,192 rows: every file is read in several, and the long file has enough for two
+ranges (a file needs `MIN_BATCHES_PER_WORKER` batches to be cut unasked: none here is)."""
 
 
 def write_folder(folder: Path) -> list[Path]:
-    """Five logs of two runs (one of two record batches), a byte copy of one and a broken log."""
+    """Five logs of two runs (the long one of three record batches of `BATCH_ROWS`), a byte copy of one and a
+    broken log."""
     a = SyntheticSpec(run_id="run-a", seed=3, tokens_per_step=2048, mean_length=32)
-    long = SyntheticSpec(run_id="run-a", seed=5, tokens_per_step=1 << 16, mean_length=256)
+    long = SyntheticSpec(run_id="run-a", seed=5, tokens_per_step=1 << 12, mean_length=64)
     b = SyntheticSpec(run_id="run-b", seed=4, tokens_per_step=1024, prox_every=2, n_minibatches=2)
     files = [
         write_log_atomic(synthetic_steps(a, 0, 6), folder / "a-000.parquet"),
-        write_log_atomic(synthetic_steps(long, 6, 5), folder / "a-006.parquet"),  # 316,888 rows
+        write_log_atomic(synthetic_steps(long, 6, 5), folder / "a-006.parquet"),  # 20,483 rows
         write_log_atomic(synthetic_steps(b, 0, 12), folder / "b-000.parquet"),
         write_log_atomic(synthetic_steps(b, 12, 4), folder / "b-012.parquet"),
         write_log_atomic(synthetic_steps(a, 15, 3), folder / "c" / "a-015.parquet"),
@@ -57,7 +61,7 @@ def stored(db: Path) -> dict[str, pd.DataFrame]:
 
 def lines(folder: Path, db: Path, **options) -> list[str]:
     outcomes = []
-    replay([folder], db, on_file=outcomes.append, progress=False, **options)
+    replay([folder], db, on_file=outcomes.append, progress=False, batch_rows=BATCH_ROWS, **options)
     return [o.line() for o in outcomes]
 
 
@@ -102,11 +106,23 @@ def test_parallel_store_is_bit_identical_to_sequential(folder, sequential, tmp_p
 
 
 def test_range_sized_file_waits_for_the_files_before_it(folder, sequential, tmp_path, monkeypatch):
-    """A file long enough for ranges is summarised once every earlier file is in, in order."""
+    """A file long enough for ranges is summarised once every earlier file is in, in order; the workers
+    summarise the others in record batches of the replay's `batch_rows`."""
     long_rows = int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'a-006.parquet'}'").fetchall()[0][0])
     monkeypatch.setattr(replay_module, "default_workers", lambda n_rows, **_: 2 if n_rows == long_rows else 1)
+    shipped, original = [], worker_pool.WorkerPool.map
+
+    def recording(self, tasks):
+        tasks = list(tasks)
+        shipped.extend(tasks)
+        return original(self, tasks)
+
+    monkeypatch.setattr(worker_pool.WorkerPool, "map", recording)
     assert lines(folder, tmp_path / "par", workers=2) == sequential[0]
     assert_same_store(stored(tmp_path / "par"), sequential[1])
+    summarised = [task for task in shipped if task.kind == "summarise"]
+    assert "a-006.parquet" not in {task.path.name for task in summarised}  # in ranges here
+    assert len(summarised) == 4 and {task.batch_rows for task in summarised} == {BATCH_ROWS}
 
 
 def test_a_failing_worker_fails_its_file_only_and_leaves_no_process(folder, tmp_path, monkeypatch):

@@ -10,7 +10,14 @@ from evaluator.errors import FileFailed
 from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.replay.ray_runner import RayRunner
 from evaluator.replay.tasks import Check, Summarise
-from tests.test_replay_parallel import assert_same_store, folder, lines, sequential, stored  # noqa: F401
+from tests.test_replay_parallel import (  # noqa: F401
+    BATCH_ROWS,
+    assert_same_store,
+    folder,
+    lines,
+    sequential,
+    stored,
+)
 
 ray = pytest.importorskip("ray", reason="needs proxaudit[ray] (make install has it)")
 
@@ -53,23 +60,26 @@ def test_a_long_file_is_summarised_as_range_tasks_on_ray(
     monkeypatch,
 ):
     """A file long enough for ranges goes to the cluster as one task per range (here 2), merged here in
-    file order: the store is still bit for bit a local replay's."""
+    file order: the store is still bit for bit a local replay's. Every task reads record batches of the
+    replay's `batch_rows`."""
     import duckdb
 
     from evaluator.replay import pipeline
 
     long_rows = int(duckdb.sql(f"SELECT count(*) FROM '{folder / 'a-006.parquet'}'").fetchall()[0][0])
     monkeypatch.setattr(pipeline, "default_workers", lambda n_rows, **_: 2 if n_rows == long_rows else 1)
-    kinds = []
+    kinds, batch_rows = [], set()
     original = RayRunner.map
 
     def recording(self, tasks):
         tasks = list(tasks)
         kinds.extend((task.kind, task.path.name) for task in tasks)
+        batch_rows.update(task.batch_rows for task in tasks if task.kind != "check")
         return original(self, tasks)
 
     monkeypatch.setattr(RayRunner, "map", recording)
     assert lines(folder, tmp_path / "ray", ray="local") == sequential[0]
     assert kinds.count(("summarise_range", "a-006.parquet")) == 2
     assert ("summarise", "a-006.parquet") not in kinds
+    assert batch_rows == {BATCH_ROWS}
     assert_same_store(stored(tmp_path / "ray"), sequential[1])

@@ -53,6 +53,14 @@ def s3(tmp_path_factory):
         os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
 
 
+@pytest.fixture(scope="module")
+def local_store(s3, tmp_path_factory) -> Path:
+    """The local twins of the three objects replayed into a store (tests only read it)."""
+    db = tmp_path_factory.mktemp("local_store") / "local"
+    replay(sorted(s3[1].glob("*.parquet")), db, progress=False, workers=1)
+    return db
+
+
 def store_rows(db: Path) -> dict[str, list]:
     """Every stored row but where and when each file was read."""
     with connect_store(db) as con:
@@ -64,7 +72,7 @@ def store_rows(db: Path) -> dict[str, list]:
         }
 
 
-def test_replay_reads_a_prefix_and_stores_what_a_local_replay_stores(s3, tmp_path):
+def test_replay_reads_a_prefix_and_stores_what_a_local_replay_stores(s3, local_store, tmp_path):
     _, local = s3
     report = replay([f"s3://{BUCKET}/run-a/"], tmp_path / "s3", progress=False, workers=1)
     uris = [f"s3://{BUCKET}/run-a/rank0/part-{i}.parquet" for i in range(3)]
@@ -72,8 +80,7 @@ def test_replay_reads_a_prefix_and_stores_what_a_local_replay_stores(s3, tmp_pat
     with connect_store(tmp_path / "s3") as con:
         recorded = con.execute("SELECT path, digest FROM ingested_file ORDER BY path").fetchall()
     assert recorded == [(u, file_digest(local / u.rsplit("/", 1)[1])) for u in uris]
-    replay(sorted(local.glob("*.parquet")), tmp_path / "local", progress=False, workers=1)
-    assert store_rows(tmp_path / "s3") == store_rows(tmp_path / "local")
+    assert store_rows(tmp_path / "s3") == store_rows(local_store)
     # A file's identity is its bytes: the local twins of the objects are copies of what the store holds.
     again = replay(sorted(local.glob("*.parquet")), tmp_path / "s3", progress=False, workers=1)
     assert [(o.status, o.copy_of) for o in again.outcomes] == [("copy", u) for u in uris]
@@ -197,15 +204,14 @@ def test_uris_are_refused_with_a_ray_cluster_that_could_not_read_the_copies(s3, 
         replay([f"s3://{BUCKET}/run-a/"], tmp_path / "m", progress=False, ray="10.0.0.1:6379")
 
 
-def test_a_store_keeps_its_data_files_on_object_storage(s3, tmp_path):
+def test_a_store_keeps_its_data_files_on_object_storage(s3, local_store, tmp_path):
     """`--data-path s3://...`: the catalog stays in the folder, the Parquet files go to the bucket; readers
     find them from the catalog, and the store holds what a local one does."""
     pytest.importorskip("duckdb_extension_httpfs", reason="needs proxaudit[scale] (make install has it)")
     client, local = s3
     logs = sorted(local.glob("*.parquet"))
     replay(logs, tmp_path / "remote", progress=False, workers=1, data_path=f"s3://{BUCKET}/store/")
-    replay(logs, tmp_path / "local", progress=False, workers=1)
-    assert store_rows(tmp_path / "remote") == store_rows(tmp_path / "local")
+    assert store_rows(tmp_path / "remote") == store_rows(local_store)
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="store/")["Contents"]]
     assert any(k.endswith(".parquet") and "/metric_moments/" in k for k in keys)
     assert not list((tmp_path / "remote").rglob("*.parquet"))  # nothing of the data is local

@@ -23,6 +23,7 @@ from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from evaluator.validate import validate_paths
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SOURCE = sorted(FIXTURES.glob("recompute-*.parquet"))[0]
 
 
 def resave(source: Path, target: Path, compression: str) -> Path:
@@ -45,20 +46,28 @@ def run_tokens(db: Path, run_id: str) -> int:
         return con.execute(sql, [run_id]).fetchone()[0]
 
 
+@pytest.fixture(scope="module")
+def source_stored(tmp_path_factory) -> Path:
+    """A store of `SOURCE` alone, replayed once for the module (tests that write to it take a copy)."""
+    db = tmp_path_factory.mktemp("source") / "m"
+    assert replay([SOURCE], db).n_ingested == 1
+    return db
+
+
 @pytest.fixture
 def fixture_copy(tmp_path) -> tuple[Path, Path]:
     """A real fixture file and the same log re-saved with snappy (the fixtures are zstd)."""
-    source = sorted(FIXTURES.glob("recompute-*.parquet"))[0]
     (tmp_path / "logs").mkdir()
-    original = Path(shutil.copy(source, tmp_path / "logs" / "a.parquet"))
-    return original, resave(source, tmp_path / "logs" / "b.parquet", "snappy")
+    original = Path(shutil.copy(SOURCE, tmp_path / "logs" / "a.parquet"))
+    return original, resave(SOURCE, tmp_path / "logs" / "b.parquet", "snappy")
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "workers"])
-def test_a_resaved_fixture_is_reported_as_a_copy_and_the_run_counted_once(tmp_path, fixture_copy, workers):
+def test_a_resaved_fixture_is_reported_as_a_copy_and_the_run_counted_once(
+    tmp_path, fixture_copy, source_stored, workers
+):
     original, copy = fixture_copy
-    alone = tmp_path / "alone"
-    replay([original], alone)
+    alone = source_stored  # the same bytes as `original`, replayed alone
     db = tmp_path / "m"
     report = replay([original.parent], db, workers=workers)
     assert [(o.path.name, o.status) for o in report.outcomes] == [
@@ -82,13 +91,12 @@ def test_the_cli_names_the_file_a_resaved_copy_copies(tmp_path, fixture_copy):
     )
 
 
-def test_a_later_replay_reports_a_resaved_copy_of_a_stored_file(tmp_path, fixture_copy):
-    original, copy = fixture_copy
-    db = tmp_path / "m"
-    assert replay([original], db).n_ingested == 1
+def test_a_later_replay_reports_a_resaved_copy_of_a_stored_file(tmp_path, fixture_copy, source_stored):
+    _, copy = fixture_copy
+    db = Path(shutil.copytree(source_stored, tmp_path / "m"))  # `SOURCE` stored
     before = counts(db)
     (outcome,) = replay([copy], db).outcomes
-    assert (outcome.status, outcome.copy_of, outcome.resaved) == ("copy", str(original.resolve()), True)
+    assert (outcome.status, outcome.copy_of, outcome.resaved) == ("copy", str(SOURCE.resolve()), True)
     assert counts(db) == before
 
 
@@ -111,28 +119,27 @@ def test_byte_copies_name_the_file_they_copy_and_the_same_file_is_already_ingest
 def test_a_copy_with_its_sequences_in_another_order_is_still_a_copy(tmp_path):
     """Another writer may order the sequences otherwise: the sums then add in another order and differ in
     their last bits (with SUM_TOLERANCE 0 this copy is refused as a duplicate), the tokens and values not."""
-    source = sorted(FIXTURES.glob("recompute-*.parquet"))[0]
-    table = pq.read_table(source)
+    table = pq.read_table(SOURCE)
     seq, minibatch, pos = (table[c].to_numpy() for c in ("seq_id", "minibatch", "pos"))
     reordered = tmp_path / "reordered.parquet"
     pq.write_table(table.take(pa.array(np.lexsort((pos, -minibatch, -seq)))), reordered)
-    first, copy = replay([source, reordered], tmp_path / "m").outcomes
-    assert first.status == "ingested" and (copy.status, copy.copy_of) == ("copy", str(source.resolve()))
+    first, copy = replay([SOURCE, reordered], tmp_path / "m").outcomes
+    assert first.status == "ingested" and (copy.status, copy.copy_of) == ("copy", str(SOURCE.resolve()))
 
 
-def test_the_same_tokens_with_other_values_or_part_of_a_file_are_duplicates_not_copies(tmp_path):
+def test_the_same_tokens_with_other_values_or_part_of_a_file_are_duplicates_not_copies(
+    tmp_path, source_stored
+):
     """A second training under the same run_id (the same seq_ids, other log-probs) and a file holding part
     of a stored file's sequences repeat tokens: refused with duplicate_across_files, never a copy."""
-    source = sorted(FIXTURES.glob("recompute-*.parquet"))[0]
-    table = pq.read_table(source)
+    table = pq.read_table(SOURCE)
     other = table.set_column(
         table.schema.get_field_index("behave_logp"),
         "behave_logp",
         pc.subtract(table["behave_logp"], pa.scalar(1e-4, pa.float32())),  # every token, barely
     )
     half = table.filter(pc.less(table["seq_id"], pc.min(table["seq_id"]).as_py() + 20))
-    db = tmp_path / "m"
-    replay([source], db)
+    db = Path(shutil.copytree(source_stored, tmp_path / "m"))  # `SOURCE` stored
     for name, variant in (("other-values", other), ("part", half)):
         path = tmp_path / f"{name}.parquet"
         pq.write_table(variant, path)

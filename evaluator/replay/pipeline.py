@@ -111,7 +111,7 @@ def _check(slots: list[Slot], runner, bar: tqdm) -> None:
 
 
 def _summaries(
-    slots: list[Slot], runner, loss: Loss, bar: tqdm, sample: float, stage_to=None
+    slots: list[Slot], runner, loss: Loss, bar: tqdm, sample: float, batch_rows: int, stage_to=None
 ) -> Iterator[tuple[Slot, FileSummary | StagedFile | Problem | FileFailed | None]]:
     """Each slot in order with its summary (None: a slot that is not summarised): runs of small files on
     the runner, a file long enough for ranges (`default_workers`) once the files before it are done: in
@@ -123,7 +123,8 @@ def _summaries(
     def kind(slot: Slot) -> str:
         if slot.outcome is not None or not slot.to_summarise:
             return "none"
-        return "long" if default_workers(slot.checked.report.n_rows, cores=cpus) > 1 else "small"
+        n_rows = slot.checked.report.n_rows
+        return "long" if default_workers(n_rows, batch_rows=batch_rows, cores=cpus) > 1 else "small"
 
     for how, group in itertools.groupby(slots, key=kind):
         group = list(group)
@@ -132,14 +133,15 @@ def _summaries(
         elif how == "small":
             stages = [stage_to(s) if stage_to else None for s in group]
             tasks = (
-                Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s), sample, c)
+                Summarise(s.path, s.checked.facts.resumes, loss, _sequences(s), sample, c, batch_rows)
                 for s, c in zip(group, stages, strict=True)
             )
             for slot, summary in zip(group, runner.map(tasks), strict=True):
                 bar.update(slot.checked.report.n_rows)
                 yield slot, summary
         else:
-            yield from ((slot, _summarise_long(slot, runner, loss, bar, sample)) for slot in group)
+            for slot in group:
+                yield slot, _summarise_long(slot, runner, loss, bar, sample, batch_rows)
 
 
 def _sequences(slot: Slot) -> int:
@@ -147,15 +149,17 @@ def _sequences(slot: Slot) -> int:
     return slot.checked.facts.sequences.num_rows
 
 
-def _summarise_long(slot: Slot, runner, loss: Loss, bar: tqdm, sample: float) -> FileSummary | FileFailed:
+def _summarise_long(
+    slot: Slot, runner, loss: Loss, bar: tqdm, sample: float, batch_rows: int
+) -> FileSummary | FileFailed:
     """A long file in ranges: threads here, or range tasks on a cluster's CPUs (a runner with `cpus`)."""
     cpus = getattr(runner, "cpus", None)
-    workers = default_workers(slot.checked.report.n_rows, cores=cpus)
+    workers = default_workers(slot.checked.report.n_rows, batch_rows=batch_rows, cores=cpus)
     range_map = runner.map if cpus else None
     try:
         return summarise_file(
             slot.path, slot.checked.facts.resumes, loss, n_sequences=_sequences(slot), on_batch=bar.update,
-            workers=workers, range_map=range_map, sample=sample,
+            batch_rows=batch_rows, workers=workers, range_map=range_map, sample=sample,
         )  # fmt: skip
     except Exception as error:  # one file's trouble never stops the others
         return FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
@@ -194,6 +198,7 @@ def replay(
     ray: str | None = None,
     sample: float = 1.0,
     data_path: str | None = None,
+    batch_rows: int = BATCH_ROWS,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
     order (see the module docstring; `on_found` hears first the folders they are in, with their runs), on
@@ -204,7 +209,8 @@ def replay(
     check and summarise on Ray instead (`"local"` starts one, else a cluster address;
     `evaluator.replay.ray_runner`), ingesting here in the same order. `sample`: the fraction of sequences
     summarised (`evaluator.replay.sampling`; recorded in the store). `data_path`: where a new store's
-    Parquet files go (a folder or an s3:// prefix).
+    Parquet files go (a folder or an s3:// prefix). `batch_rows`: the rows of a record batch
+    (`evaluator.replay.summarise`; how long a file must be to be cut into ranges follows it).
 
     Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
     `StoreError` for a store of other parameters."""
@@ -235,7 +241,7 @@ def replay(
             findings = judge_call(checked, max_staleness, duplicates=False).findings
             bar.reset()
             stage_to = _worker_staging(store, staging, max_staleness) if ray is not None else None
-            summaries = _summaries(slots, runner, loss, bar, sample, stage_to)
+            summaries = _summaries(slots, runner, loss, bar, sample, batch_rows, stage_to)
             with Groups(store, announcer) as groups:
                 for i, (slot, summary) in enumerate(summaries, 1):
                     start = time.perf_counter()

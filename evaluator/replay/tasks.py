@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from evaluator.formulas.loss import Loss
-from evaluator.replay.summarise import SummariseRange, summarise_file
+from evaluator.replay.summarise import BATCH_ROWS, SummariseRange, summarise_file
 from evaluator.store import StoreWriter
 from evaluator.validate import check_file
 
@@ -56,9 +56,9 @@ class StageTo:
 @dataclass(frozen=True)
 class Summarise:
     """Summarise one clean file (`FileFacts.resumes` and the number of its sequences from its check) under
-    `loss`, the fraction `sample` of its sequences: a `FileSummary`; with `stage`, its Parquet files
-    written for that store from where it runs: a `StagedFile` (or the `Problem` of a file the store cannot
-    keep)."""
+    `loss`, the fraction `sample` of its sequences, in record batches of `batch_rows`: a `FileSummary`; with
+    `stage`, its Parquet files written for that store from where it runs: a `StagedFile` (or the `Problem`
+    of a file the store cannot keep)."""
 
     path: Path
     resumes: pa.Table
@@ -66,13 +66,15 @@ class Summarise:
     n_sequences: int | None = None
     sample: float = 1.0
     stage: StageTo | None = None
+    batch_rows: int = BATCH_ROWS
     kind = "summarise"
 
     def run(self):
         # one worker per core already: no range threads
         summary = summarise_file(
-            self.path, self.resumes, self.loss, n_sequences=self.n_sequences, workers=1, sample=self.sample
-        )
+            self.path, self.resumes, self.loss, n_sequences=self.n_sequences, batch_rows=self.batch_rows,
+            workers=1, sample=self.sample,
+        )  # fmt: skip
         if self.stage is None:
             return summary
         s = self.stage
