@@ -48,8 +48,6 @@ def mergeable(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None) -> 
     """Those of `runs` (default: every run) whose staleness sketch rows come from more than one file (file
     0: merged rows). A run of one file is not merged: its rows are its sketch already, and whether a run's
     rows are merged then depends on its set of files alone, never on the replays that stored them."""
-    if runs == []:
-        return []
     rows = con.execute(_OF_FILES, {"all": runs is None, "runs": runs or []}).fetchall()
     return [run for (run,) in rows]
 
