@@ -6,11 +6,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install test demo lint chromium clean
 
 # --no-compile: Python compiles a module when it is first imported, so the install does not compile the
-# thousands that are never imported (torch's alone cost about 16 s of CPU).
+# thousands that are never imported (torch's alone cost about 16 s of CPU). That needs Python to keep what it
+# compiled: with PYTHONDONTWRITEBYTECODE set (some CI images and shells set it) every process, every test's
+# subprocess and worker, compiled its imports again (pandas alone: 1.5 CPU-seconds a process). Unset here.
 # AReaL and verl, for the tests that run their code, go in with --no-deps: their own pins pull CUDA torch.
 # verl's wheel also installs its own test suite and scripts as top-level `tests` and `scripts` packages,
 # which would shadow this repository's `tests` (`from tests.builders import ...`): they are removed.
