@@ -61,6 +61,19 @@ def test_no_denominator_is_no_interval():
     assert np.isnan(lower[0]) and np.isnan(upper[0])
 
 
+def test_each_cell_s_interval_is_the_percentiles_of_its_finite_replicates():
+    """Cells with every replicate, some NaN (a replicate that drew no step with a denominator), or none:
+    each cell's bounds are numpy's percentiles of its own finite replicates (linear interpolation)."""
+    rng = np.random.default_rng(3)
+    replicates = rng.lognormal(-4, 1, (1000, 6))
+    replicates[rng.random((1000, 6)) < np.array([0, 0.01, 0.3, 0.3, 0.999, 1])] = np.nan
+    lower, upper = percentile_interval(replicates)
+    for cell in range(5):
+        finite = replicates[:, cell][~np.isnan(replicates[:, cell])]
+        np.testing.assert_allclose([lower[cell], upper[cell]], np.percentile(finite, [2.5, 97.5]), rtol=1e-12)
+    assert np.isnan(lower[5]) and np.isnan(upper[5])
+
+
 def test_steps_to_decide_grows_as_the_value_nears_the_bound():
     # half-width 0.005 at 80 steps; 0.002 from the bound: 80 (0.005 / 0.002)^2 = 500 steps, 420 more
     assert steps_to_decide(0.012, 0.007, 0.017, 0.01, 80) == 420

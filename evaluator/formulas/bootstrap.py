@@ -47,11 +47,12 @@ def percentile_interval(replicates: F64, level: float = LEVEL) -> tuple[F64, F64
     """(`[cells]` lower, upper): the central `level` interval of each cell's replicates (NaN replicates
     left out; NaN where every replicate is)."""
     tail = (1 - level) / 2 * 100
-    finite = ~np.isnan(replicates)
+    finite = np.count_nonzero(~np.isnan(replicates), axis=0)
     out = np.full((2, replicates.shape[1]), np.nan)
-    some = finite.any(axis=0)
-    if some.any():
-        out[:, some] = np.nanpercentile(replicates[:, some], [tail, 100 - tail], axis=0)
+    for k in np.unique(finite[finite > 0]):  # cells with as many finite replicates at once (NaN sorts last)
+        cells = np.flatnonzero(finite == k)
+        values = replicates[:, cells] if k == len(replicates) else np.sort(replicates[:, cells], axis=0)[:k]
+        out[:, cells] = np.percentile(values, [tail, 100 - tail], axis=0)
     return out[0], out[1]
 
 
