@@ -39,14 +39,35 @@ def _merged(table: pa.Table) -> pl.DataFrame:
 def test_flushing_every_batch_gives_the_same_summaries(tmp_path, monkeypatch):
     spec = SyntheticSpec(run_id="r", tokens_per_step=2048, mean_length=16)
     log = write_log_atomic(synthetic_steps(spec, 0, 6), tmp_path / "log.parquet")
+    spills, spill = [], SketchCounts._spill
+    monkeypatch.setattr(SketchCounts, "_spill", lambda self: spills.append(1) or spill(self))
     whole = summarise_file(log, batch_rows=1000)
+    whole_spills = len(spills)
     monkeypatch.setattr(summary_accumulators, "DENSE_BUDGET", 0)  # flush after every batch
     flushed = summarise_file(log, batch_rows=1000)
-    assert len(flushed.sketch_by_step) > len(whole.sketch_by_step)  # the flushes did happen
+    assert len(spills) - whole_spills > whole_spills  # the flushes did happen
     for name in ("sketch_by_step", "sketch_by_staleness"):
         assert _merged(getattr(flushed, name)).equals(_merged(getattr(whole, name)))
     assert flushed.moments.equals(whole.moments)
     assert flushed.file_tokens.equals(whole.file_tokens)
+
+
+def test_a_file_s_sketch_rows_are_summed_per_key_in_the_store_s_order(tmp_path, monkeypatch):
+    """The rows a file stages as they are: one per key (the spills of a batch and the ranges of a file
+    repeat keys), sorted by run_id, method, metric, step or staleness, bucket."""
+    monkeypatch.setattr(summary_accumulators, "DENSE_BUDGET", 0)  # every batch's rows repeat keys
+    tables = [
+        synthetic_steps(SyntheticSpec(run_id=run, tokens_per_step=512), 0, 4) for run in ("zeta", "alpha")
+    ]
+    log = write_log_atomic(pa.concat_tables(tables), tmp_path / "log.parquet")
+    summary = summarise_file(log, batch_rows=500)
+    for name, level in (("sketch_by_step", "step"), ("sketch_by_staleness", "staleness")):
+        frame = pl.from_arrow(getattr(summary, name)).with_columns(
+            pl.col("run_id", "method", "metric").cast(pl.String)
+        )
+        keys = ["run_id", "method", "metric", level, "bucket"]
+        assert frame.equals(_merged(getattr(summary, name)).select(frame.columns).sort(keys)), name
+        assert frame["run_id"].unique(maintain_order=True).to_list() == ["alpha", "zeta"]
 
 
 def test_sketch_counts_widen_their_bucket_range_and_add():

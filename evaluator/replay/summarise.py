@@ -231,6 +231,49 @@ def _merged(parts: list[RangeSummary]) -> FileSummary:
             names,
             ("run", "step", "staleness", "series", "n", "sum", "sum_sq", "min", "max"),
         ),
-        sketch_by_step=_table(by_step, names, ("run", "step", "series", "bucket", "count")),
-        sketch_by_staleness=_table(by_staleness, names, ("run", "staleness", "series", "bucket", "count")),
+        sketch_by_step=_table([_summed(by_step, names, "step")], names, _SKETCH_COLUMNS["step"]),
+        sketch_by_staleness=_table(
+            [_summed(by_staleness, names, "staleness")], names, _SKETCH_COLUMNS["staleness"]
+        ),
     )
+
+
+_SKETCH_COLUMNS = {level: ("run", level, "series", "bucket", "count") for level in ("step", "staleness")}
+_SERIES_RANK = np.argsort(np.argsort(np.array([f"{m}\x00{k}" for m, k in SERIES])))
+"""Each series' place in (method, metric) order, as the store sorts its rows."""
+
+
+def _summed(rows: list[Rows], runs: list[str], level: str) -> Rows:
+    """Sketch rows with the counts of equal (run, `level`, series, bucket) added (the spills of a range
+    and the ranges of a file repeat keys), sorted as the store keeps them: run_id, method, metric,
+    `level`, bucket (`evaluator.store.staging` writes them as they come)."""
+    data = {k: np.concatenate([r[k] for r in rows]) for k in _SKETCH_COLUMNS[level]} if rows else {}
+    if not rows or not len(data["count"]):
+        return {k: np.zeros(0, np.int64) for k in _SKETCH_COLUMNS[level]}
+    run_rank = np.argsort(np.argsort(np.array(runs, dtype=object)))
+    keys = [run_rank[data["run"]], _SERIES_RANK[data["series"]], data[level], data["bucket"]]
+    order = _key_order(keys)
+    keys = [k[order] for k in keys]
+    new_key = np.zeros(len(order), dtype=bool)
+    new_key[0] = True
+    for k in keys:
+        new_key[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(new_key)
+    kept = order[starts]
+    out = {k: data[k][kept] for k in _SKETCH_COLUMNS[level] if k != "count"}
+    out["count"] = np.add.reduceat(data["count"][order], starts)
+    return out
+
+
+def _key_order(keys: list[np.ndarray]) -> np.ndarray:
+    """The order that sorts rows by `keys` (first key first): one integer key when the keys' ranges fit in
+    63 bits together, else `np.lexsort`."""
+    lows = [int(k.min()) for k in keys]
+    spans = [int(k.max()) - lo + 1 for k, lo in zip(keys, lows, strict=True)]
+    if np.prod([float(s) for s in spans]) >= 2**62:
+        return np.lexsort(keys[::-1])
+    combined = np.zeros(len(keys[0]), dtype=np.int64)
+    for k, lo, span in zip(keys, lows, spans, strict=True):
+        combined *= span
+        combined += k.astype(np.int64) - lo
+    return np.argsort(combined, kind="stable")

@@ -28,6 +28,7 @@ class FileSummary:
     n_tokens: int
     file_tokens: pa.Table  # run_id, step, staleness, n_tokens, n_prox
     moments: pa.Table  # run_id, step, staleness, method, metric, n, sum, sum_sq, min, max
+    # the sketches: one row per key, sorted by it (staged as they are)
     sketch_by_step: pa.Table  # run_id, step, method, metric, bucket, count
     sketch_by_staleness: pa.Table  # run_id, staleness, method, metric, bucket, count
 
@@ -50,10 +51,9 @@ _INSERTS = {
     "GROUP BY run_id, step, staleness ORDER BY run_id, step, staleness",
     "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, sum(n), sum(sum), sum(sum_sq), "
     "min(min), max(max) FROM part GROUP BY ALL ORDER BY run_id, method, metric, step, staleness",
-    "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, sum(count) FROM part "
-    "GROUP BY ALL ORDER BY run_id, method, metric, step, bucket",
-    "sketch_by_staleness": "SELECT {fid}, run_id, staleness, method, metric, bucket, sum(count) FROM part "
-    "GROUP BY ALL ORDER BY run_id, method, metric, staleness, bucket",
+    # one row per key and sorted already (`evaluator.replay.summarise`)
+    "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, count FROM part",
+    "sketch_by_staleness": "SELECT {fid}, run_id, staleness, method, metric, bucket, count FROM part",
 }
 
 
