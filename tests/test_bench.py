@@ -50,8 +50,10 @@ def test_the_watch_bench_times_each_file_and_alert_from_what_the_writer_and_watc
         "1970-01-01T00:02:04.000+00:00", "r", "verdict", "do_not_ship", "ship", "x", {"as_of": paths[1]}
     )
     (tmp_path / "alerts.jsonl").write_text(json.dumps(alert.record()) + "\n")
-    memory = [(2.0 * i, (100 + (i >= 20) * 50) * MIB) for i in range(30)]  # 100 MiB, then 150 MiB
+    # watch: 100 MiB, then 150 MiB; a worker: 40 MiB while the first third, then none
+    memory = [(2.0 * i, (100 + (i >= 20) * 50) * MIB, (i < 12) * 40 * MIB) for i in range(30)]
     text = report(written, said, tmp_path / "alerts.jsonl", memory, 1, 3, 10, 10.0)
     assert "3 files, median 3.5 s, max 3.5 s" in text
     assert "file written -> alert line:  14.0 s  (verdict ship -> do_not_ship)" in text  # 124 - 110
-    assert "median RSS, last third / first third: 1.500" in text
+    assert "watch's own RSS, median of the last third / the first: 1.500" in text
+    assert "its worker processes' RSS (every 2 s), first third of the run: min 40, median 40, max 40" in text

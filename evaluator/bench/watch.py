@@ -3,9 +3,10 @@ tokens every 10 s, a drift planted from a chosen step), in processes of their ow
 
 Figures: for each file, the time from its rename into the folder (the writer's clock) to watch's line
 saying it is ingested; for each alert, the time from the file it was judged after (`as_of`) being written
-to the alert's line in the alerts file; watch's resident memory (its process and any worker it starts)
-sampled every 2 s: min, median and max over the first and the last third of the run (the min is watch
-between files, the max replaying one), and the ratio of the medians.
+to the alert's line in the alerts file; watch's resident memory, its own process's and that of any worker
+process it starts apart, sampled every 2 s (written to OUT/memory.tsv as taken): min, median and max over
+the first and the last third of the run (the min is watch between files, the max replaying one), and the
+ratio of the medians.
 Watch's stdout, each line with the time it arrived, is kept in OUT/watch-stdout.txt. `--breakdown` then
 replays the same files one by one in this process, each followed by watch's judging, and prints the CPU
 seconds of each part and the memory between files.
@@ -14,6 +15,7 @@ seconds of each part and the memory between files.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -41,12 +43,17 @@ def _lines(stream, into: list[tuple[float, str]]) -> threading.Thread:
     return thread
 
 
-def _tree_rss(process: psutil.Process) -> int:
-    """Resident bytes of a process and its children (0 once it is gone)."""
+def _rss(process: psutil.Process) -> tuple[int, int]:
+    """Resident bytes of a process and of its children, apart ((0, 0) once it is gone)."""
     try:
-        return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+        own = process.memory_info().rss
+        children = 0
+        for child in process.children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # a worker that ended meanwhile
+                children += child.memory_info().rss
+        return own, children
     except psutil.Error:
-        return 0
+        return 0, 0
 
 
 def run(files: int, interval: float, tokens: int, drift_from: int, drift_rate: float, out: Path) -> str:
@@ -66,9 +73,14 @@ def run(files: int, interval: float, tokens: int, drift_from: int, drift_rate: f
     writer = subprocess.Popen(writer_args, stdout=subprocess.PIPE, text=True)
     readers = [_lines(writer.stdout, written), _lines(watch.stdout, said)]
     process, memory, started = psutil.Process(watch.pid), [], time.time()
-    while watch.poll() is None:
-        memory.append((time.time() - started, _tree_rss(process)))
-        time.sleep(SAMPLE_S)
+    with open(out / "memory.tsv", "w") as samples:  # as taken: a run cut short keeps them
+        samples.write("seconds\twatch_rss_bytes\tworkers_rss_bytes\n")
+        while watch.poll() is None:
+            memory.append((time.time() - started, *_rss(process)))
+            seconds, own, children = memory[-1]
+            samples.write(f"{seconds:.1f}\t{own}\t{children}\n")
+            samples.flush()
+            time.sleep(SAMPLE_S)
     writer.wait()
     for thread in readers:
         thread.join()
@@ -93,14 +105,18 @@ def report(written, said, alerts: Path, memory, code: int, files: int, tokens: i
             lines.append(f"file written -> alert line: {delay:5.1f} s  ({change})")
         else:
             lines.append(f"alert without a file of this run before it: {r['kind']} {r['state']}")
-    rss = np.array([m for _, m in memory if m]) / 2**20
-    first, _, last = np.array_split(rss[len(rss) // 10 :], 3)  # after the start (imports, numba's cache)
-    for name, part in (("first", first), ("last", last)):
-        lines.append(
-            f"watch RSS (process and workers, every {SAMPLE_S:g} s), {name} third of the run: min "
-            f"{part.min():.0f}, median {np.median(part):.0f}, max {part.max():.0f} MiB"
-        )
-    lines.append(f"median RSS, last third / first third: {np.median(last) / np.median(first):.3f}")
+    sampled = np.array([(own, children) for _, own, children in memory if own]) / 2**20
+    for column, what in ((0, "watch's own RSS"), (1, "its worker processes' RSS")):
+        first, _, last = np.array_split(sampled[len(sampled) // 10 :, column], 3)  # after the start (imports)
+        for name, part in (("first", first), ("last", last)):
+            lines.append(
+                f"{what} (every {SAMPLE_S:g} s), {name} third of the run: min {part.min():.0f}, median "
+                f"{np.median(part):.0f}, max {part.max():.0f} MiB"
+            )
+        if np.median(first) > 0:
+            lines.append(
+                f"{what}, median of the last third / the first: {np.median(last) / np.median(first):.3f}"
+            )
     return "\n".join(lines)
 
 
