@@ -41,7 +41,9 @@ _STATE = """
 _MERGED = """
     CREATE OR REPLACE TEMP TABLE merged_sketch AS
     SELECT 0::BIGINT AS file_id, run_id, staleness, method, metric, bucket, sum(count)::BIGINT AS count
-    FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs)) GROUP BY ALL ORDER BY ALL"""
+    FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs)) GROUP BY ALL
+    ORDER BY run_id, method, metric, staleness, bucket"""
+"""One row per bucket, in the order a file's rows are staged (`evaluator.store.staging`)."""
 
 
 def mergeable(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None) -> list[str]:
