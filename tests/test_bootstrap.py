@@ -56,6 +56,21 @@ def test_draws_are_fixed_by_the_number_of_steps_and_resample_with_replacement():
     assert not np.array_equal(step_draws(31)[:, :30], a)
 
 
+def test_the_draws_kept_stay_within_their_byte_budget_as_a_run_grows():
+    """A long-lived process judging a growing run asks for new draws at every step count (and family-wise
+    checks for draws several times as large): what is kept stays under `DRAWS_CACHE_BYTES`, the latest
+    kept, draws larger than the budget recomputed each time (the same counts)."""
+    from evaluator.formulas import bootstrap
+
+    for n_steps in range(220, 600, 60):  # 14 to 31 MB each
+        latest = step_draws(n_steps, 8 * 1000)
+        assert bootstrap._DRAWS.currsize <= bootstrap.DRAWS_CACHE_BYTES
+    assert step_draws(580, 8 * 1000) is latest and len(bootstrap._DRAWS) < 7
+    huge = bootstrap.DRAWS_CACHE_BYTES // (8 * 1000) + 1  # steps whose draws alone pass the budget
+    first, again = step_draws(huge), step_draws(huge)
+    assert first is not again and np.array_equal(first, again)
+
+
 def test_no_denominator_is_no_interval():
     lower, upper = percentile_interval(ratio_replicates(np.zeros((5, 1)), np.zeros((5, 1)), step_draws(5)))
     assert np.isnan(lower[0]) and np.isnan(upper[0])

@@ -13,9 +13,10 @@ engine floor are paired).
 
 from __future__ import annotations
 
-import functools
+import threading
 
 import numpy as np
+from cachetools import LRUCache, cached
 from numpy.typing import NDArray
 
 from evaluator.formulas import F64
@@ -25,10 +26,18 @@ REPLICATES = 1000
 SEED = 20261123
 
 
-@functools.lru_cache(maxsize=16)
+DRAWS_CACHE_BYTES = 64 << 20
+"""The draws kept for the next caller (a gate judges several figures of one run on the same draws), the
+latest first, up to this many bytes: a run's draws grow with its steps (and a family-wise check's with its
+stalenesses: 1,000 x 8 x 1,000 steps is 64 MB), and a process that lives long (`watch`, the dashboard)
+judges a growing run again at each new step count."""
+_DRAWS: LRUCache = LRUCache(maxsize=DRAWS_CACHE_BYTES, getsizeof=lambda draws: draws.nbytes)
+
+
+@cached(_DRAWS, lock=threading.Lock())
 def step_draws(n_steps: int, replicates: int = REPLICATES, seed: int = SEED) -> NDArray[np.float64]:
     """`[replicates, n_steps]` multinomial counts: how often each step is drawn in each replicate (kept
-    for the next caller: a gate judges several figures of one run on the same draws; read-only)."""
+    for the next caller, within `DRAWS_CACHE_BYTES`; read-only)."""
     rng = np.random.default_rng([seed, n_steps])
     draws = rng.multinomial(n_steps, np.full(n_steps, 1.0 / n_steps), size=replicates).astype(np.float64)
     draws.setflags(write=False)
