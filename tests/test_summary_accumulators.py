@@ -70,6 +70,24 @@ def test_a_file_s_sketch_rows_are_summed_per_key_in_the_store_s_order(tmp_path, 
         assert frame["run_id"].unique(maintain_order=True).to_list() == ["alpha", "zeta"]
 
 
+def test_packed_keys_order_rows_as_the_keys_do_even_past_63_bits():
+    """Four keys of 60,000 distinct values each (their codes' product passes 2^62: the packed key is ranked
+    anew on the way) and keys with values far apart: the packed key sorts the rows as `np.lexsort` does."""
+    rng = np.random.default_rng(0)
+    wide = [rng.permutation(60_000) - 30_000 for _ in range(4)]
+    sparse = [
+        rng.integers(0, 3, 60_000),
+        rng.choice([-(2**40), 0, 5, 2**50], 60_000),
+        rng.integers(0, 9, 60_000),
+    ]
+    for keys in (wide, sparse):
+        packed = file_summary._packed(keys)
+        expected = np.lexsort(keys[::-1])
+        assert np.array_equal(np.argsort(packed, kind="stable"), expected)
+        equal_next = np.all([k[expected][1:] == k[expected][:-1] for k in keys], axis=0)
+        assert np.array_equal(np.diff(packed[expected]) == 0, equal_next)
+
+
 def test_sketch_counts_widen_their_bucket_range_and_add():
     counts = SketchCounts(("run", "step"))
     rows = counts.cells.rows({"run": np.array([0, 0]), "step": np.array([5, 6])})

@@ -90,7 +90,7 @@ class Groups:
         return self if keep is None else Groups(self.group[keep], self.cells)
 
 
-def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(id of each element's run of equal values, index of each run's first element)."""
     new = np.empty(len(sorted_key), dtype=bool)
     new[:1] = True
@@ -98,7 +98,7 @@ def _first_of_runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.cumsum(new) - 1, np.flatnonzero(new)
 
 
-def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """(codes, value of each code, number of codes): small nonnegative integers in the order of `values`,
     `values - min` when their range is no wider than their count (the usual batch), else their rank among
     the distinct values (steps or staleness values far apart), so that packed keys never overflow."""
@@ -111,14 +111,14 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 def group_tokens(run: np.ndarray, step: np.ndarray, staleness: np.ndarray) -> tuple[np.ndarray, Groups]:
     """The permutation that sorts tokens by (run, step, staleness), and the groups in that order."""
-    step_code, step_value, n_steps = _codes(step)
-    stale_code, stale_value, n_stale = _codes(staleness)
+    step_code, step_value, n_steps = dense_codes(step)
+    stale_code, stale_value, n_stale = dense_codes(staleness)
     step_key = run * n_steps + step_code  # (T,) one per (run, step)
     key = step_key * n_stale + stale_code  # (T,) one per (run, step, staleness)
     order = np.argsort(key, kind="stable")
     key, step_key = key[order], step_key[order]
-    group, first = _first_of_runs(key)  # (T,), (G,)
-    step_of_group, first_of_step = _first_of_runs(step_key[first])  # (G,), (G_step,)
+    group, first = first_of_runs(key)  # (T,), (G,)
+    step_of_group, first_of_step = first_of_runs(step_key[first])  # (G,), (G_step,)
     run_of, step_of = np.divmod(step_key[first], n_steps)  # (G,) run and step code of each cell
     stale_of = key[first] % n_stale  # (G,) staleness code of each cell
     stale_unique, stale_of_group = np.unique(run_of * n_stale + stale_of, return_inverse=True)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from evaluator.errors import FileFailed
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.replay.accumulators import Moments
-from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch
+from evaluator.replay.batch import INPUT_COLUMNS, SERIES, Summaries, add_batch, dense_codes, first_of_runs
 from evaluator.replay.pairing import resumes_frame
 from evaluator.replay.reading import iter_batches, sequence_starts, sorted_copy
 from evaluator.replay.sampling import sampled
@@ -239,7 +239,7 @@ def _merged(parts: list[RangeSummary]) -> FileSummary:
 
 
 _SKETCH_COLUMNS = {level: ("run", level, "series", "bucket", "count") for level in ("step", "staleness")}
-_SERIES_RANK = np.argsort(np.argsort(np.array([f"{m}\x00{k}" for m, k in SERIES])))
+_SERIES_RANK = np.array([sorted(SERIES).index(series) for series in SERIES])
 """Each series' place in (method, metric) order, as the store sorts its rows."""
 
 
@@ -251,29 +251,23 @@ def _summed(rows: list[Rows], runs: list[str], level: str) -> Rows:
     if not rows or not len(data["count"]):
         return {k: np.zeros(0, np.int64) for k in _SKETCH_COLUMNS[level]}
     run_rank = np.argsort(np.argsort(np.array(runs, dtype=object)))
-    keys = [run_rank[data["run"]], _SERIES_RANK[data["series"]], data[level], data["bucket"]]
-    order = _key_order(keys)
-    keys = [k[order] for k in keys]
-    new_key = np.zeros(len(order), dtype=bool)
-    new_key[0] = True
-    for k in keys:
-        new_key[1:] |= k[1:] != k[:-1]
-    starts = np.flatnonzero(new_key)
+    key = _packed([run_rank[data["run"]], _SERIES_RANK[data["series"]], data[level], data["bucket"]])
+    order = np.argsort(key, kind="stable")
+    _, starts = first_of_runs(key[order])
     kept = order[starts]
     out = {k: data[k][kept] for k in _SKETCH_COLUMNS[level] if k != "count"}
     out["count"] = np.add.reduceat(data["count"][order], starts)
     return out
 
 
-def _key_order(keys: list[np.ndarray]) -> np.ndarray:
-    """The order that sorts rows by `keys` (first key first): one integer key when the keys' ranges fit in
-    63 bits together, else `np.lexsort`."""
-    lows = [int(k.min()) for k in keys]
-    spans = [int(k.max()) - lo + 1 for k, lo in zip(keys, lows, strict=True)]
-    if np.prod([float(s) for s in spans]) >= 2**62:
-        return np.lexsort(keys[::-1])
-    combined = np.zeros(len(keys[0]), dtype=np.int64)
-    for k, lo, span in zip(keys, lows, spans, strict=True):
-        combined *= span
-        combined += k.astype(np.int64) - lo
-    return np.argsort(combined, kind="stable")
+def _packed(keys: list[np.ndarray]) -> np.ndarray:
+    """One integer per row that orders the rows as `keys` do (the first key first): each key's codes
+    (`dense_codes`) packed in turn, the packed key ranked anew whenever packing the next would overflow."""
+    packed, span = np.zeros(len(keys[0]), dtype=np.int64), 1
+    for key in keys:
+        codes, _, n = dense_codes(key)
+        if span * n >= 2**62:
+            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
+            span = int(packed.max()) + 1
+        packed, span = packed * n + codes, span * n
+    return packed
