@@ -56,4 +56,8 @@ def test_the_watch_bench_times_each_file_and_alert_from_what_the_writer_and_watc
     assert "3 files, median 3.5 s, max 3.5 s" in text
     assert "file written -> alert line:  14.0 s  (verdict ship -> do_not_ship)" in text  # 124 - 110
     assert "watch's own RSS, median of the last third / the first: 1.500" in text
-    assert "its worker processes' RSS (every 2 s), first third of the run: min 40, median 40, max 40" in text
+    assert (
+        "its look's and worker processes' RSS (every 2 s), first third of the run: min 40, median 40, max 40"
+        in text
+    )
+    assert "watch's RSS with theirs, median of the last third / the first: 1.071" in text  # 150 / 140

@@ -1,25 +1,30 @@
 """The watch loop (evaluator.watch.loop) in this process, poll by poll on a clock of its own: files arrive and
 go in once, each change of state is one alert, idle folders end the run, `exit_on` stops at the first
 do_not_ship, a restart ingests and repeats nothing, another writer of the store holds nothing up and shares
-no file, and a trainer's dumps are imported once complete."""
+no file, a trainer's dumps are imported once complete, and each look runs in a process of its own, replaced
+after its looks, that dies with watch."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from test_store_writers import assert_same_store
 
 from evaluator.importers import nemo_rl
 from evaluator.replay import replay
-from evaluator.store import StoreWriter, connect_store
+from evaluator.store import StoreWriter, connect_store, reader
+from evaluator.store.lake import locate
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import loop, read_alerts
 from evaluator.watch.dumps import DumpImporter
 from evaluator.watch.listing import Lister
+from evaluator.watch.look import LOOK_WORKER, LookProcess
 from evaluator.watch.loop import Watcher, WatchOptions
 from evaluator.watch.progress import Status
 from tests.conftest import FIXTURES
@@ -50,13 +55,30 @@ class Lines(Status):
         self.shown.append(text)
 
 
+OPEN: list[Watcher] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_watchers():
+    """Each test's watchers closed after it (their looks' processes stopped)."""
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
 def watcher(tmp_path: Path, clock: Clock, **keys) -> tuple[Watcher, Lines]:
     options = WatchOptions(
         paths=(tmp_path / "logs",), db=tmp_path / "metrics", alerts=tmp_path / "alerts.jsonl",
         idle_after=60.0, **keys,
     )  # fmt: skip
     lines = Lines()
-    return Watcher(options, lines, clock), lines
+    OPEN.append(Watcher(options, lines, clock))
+    return OPEN[-1], lines
+
+
+def look_processes() -> list[psutil.Process]:
+    """This process's children that run watch's looks."""
+    return [p for p in psutil.Process().children() if LOOK_WORKER in " ".join(p.cmdline())]
 
 
 def kinds(path: Path) -> list[tuple]:
@@ -102,6 +124,56 @@ def test_a_watch_behind_judges_after_each_group_of_files(tmp_path, monkeypatch):
     clock.now += 60  # idle since the first look, but a file is still due
     assert watch.poll() is None and watch.ingested == 3 and watch.as_of == str(paths[2])
     assert watch.poll() == 0
+
+
+def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_path):
+    """Replay and judging happen in the looks' process, a fresh one after `looks_per_process` looks: watch's
+    own process opens no reader of the store (it keeps nothing a look allocated), and the files, verdicts
+    and alerts are what one process would give."""
+    clock, pids = Clock(), []
+    watch, lines = watcher(tmp_path, clock)
+    watch.looks = LookProcess(looks_per_process=2)
+    for i in range(3):
+        RUN.write_file(tmp_path / "logs", i)
+        clock.now += 10
+        assert watch.poll() is None
+        pids.append([p.pid for p in look_processes()])
+    assert len(pids[0]) == 1 and pids[1] == pids[0] and len(pids[2]) == 1 and pids[2] != pids[0]
+    assert not psutil.pid_exists(pids[0][0]) or psutil.Process(pids[0][0]).status() == psutil.STATUS_ZOMBIE
+    assert watch.ingested == 3 and sum(": ingested (" in line for line in lines.lines) == 3
+    assert reader._pool_key(locate(tmp_path / "metrics")) not in reader._POOL  # no reader opened here
+    assert [v.run_id for v in watch.verdicts] == ["sim"] and kinds(tmp_path / "alerts.jsonl")
+
+
+def test_a_look_s_process_dies_with_watch(tmp_path):
+    """Killed with -9, watch leaves no look writing the store behind it (Linux: the kernel ends it). The
+    look's process is stopped (SIGSTOP) first, as if busy: it never reads the closed pipe, so only the
+    kernel's signal on watch's death ends it."""
+    code = (
+        "import sys, time; from pathlib import Path; from evaluator.watch.loop import Watcher, WatchOptions; "
+        "from evaluator.watch.progress import Status; "
+        "w = Watcher(WatchOptions(paths=(Path(sys.argv[1]),), db=sys.argv[2]), Status(enabled=False)); "
+        "w.poll(); print('looked', flush=True); time.sleep(600)"
+    )
+    RUN.write_file(tmp_path / "logs", 0)
+    watch = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "logs"), str(tmp_path / "metrics")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        while (line := watch.stdout.readline()) != "looked\n":  # the look's lines first
+            assert line, "the watch ended before its first look"
+        (look,) = [p for p in psutil.Process(watch.pid).children() if LOOK_WORKER in " ".join(p.cmdline())]
+        look.suspend()
+        watch.send_signal(signal.SIGKILL)
+        watch.wait()
+        _, alive = psutil.wait_procs([look], timeout=60)  # a bound against a hang, not a timing
+        for process in alive:  # left stopped: not left behind by this test
+            process.kill()
+        assert not alive
+    finally:
+        watch.kill()
+        watch.wait()
 
 
 def test_exit_on_fail_stops_at_the_first_do_not_ship(tmp_path):

@@ -3,10 +3,10 @@ tokens every 10 s, a drift planted from a chosen step), in processes of their ow
 
 Figures: for each file, the time from its rename into the folder (the writer's clock) to watch's line
 saying it is ingested; for each alert, the time from the file it was judged after (`as_of`) being written
-to the alert's line in the alerts file; watch's resident memory, its own process's and that of any worker
-process it starts apart, sampled every 2 s (written to OUT/memory.tsv as taken): min, median and max over
-the first and the last third of the run (the min is watch between files, the max replaying one), and the
-ratio of the medians.
+to the alert's line in the alerts file; watch's resident memory, its own process's, that of the processes
+it starts (its looks' process and replay's workers) and the two together, sampled every 2 s (written to
+OUT/memory.tsv as taken): min, median and max over the first and the last third of the run (the min is
+watch between files, the max replaying one), and the ratio of the medians.
 Watch's stdout, each line with the time it arrived, is kept in OUT/watch-stdout.txt. `--breakdown` then
 replays the same files one by one in this process, each followed by watch's judging, and prints the CPU
 seconds of each part and the memory between files.
@@ -105,8 +105,13 @@ def report(written, said, alerts: Path, memory, code: int, files: int, tokens: i
             lines.append(f"file written -> alert line: {delay:5.1f} s  ({change})")
         else:
             lines.append(f"alert without a file of this run before it: {r['kind']} {r['state']}")
-    sampled = np.array([(own, children) for _, own, children in memory if own]) / 2**20
-    for column, what in ((0, "watch's own RSS"), (1, "its worker processes' RSS")):
+    sampled = np.array([(own, children, own + children) for _, own, children in memory if own]) / 2**20
+    apart = (
+        (0, "watch's own RSS"),
+        (1, "its look's and worker processes' RSS"),
+        (2, "watch's RSS with theirs"),
+    )
+    for column, what in apart:
         first, _, last = np.array_split(sampled[len(sampled) // 10 :, column], 3)  # after the start (imports)
         for name, part in (("first", first), ("last", last)):
             lines.append(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -120,10 +121,11 @@ class Worker:
 
 
 class WorkerPool:
-    """Up to `size` worker processes; a context manager with an ordered `map`."""
+    """Up to `size` worker processes running `module` (replay's worker; `evaluator.watch.look_worker`
+    for a watch's looks); a context manager with an ordered `map`."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, module: str = WORKER_MODULE) -> None:
+        self.size, self.module = size, module
         self._scratch = tempfile.TemporaryDirectory(prefix="proxaudit-pool-")
         self._workers: list[Worker] = []
         self._idle: list[Worker] = []
@@ -146,7 +148,7 @@ class WorkerPool:
         err = Path(self._scratch.name) / f"{self._started}.err"
         self._started += 1
         with open(err, "wb") as stderr:
-            command = [sys.executable, "-m", WORKER_MODULE]
+            command = [sys.executable, "-m", self.module]
             process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
         self._workers.append(Worker(process, err))
         return self._workers[-1]
@@ -193,6 +195,16 @@ class WorkerPool:
             worker.process.stdout.close()
         self._workers, self._idle = [], []
         self._scratch.cleanup()
+
+
+def serve_stdio() -> None:
+    """A worker process's main loop on its stdin and stdout (`serve`). Ctrl-C is left to the parent (which
+    closes stdin or kills the worker), so a Ctrl-C in the terminal prints one traceback, not three; anything
+    else printed to stdout goes to stderr, so it cannot corrupt the answers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve(sys.stdin.buffer, answers)
 
 
 def serve(requests, answers) -> None:

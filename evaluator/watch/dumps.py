@@ -22,7 +22,8 @@ from evaluator.watch.completeness import Entry
 class DumpImporter:
     """Imports dump files of format `fmt` into `out`, each run folder as its own run (`run_id`: the name
     of the one run the paths may hold; `trust_pickle`: SkyRL's pickles may be read; `versions`: slime's
-    weight pushes)."""
+    weight pushes). A value that pickles with what it has met: watch's looks hand it to their process and
+    take it back."""
 
     def __init__(
         self,
@@ -34,7 +35,7 @@ class DumpImporter:
         versions: Versions | None = None,
     ) -> None:
         module = FORMATS[fmt]
-        self.fmt, self.out, self.run_id, self.module = fmt, Path(out), run_id, module
+        self.fmt, self.out, self.run_id = fmt, Path(out), run_id
         self._convert = module.convert
         if fmt == "skyrl":
             self._convert = partial(module.convert, trust_pickle=trust_pickle)
@@ -43,6 +44,11 @@ class DumpImporter:
         self._sources: dict[str, Path] = {}
         self._firsts: dict[Path, Path] = {}
         """a dump file of each run folder met so far"""
+
+    @property
+    def module(self):
+        """The importer module of the format (`evaluator.importers`)."""
+        return FORMATS[self.fmt]
 
     def run_of(self, path: Path) -> str:
         """The run_id of a dump file: its run folder's name (or `run_id`), checked against the runs met

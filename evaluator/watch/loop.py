@@ -5,9 +5,10 @@ state into an alert; stop at the first `do_not_ship` (or drift) when asked, or o
 Each complete file is handed to replay once per version of it (its size and time); replay skips a file
 whose digest the store holds, so a restarted watch hands every file again and ingests only what is new,
 and a file that other `replay` processes ingested (a store takes several writers at once) is not counted
-twice. The alerts already written are
-read back at start, so a restart repeats none. With `tensorboard` or `wandb`, each look that judged (or
-found the run ended) writes the steps final by then (`evaluator.watch.scalars`).
+twice. The alerts already written are read back at start, so a restart repeats none. Each look's replay
+and judging run in a process of their own (`evaluator.watch.look`), so watch's own memory stays flat. With
+`tensorboard` or `wandb`, each look that judged (or found the run ended) writes the steps final by then
+(`evaluator.watch.scalars`).
 """
 
 from __future__ import annotations
@@ -19,21 +20,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from evaluator.errors import NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
-from evaluator.replay import replay
 from evaluator.replay.groups import GROUP_FILES
 from evaluator.store.lake import locate
-from evaluator.validate.report import findings_lines
 from evaluator.watch.alerts import Alert, AlertMachine
 from evaluator.watch.completeness import Entry, Split, split
 from evaluator.watch.dumps import DumpImporter
-from evaluator.watch.judge import RunVerdict, default_thresholds, gated, judge_runs
+from evaluator.watch.judge import RunVerdict
 from evaluator.watch.listing import Lister
+from evaluator.watch.look import Look, LookProcess
 from evaluator.watch.progress import Status, progress_text
 from evaluator.watch.scalars import ScalarExport
 from evaluator.watch.sinks import AlertsFile, Webhook, state
-from evaluator.watch.trends import RunTrend, run_trends
+from evaluator.watch.trends import RunTrend
 from schemas.thresholds import Thresholds
 
 EXIT_ON = ("fail", "trend")
@@ -95,13 +94,24 @@ class Watcher:
         scalars = options.tensorboard or options.wandb
         self.scalars = ScalarExport(options.db, options.tensorboard, options.wandb) if scalars else None
         self.exported_ended = False
+        self.importer = options.importer
+        """the dump importer, with the runs it has met (each look hands it over and takes it back)"""
+        self.looks = LookProcess()
 
     def __enter__(self) -> Watcher:
         return self
 
-    def __exit__(self, *_) -> None:
-        if self.scalars is not None:
-            self.scalars.close()
+    def __exit__(self, kind, *_) -> None:
+        self.close(kill=kind is not None)
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the looks' process (at once with `kill`: an error or Ctrl-C; the store is whole after a
+        kill at any point) and close the scalar exports."""
+        try:
+            self.looks.close(kill=kill)
+        finally:
+            if self.scalars is not None:
+                self.scalars.close()
 
     def run(self) -> int:
         """Poll until an exit condition holds; its exit code (0: the run ended, 1: `exit_on` fired)."""
@@ -124,12 +134,9 @@ class Watcher:
         parts = split(self.fmt, entries, ended=True) if ended else files
         due = [e for e in parts.complete if self.handed.get(e.path) != (e.size, e.mtime_ns)]
         new = due[:FILES_PER_LOOK]
-        ingested = self._ingest(new) if new else 0
-        alerts: list[Alert] = []
+        looked = bool(new) or (not self.judged and locate(o.db).exists())
+        judged, alerts = self._look(new) if looked else (False, [])
         stored = locate(o.db).exists()
-        judged = bool(ingested or not self.judged) and stored
-        if judged:
-            alerts += self._judge()
         alerts += self.machine.on_activity(ended, utc_now(), o.idle_after, [str(p) for p in o.paths])
         for alert in alerts:
             self._emit(alert)
@@ -145,56 +152,30 @@ class Watcher:
             return 0
         return None
 
-    def _ingest(self, new: Sequence[Entry]) -> int:
-        """Replay the newly complete files (imported first for a dump); how many went into the store."""
+    def _look(self, new: Sequence[Entry]) -> tuple[bool, list[Alert]]:
+        """Replay the newly complete files and judge the runs again, in the looks' process: (judged, the
+        alerts)."""
         o = self.options
-        logs = [e.path for e in new]
-        if o.importer is not None:
-            logs, lines = o.importer.convert(new)
-            for line in lines:
-                self.status.echo(line)
-        report = None
-        if logs:
-            try:
-                report = replay(
-                    logs,
-                    o.db,
-                    on_file=self._outcome,
-                    progress=False,
-                    loss=o.loss,
-                    max_staleness=o.max_staleness,
-                )
-            except UsageError as error:  # a file vanished between the listing and the replay
-                self.status.echo(f"{error}; looking again in {o.interval:g} s", err=True)
-                return 0
-            except NothingReadableError as error:  # reported; each is tried again when it changes
-                self.status.echo(str(error), err=True)
-        self.handed.update({e.path: (e.size, e.mtime_ns) for e in new})
-        if report is None:
-            return 0
-        warnings = [f for f in report.findings if f.severity == "warning"]
-        if warnings:  # stored with the run too (the gate and the dashboard show them)
-            self.status.echo("\n".join(findings_lines(warnings)))
-        return report.n_ingested
-
-    def _outcome(self, outcome) -> None:
-        self.status.echo(outcome.line())
-        if outcome.status == "ingested":
-            self.ingested += 1
-            self.as_of = str(outcome.path)
-
-    def _judge(self) -> list[Alert]:
-        """Judge every run again on the latest snapshot (a reader never waits for a writer)."""
-        o = self.options
-        thresholds = o.thresholds or default_thresholds()
-        self.verdicts = judge_runs(o.db, thresholds, o.max_staleness)
-        gate = gated(thresholds)
-        self.trends = run_trends(o.db, gate.method, gate.tolerance, o.max_staleness) if gate.method else []
-        self.judged = True
+        look = Look(
+            tuple(new), str(o.db), self.importer, o.loss, o.max_staleness, o.thresholds, o.interval,
+            judge=not self.judged,
+        )  # fmt: skip
+        result = self.looks.run(look)
+        for text, err in result.said:
+            self.status.echo(text, err=err)
+        if result.error is not None:
+            raise result.error
+        self.importer = result.importer
+        if result.handed:
+            self.handed.update({e.path: (e.size, e.mtime_ns) for e in new})
+        self.ingested += len(result.ingested)
+        self.as_of = result.ingested[-1] if result.ingested else self.as_of
+        if result.verdicts is None:
+            return False, []
+        self.verdicts, self.trends, self.judged = result.verdicts, result.trends, True
         now = utc_now()
-        return self.machine.on_verdicts(self.verdicts, now, self.as_of) + self.machine.on_trends(
-            self.trends, now, self.as_of
-        )
+        on_trends = self.machine.on_trends(self.trends, now, self.as_of)
+        return True, self.machine.on_verdicts(self.verdicts, now, self.as_of) + on_trends
 
     def _emit(self, alert: Alert) -> None:
         self.status.echo(f"alert: {alert.text()}")
