@@ -4,7 +4,8 @@ of state. `completeness` (which files of a folder listing are whole, per trainer
 files), `dumps` (a trainer's dump files imported), `judge` (a verdict per run: the one function watch reads
 verdicts through), `trends` (the trend test on a store's runs), `alerts` (the state machine), `sinks` (the
 alerts file, the webhook, and `state`, what a trainer polls), `progress` (the progress line), `scalars`
-(each run's final steps to TensorBoard and W&B, as `proxaudit export` writes them), `loop` (`watch`).
+(each run's final steps to TensorBoard and W&B, as `proxaudit export` writes them), `look` and
+`look_worker` (a look's replay and judging, in a process of its own), `loop` (`watch`).
 Importing the package loads only what `state` needs (no store, no replay): a trainer polls it.
 
 May import: `evaluator.replay`, `evaluator.gate` and the read stage (`evaluator.verdict`), the store
