@@ -124,8 +124,8 @@ class WorkerPool:
     """Up to `size` worker processes running `module` (replay's worker; `evaluator.watch.look_worker`
     for a watch's looks); a context manager with an ordered `map`."""
 
-    def __init__(self, size: int, module: str = WORKER_MODULE) -> None:
-        self.size, self.module = size, module
+    def __init__(self, size: int, module: str | None = None) -> None:
+        self.size, self.module = size, module or WORKER_MODULE
         self._scratch = tempfile.TemporaryDirectory(prefix="proxaudit-pool-")
         self._workers: list[Worker] = []
         self._idle: list[Worker] = []
