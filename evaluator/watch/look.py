@@ -84,9 +84,11 @@ class Look:
                 result.ingested.append(str(outcome.path))
 
         try:
+            # in this process (a large file is summarised in threads here): no workers' memory on top
             report = replay(
-                logs, self.db, on_file=heard, progress=False, loss=self.loss, max_staleness=self.max_staleness
-            )
+                logs, self.db, on_file=heard, progress=False, loss=self.loss,
+                max_staleness=self.max_staleness, workers=1,
+            )  # fmt: skip
         except UsageError as error:  # a file vanished between the listing and the replay
             result.said.append((f"{error}; looking again in {self.interval:g} s", True))
             result.handed = False
