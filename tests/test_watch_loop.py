@@ -76,9 +76,9 @@ def watcher(tmp_path: Path, clock: Clock, **keys) -> tuple[Watcher, Lines]:
     return OPEN[-1], lines
 
 
-def look_processes() -> list[psutil.Process]:
-    """This process's children that run watch's looks."""
-    return [p for p in psutil.Process().children() if LOOK_WORKER in " ".join(p.cmdline())]
+def look_processes(parent: int | None = None) -> list[psutil.Process]:
+    """The children of `parent` (None: this process) that run watch's looks."""
+    return [p for p in psutil.Process(parent).children() if LOOK_WORKER in " ".join(p.cmdline())]
 
 
 def kinds(path: Path) -> list[tuple]:
@@ -163,7 +163,7 @@ def test_a_look_s_process_dies_with_watch(tmp_path):
     try:
         while (line := watch.stdout.readline()) != "looked\n":  # the look's lines first
             assert line, "the watch ended before its first look"
-        (look,) = [p for p in psutil.Process(watch.pid).children() if LOOK_WORKER in " ".join(p.cmdline())]
+        (look,) = look_processes(watch.pid)
         look.suspend()
         watch.send_signal(signal.SIGKILL)
         watch.wait()

@@ -174,8 +174,8 @@ class Watcher:
             return False, []
         self.verdicts, self.trends, self.judged = result.verdicts, result.trends, True
         now = utc_now()
-        on_trends = self.machine.on_trends(self.trends, now, self.as_of)
-        return True, self.machine.on_verdicts(self.verdicts, now, self.as_of) + on_trends
+        on_verdicts = self.machine.on_verdicts(self.verdicts, now, self.as_of)
+        return True, on_verdicts + self.machine.on_trends(self.trends, now, self.as_of)
 
     def _emit(self, alert: Alert) -> None:
         self.status.echo(f"alert: {alert.text()}")
