@@ -19,6 +19,7 @@ from test_store_writers import assert_same_store
 from evaluator.importers import nemo_rl
 from evaluator.replay import replay
 from evaluator.store import StoreWriter, connect_store, reader
+from evaluator.store.checks import snapshot_id
 from evaluator.store.lake import locate
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import loop, read_alerts
@@ -128,8 +129,9 @@ def test_a_watch_behind_judges_after_each_group_of_files(tmp_path, monkeypatch):
 
 def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_path):
     """Replay and judging happen in the looks' process, a fresh one after `looks_per_process` looks: watch's
-    own process opens no reader of the store (it keeps nothing a look allocated), and the files, verdicts
-    and alerts are what one process would give."""
+    own process opens no reader of the store (it keeps nothing a look allocated), the files, verdicts
+    and alerts are what one process would give, and the snapshot up to which the looks checked the store's
+    values is handed on (a fresh process does not read the whole store again)."""
     clock, pids = Clock(), []
     watch, lines = watcher(tmp_path, clock)
     watch.looks = LookProcess(looks_per_process=2)
@@ -143,6 +145,8 @@ def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_pat
     assert watch.ingested == 3 and sum(": ingested (" in line for line in lines.lines) == 3
     assert reader._pool_key(locate(tmp_path / "metrics")) not in reader._POOL  # no reader opened here
     assert [v.run_id for v in watch.verdicts] == ["sim"] and kinds(tmp_path / "alerts.jsonl")
+    with connect_store(tmp_path / "metrics") as con:
+        assert watch.checked is not None and watch.checked[1] == snapshot_id(con)
 
 
 def test_a_look_s_process_dies_with_watch(tmp_path):

@@ -23,7 +23,8 @@ _VALUE_RULES = {
     "digest": ("NOT regexp_full_match(digest, '[0-9a-f]{64}')", "not a BLAKE2b digest"),
 }
 _CHECKED: dict[str, int] = {}
-"""The snapshot up to which each store's values passed `check_values` in this process."""
+"""The snapshot up to which each store's values passed `check_values` in this process (or were written by
+it: `written`)."""
 
 
 def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tuple[str, str], ...]]:
@@ -88,7 +89,8 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: st
     `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
     store repeats these on every row, so a crafted one with long or foreign values would cost readers
     memory per row (and put foreign names on charts). Each row is checked once in a process: a snapshot
-    after one already checked has the rows inserted since read (DuckLake's `ducklake_table_insertions`)."""
+    after one already checked has the rows inserted since read (DuckLake's `ducklake_table_insertions`),
+    and a commit of this process right after a checked snapshot counts as checked (`written`)."""
     key, now = _key(db), snapshot_id(con, catalog)
     since = _CHECKED.get(key)
     if since == now:
@@ -114,9 +116,35 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: st
                 raise StoreError(
                     f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
                 )
-    if len(_CHECKED) >= 64:
+    _remember(key, now)
+
+
+def _remember(key: str, snapshot: int) -> None:
+    if len(_CHECKED) >= 64 and key not in _CHECKED:
         _CHECKED.pop(next(iter(_CHECKED)))
-    _CHECKED[key] = now
+    _CHECKED[key] = snapshot
+
+
+def written(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE) -> None:
+    """After a commit of this process's writer: its snapshot counts as checked when it directly follows one
+    checked (no other writer's commit between; the rows a writer inserts are replay's by construction),
+    so a reader in this process does not read them again."""
+    key, now = _key(db), snapshot_id(con, catalog)
+    if _CHECKED.get(key) == now - 1:
+        _remember(key, now)
+
+
+def checked_up_to(db: Location | str) -> tuple[str, int] | None:
+    """The store's key and the snapshot up to which this process checked its values (None: not checked)."""
+    key = _key(db)
+    return (key, _CHECKED[key]) if key in _CHECKED else None
+
+
+def trust_checked(checked: tuple[str, int] | None) -> None:
+    """Take `checked_up_to` of another process of this program (watch's previous look process) as checked
+    here: rows at or before that snapshot are not read again."""
+    if checked is not None and checked[1] > _CHECKED.get(checked[0], -1):
+        _remember(*checked)
 
 
 def snapshot_id(con: duckdb.DuckDBPyConnection, catalog: str = STORE) -> int:

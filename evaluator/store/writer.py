@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -32,8 +33,8 @@ from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
 from evaluator.sources import recorded_location
 from evaluator.store import derived
-from evaluator.store.checks import check_store
-from evaluator.store.commits import Rollback, committed
+from evaluator.store.checks import check_store, written
+from evaluator.store.commits import Rollback, T, committed
 from evaluator.store.group import Result, StagedFile, check, entangled, register, staged_file
 from evaluator.store.lake import (
     STORE,
@@ -82,6 +83,7 @@ class StoreWriter:
         self.db = self.location.given
         self.loss, self.max_staleness, self.sample = loss, max_staleness, float(sample)
         self.con: duckdb.DuckDBPyConnection | None = None
+        self._attached = self.location  # the store the connection writes (a new one's staged folder at first)
         self._stager: Stager | None = None
         self._unmerged_runs: set[str] = set()
         self._merged_rows = self._unmerged_rows = 0  # staleness sketch rows at the last merge, and since
@@ -113,8 +115,9 @@ class StoreWriter:
             else:
                 attach_on(self.con, location, read_only=False)
             self.con.execute(f"USE {STORE}")
+            self._attached = location
             if setup:
-                committed(self.con, self._setup, "setup")
+                self._committed(self._setup, "setup")
         except BaseException:
             self.close()
             raise
@@ -131,9 +134,15 @@ class StoreWriter:
     def refresh(self) -> list[str]:
         """Recompute, in one commit, the findings, checks and intervals of every run whose stored files
         differ from those they were computed from; the runs."""
-        return committed(
-            self.con, lambda: self._changed(derived.refresh(self.con, self.max_staleness)), "derived"
+        return self._committed(
+            lambda: self._changed(derived.refresh(self.con, self.max_staleness)), "derived"
         )
+
+    def _committed(self, work: Callable[[], T], name: str | tuple[str, ...]) -> T:
+        """`committed` on this writer's connection; its snapshot then counts as checked (`written`)."""
+        result = committed(self.con, work, name)
+        written(self.con, self._attached)
+        return result
 
     def _changed(self, result):
         """`result` once the ticket is bumped, or a rollback when the work changed nothing."""
@@ -245,7 +254,7 @@ class StoreWriter:
 
         results, alone = None, False
         try:
-            results = committed(con, work, tuple(f.name for f in files))
+            results = self._committed(work, tuple(f.name for f in files))
         except duckdb.Error:
             alone = len(files) > 1
             if not alone:
@@ -286,7 +295,7 @@ class StoreWriter:
                     raise Rollback(0)
                 return self._changed(derived.merge_sketches(self.con, runs) or -1)
 
-            self._merged_rows, self._unmerged_rows = committed(self.con, merge, "merge"), 0
+            self._merged_rows, self._unmerged_rows = self._committed(merge, "merge"), 0
             self._unmerged_runs.clear()
 
     def record_max_staleness(self, value: int, source: str, key: str) -> None:
@@ -303,7 +312,7 @@ class StoreWriter:
             con.execute("INSERT INTO store_meta VALUES (?, ?)", [key, entry])
             self._changed(True)
 
-        committed(self.con, work, "max_staleness")
+        self._committed(work, "max_staleness")
 
     def record_what_if(self, rows: pa.Table) -> None:
         """Record the what-if table of one replay (`evaluator.verdict.what_if`): the rows of the runs it
@@ -317,7 +326,7 @@ class StoreWriter:
 
         con.register("judged", rows)
         try:
-            committed(con, work, "what_if")
+            self._committed(work, "what_if")
         finally:
             con.unregister("judged")
 

@@ -13,6 +13,7 @@ from evaluator.errors import FileFailed, NothingReadableError, ProxauditError, U
 from evaluator.formulas.loss import Loss
 from evaluator.replay import replay
 from evaluator.replay.workers import WorkerPool
+from evaluator.store.checks import checked_up_to, trust_checked
 from evaluator.store.lake import locate
 from evaluator.validate.report import findings_lines
 from evaluator.watch.completeness import Entry
@@ -30,7 +31,9 @@ LOOKS_PER_PROCESS = 20
 class LookResult:
     """What a look did: the lines to show (text, to stderr), the files ingested (in order), whether its
     files count as handed (False: one vanished before replay; they are handed again), the verdicts and
-    trends (None: not judged), the importer with what it met, or the error that stops watch."""
+    trends (None: not judged), the importer with what it met, the snapshot up to which the store's values
+    were checked (handed to the next look: a fresh process does not read the whole store again), or the
+    error that stops watch."""
 
     said: list[tuple[str, bool]] = field(default_factory=list)
     ingested: list[str] = field(default_factory=list)
@@ -38,13 +41,15 @@ class LookResult:
     verdicts: list[RunVerdict] | None = None
     trends: list[RunTrend] = field(default_factory=list)
     importer: DumpImporter | None = None
+    checked: tuple[str, int] | None = None
     error: ProxauditError | None = None
 
 
 @dataclass(frozen=True)
 class Look:
     """Replay `entries` (imported first with `importer`) into the store at `db`; then judge every run if a
-    file went in, or if `judge` (watch has not judged yet), and the store exists."""
+    file went in, or if `judge` (watch has not judged yet), and the store exists. `checked`: the snapshot
+    up to which an earlier look checked the store's values (`evaluator.store.checks.checked_up_to`)."""
 
     entries: tuple[Entry, ...]
     db: str
@@ -54,6 +59,7 @@ class Look:
     thresholds: Thresholds | None
     interval: float
     judge: bool
+    checked: tuple[str, int] | None = None
     kind = "look"
 
     @property
@@ -61,13 +67,16 @@ class Look:
         return f"into {self.db}"
 
     def run(self) -> LookResult:
-        result = LookResult(importer=self.importer)
+        result = LookResult(importer=self.importer, checked=self.checked)
+        trust_checked(self.checked)
         try:
             self._replay(result)
             if (result.ingested or self.judge) and locate(self.db).exists():
                 self._judge(result)
         except ProxauditError as error:  # a store of another loss, ...: watch stops with it
             result.error = error
+        if locate(self.db).exists():
+            result.checked = checked_up_to(locate(self.db)) or self.checked
         return result
 
     def _replay(self, result: LookResult) -> None:

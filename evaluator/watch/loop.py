@@ -97,6 +97,9 @@ class Watcher:
         self.importer = options.importer
         """the dump importer, with the runs it has met (each look hands it over and takes it back)"""
         self.looks = LookProcess()
+        self.checked: tuple[str, int] | None = None
+        """the snapshot up to which a look checked the store's values (the next look, perhaps in a fresh
+        process, reads only what came after it)"""
 
     def __enter__(self) -> Watcher:
         return self
@@ -158,9 +161,10 @@ class Watcher:
         o = self.options
         look = Look(
             tuple(new), str(o.db), self.importer, o.loss, o.max_staleness, o.thresholds, o.interval,
-            judge=not self.judged,
+            judge=not self.judged, checked=self.checked,
         )  # fmt: skip
         result = self.looks.run(look)
+        self.checked = result.checked
         for text, err in result.said:
             self.status.echo(text, err=err)
         if result.error is not None:

@@ -1,0 +1,92 @@
+"""The value checks a store's readers and writers run (`evaluator.store.checks`) read each row once in a
+process: the rows this process's writer committed right after a checked snapshot count as checked, another
+writer's rows between are read; and watch hands the snapshot a look checked to the next look, in a fresh
+process, which then reads only what came after it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evaluator.errors import StoreError
+from evaluator.formulas.loss import DEFAULT_LOSS
+from evaluator.logio import write_log_atomic
+from evaluator.replay.pipeline import replay
+from evaluator.store import checks, connect_store, open_store
+from evaluator.store.checks import checked_up_to, snapshot_id
+from evaluator.store.lake import locate
+from evaluator.store.writer import StoreWriter
+from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
+from evaluator.watch.completeness import Entry
+from evaluator.watch.look import Look
+
+LONG_RUN_ID = "repeat('x', 300)"  # longer than a run_id may be: a crafted store's value
+
+
+@pytest.fixture
+def fresh_process(monkeypatch):
+    """Nothing checked yet, as in a new process."""
+    monkeypatch.setattr(checks, "_CHECKED", {})
+
+
+def log(folder: Path, first_step: int) -> Path:
+    spec = SyntheticSpec(run_id="r", seed=3, tokens_per_step=512, mean_length=16)
+    return write_log_atomic(synthetic_steps(spec, first_step, 2), folder / f"r-{first_step:03d}.parquet")
+
+
+def snapshot(db: Path) -> int:
+    with connect_store(db) as con:
+        return snapshot_id(con)
+
+
+def craft(db: Path) -> None:
+    """Another program's commit: a run_id no replay writes."""
+    with connect_store(db, read_only=False) as con:
+        one = "rowid IN (SELECT rowid FROM file_tokens LIMIT 1)"
+        con.execute(f"UPDATE file_tokens SET run_id = {LONG_RUN_ID} WHERE {one}")
+
+
+def check(db: Path) -> None:
+    with open_store(db):  # its value checks
+        pass
+
+
+def test_a_writer_s_own_commits_count_as_checked_another_writer_s_between_are_read(tmp_path, fresh_process):
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    check(db)
+    replay([log(tmp_path, 2)], db, progress=False, workers=1)
+    assert checked_up_to(locate(db))[1] == snapshot(db)  # its commits followed the checked snapshot
+
+    with StoreWriter(db) as writer:  # checked at open
+        craft(db)  # commits between the check and the writer's own commit
+        writer.record_max_staleness(3, "test", "max_staleness")
+    assert checked_up_to(locate(db))[1] < snapshot(db) - 1
+    with pytest.raises(StoreError, match="file_tokens.run_id are longer than"):
+        check(db)
+
+
+def look(path: Path, db: Path, checked: tuple[str, int] | None) -> Look:
+    stat = path.stat()
+    entry = Entry(path, stat.st_size, stat.st_mtime_ns)
+    return Look((entry,), str(db), None, DEFAULT_LOSS, None, None, 1.0, judge=True, checked=checked)
+
+
+def test_a_look_reads_only_the_rows_after_the_snapshot_an_earlier_look_checked(tmp_path, monkeypatch):
+    db = tmp_path / "store"
+    monkeypatch.setattr(checks, "_CHECKED", {})
+    first = look(log(tmp_path, 0), db, None).run()
+    assert first.error is None and first.checked == checked_up_to(locate(db))
+    assert first.checked[1] == snapshot(db)
+
+    craft(db)  # before the snapshot the next look is handed: as if that look had checked it
+    handed = (first.checked[0], snapshot(db))
+    monkeypatch.setattr(checks, "_CHECKED", {})  # the next look's process
+    second = look(log(tmp_path, 2), db, handed).run()
+    assert second.error is None and second.checked[1] == snapshot(db) > handed[1]
+
+    craft(db)  # after it: read and refused
+    monkeypatch.setattr(checks, "_CHECKED", {})
+    third = look(log(tmp_path, 4), db, second.checked).run()
+    assert isinstance(third.error, StoreError) and "file_tokens.run_id are longer than" in str(third.error)
