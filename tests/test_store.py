@@ -21,7 +21,7 @@ from evaluator.replay.pipeline import check_and_summarise, replay
 from evaluator.store import StoreWriter, connect_store, file_digest, open_store
 from evaluator.store.checks import snapshot_id
 from evaluator.store.group import file_id_of
-from evaluator.store.maintenance import compact, convert
+from evaluator.store.maintenance import WATCHED_TABLES, compact, convert, merge_small_files
 from evaluator.store.reader import ingested_files, stored_max_staleness, version_stamp
 from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 from schemas.store import METRICS, PUBLIC_VIEWS
@@ -207,6 +207,34 @@ def test_compaction_merges_files_and_keeps_every_row(tmp_path):
         known = con.execute(f"{files} UNION ALL SELECT path FROM {meta}.ducklake_delete_file").fetchall()
     on_disk = {p.name for p in (db / "data").rglob("*.parquet")}
     assert on_disk <= {p for (p,) in known} and len(on_disk) < done.files_before  # no file left untracked
+
+
+def test_merging_small_files_leaves_one_file_a_table_the_same_rows_and_every_snapshot(tmp_path):
+    """What a look of `watch` merges now and then: the per-file tables it reads, one Parquet file each after
+    (one per ingested file before), every row and every earlier snapshot as they were."""
+    db, meta = tmp_path / "m", "__ducklake_metadata_store"
+    for log in logs(tmp_path, 4):  # a commit each, as watch's looks make them
+        replay([log], db, progress=False, workers=1)
+    live = (
+        f"SELECT t.table_name, count(*) FROM {meta}.ducklake_data_file d JOIN {meta}.ducklake_table t "
+        "USING (table_id) WHERE d.end_snapshot IS NULL AND t.end_snapshot IS NULL GROUP BY ALL"
+    )
+    rows = {t: f"SELECT * FROM {t} ORDER BY ALL" for t in WATCHED_TABLES}
+    with connect_store(db) as con:
+        assert all(dict(con.execute(live).fetchall())[t] == 4 for t in WATCHED_TABLES)
+        before, then = {t: con.execute(sql).fetchall() for t, sql in rows.items()}, snapshot_id(con)
+        earlier = f"SELECT count(*) FROM metric_moments AT (VERSION => {then - 1})"  # 3 files' rows
+        at_then = con.execute(earlier).fetchone()
+    assert merge_small_files(db) == len(WATCHED_TABLES)
+    with connect_store(db) as con:
+        files = dict(con.execute(live).fetchall())
+        assert all(files[t] == 1 for t in WATCHED_TABLES) and files["sketch_by_step"] == 4  # the others left
+        assert {t: con.execute(sql).fetchall() for t, sql in rows.items()} == before
+        assert (
+            con.execute(f"SELECT count(*) FROM metric_moments AT (VERSION => {then - 1})").fetchone()
+            == at_then
+        )
+    assert merge_small_files(db) == 0  # nothing left to merge
 
 
 @pytest.mark.parametrize("version", ["5", "6"])

@@ -127,11 +127,13 @@ def test_a_watch_behind_judges_after_each_group_of_files(tmp_path, monkeypatch):
     assert watch.poll() == 0
 
 
-def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_path):
+def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_path, monkeypatch):
     """Replay and judging happen in the looks' process, a fresh one after `looks_per_process` looks: watch's
     own process opens no reader of the store (it keeps nothing a look allocated), the files, verdicts
     and alerts are what one process would give, and the snapshot up to which the looks checked the store's
-    values is handed on (a fresh process does not read the whole store again)."""
+    values is handed on (a fresh process does not read the whole store again), and every `MERGE_EVERY`
+    looks the small files of the tables looks read are merged."""
+    monkeypatch.setattr(loop, "MERGE_EVERY", 2)
     clock, pids = Clock(), []
     watch, lines = watcher(tmp_path, clock)
     watch.looks = LookProcess(looks_per_process=2)
@@ -145,8 +147,14 @@ def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_pat
     assert watch.ingested == 3 and sum(": ingested (" in line for line in lines.lines) == 3
     assert reader._pool_key(locate(tmp_path / "metrics")) not in reader._POOL  # no reader opened here
     assert [v.run_id for v in watch.verdicts] == ["sim"] and kinds(tmp_path / "alerts.jsonl")
+    meta = "__ducklake_metadata_store"
+    live = (
+        f"SELECT count(*) FROM {meta}.ducklake_data_file d JOIN {meta}.ducklake_table t USING (table_id) "
+        "WHERE table_name = 'metric_moments' AND d.end_snapshot IS NULL AND t.end_snapshot IS NULL"
+    )
     with connect_store(tmp_path / "metrics") as con:
         assert watch.checked is not None and watch.checked[1] == snapshot_id(con)
+        assert con.execute(live).fetchone() == (2,)  # the first two merged by the second look, the third's
 
 
 def test_a_look_s_process_dies_with_watch(tmp_path):

@@ -14,6 +14,7 @@ import duckdb
 from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import Loss
+from evaluator.store.checks import written
 from evaluator.store.commits import committed
 from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate, stored_data_path
 from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY
@@ -83,6 +84,32 @@ def compact(
         )
         _delete_unregistered(con, orphan_age_h)
         return Compaction(before, _data_files(con), expired)
+    finally:
+        con.close()
+
+
+WATCHED_TABLES = ("file_tokens", "file_evidence", "file_sequences", "metric_moments")
+"""The per-file tables each of watch's looks reads whole (to find stale runs, the run's findings, repeated
+tokens, the intervals and the verdict): one Parquet file per ingested file unless merged."""
+
+
+def merge_small_files(db: str | os.PathLike, tables: tuple[str, ...] = WATCHED_TABLES) -> int:
+    """Merge the small data files of `tables` (DuckLake's `ducklake_merge_adjacent_files`), a commit per
+    table that readers see whole; snapshots are kept (time travel goes on) and no file is deleted (that is
+    `compact`'s). The tables merged. Without it a reader of such a table opens one Parquet file per
+    ingested file: a look of `watch` late in a long run spent seconds doing so."""
+    location = locate(db)
+    con = attach(location, read_only=False)
+    try:
+        merged = 0
+        for table in tables:
+
+            def work(table: str = table) -> list:
+                return con.execute(f"CALL ducklake_merge_adjacent_files('{STORE}', '{table}')").fetchall()
+
+            merged += bool(committed(con, work, f"merge {table}"))
+            written(con, location)  # the same rows in fewer files
+        return merged
     finally:
         con.close()
 

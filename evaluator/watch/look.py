@@ -15,6 +15,7 @@ from evaluator.replay import replay
 from evaluator.replay.workers import WorkerPool
 from evaluator.store.checks import checked_up_to, trust_checked
 from evaluator.store.lake import locate
+from evaluator.store.maintenance import merge_small_files
 from evaluator.validate.report import findings_lines
 from evaluator.watch.completeness import Entry
 from evaluator.watch.dumps import DumpImporter
@@ -49,7 +50,8 @@ class LookResult:
 class Look:
     """Replay `entries` (imported first with `importer`) into the store at `db`; then judge every run if a
     file went in, or if `judge` (watch has not judged yet), and the store exists. `checked`: the snapshot
-    up to which an earlier look checked the store's values (`evaluator.store.checks.checked_up_to`)."""
+    up to which an earlier look checked the store's values (`evaluator.store.checks.checked_up_to`);
+    `merge_files`: then merge the small data files of the tables each look reads (`merge_small_files`)."""
 
     entries: tuple[Entry, ...]
     db: str
@@ -60,6 +62,7 @@ class Look:
     interval: float
     judge: bool
     checked: tuple[str, int] | None = None
+    merge_files: bool = False
     kind = "look"
 
     @property
@@ -73,6 +76,8 @@ class Look:
             self._replay(result)
             if (result.ingested or self.judge) and locate(self.db).exists():
                 self._judge(result)
+            if self.merge_files and locate(self.db).exists():
+                merge_small_files(self.db)
         except ProxauditError as error:  # a store of another loss, ...: watch stops with it
             result.error = error
         if locate(self.db).exists():

@@ -36,11 +36,14 @@ from evaluator.watch.trends import RunTrend
 from schemas.thresholds import Thresholds
 
 EXIT_ON = ("fail", "trend")
+"""`fail`: stop at the first `do_not_ship` verdict; `trend`: at the first drift found (exit code 1)."""
 FILES_PER_LOOK = GROUP_FILES
 """The most files one look replays (in path order, the step order of the hook's files; one group commit): a
 watch that fell behind judges the run and raises its alerts after each such group, not once after the
 whole backlog."""
-"""`fail`: stop at the first `do_not_ship` verdict; `trend`: at the first drift found (exit code 1)."""
+MERGE_EVERY = 20
+"""Every this many looks, the look then merges the small data files of the tables looks read (one per
+ingested file otherwise: a look late in a long run spent seconds opening them)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Watcher:
         self.importer = options.importer
         """the dump importer, with the runs it has met (each look hands it over and takes it back)"""
         self.looks = LookProcess()
+        self.looked = 0
         self.checked: tuple[str, int] | None = None
         """the snapshot up to which a look checked the store's values (the next look, perhaps in a fresh
         process, reads only what came after it)"""
@@ -159,9 +163,10 @@ class Watcher:
         """Replay the newly complete files and judge the runs again, in the looks' process: (judged, the
         alerts)."""
         o = self.options
+        self.looked += 1
         look = Look(
             tuple(new), str(o.db), self.importer, o.loss, o.max_staleness, o.thresholds, o.interval,
-            judge=not self.judged, checked=self.checked,
+            judge=not self.judged, checked=self.checked, merge_files=self.looked % MERGE_EVERY == 0,
         )  # fmt: skip
         result = self.looks.run(look)
         self.checked = result.checked
