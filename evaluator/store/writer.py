@@ -18,7 +18,6 @@ Readers open the store with `evaluator.store.reader.open_store`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -28,12 +27,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
 from evaluator.sources import recorded_location
 from evaluator.store import derived
-from evaluator.store.checks import check_store, written
+from evaluator.store.checks import written
 from evaluator.store.commits import Rollback, T, committed
 from evaluator.store.group import Result, StagedFile, check, entangled, register, staged_file
 from evaluator.store.lake import (
@@ -46,22 +44,15 @@ from evaluator.store.lake import (
     locate,
     made_whole,
 )
-from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY, SAMPLE_KEY, stored_loss, stored_sample
-from evaluator.store.staging import FileSummary, Stager, record_name_maps
+from evaluator.store.reader import MAX_STALENESS_KEY
+from evaluator.store.setup import set_up
+from evaluator.store.staging import FileSummary, Stager
 from evaluator.validate.evidence import Evidence
-from schemas.store import METRIC_TABLE, STORE_SCHEMA_VERSION, TABLE_DDL, VIEWS_DDL
 
 MERGE_MIN_ROWS = 1 << 20
 """A writer merges the staleness sketches of the runs it wrote (`evaluator.store.derived.merge_sketches`)
 once the rows it added since the last merge outnumber the merged ones and this many: merging costs O(1)
 per row, and a reader never scans much more than a merged sketch."""
-DDL_KEY = "ddl"
-"""The `store_meta` key of the digest of the views and metric definitions the store carries."""
-
-
-def _ddl_digest() -> str:
-    definitions = json.dumps([list(vars(m).values()) for m in METRIC_TABLE])
-    return hashlib.blake2b((VIEWS_DDL + definitions).encode(), digest_size=16).hexdigest()
 
 
 class StoreWriter:
@@ -152,49 +143,8 @@ class StoreWriter:
         return result
 
     def _setup(self) -> None:
-        """The tables on a new store (else a check that it is a proxaudit store of this version), the
-        views and metric definitions when they changed, the loss and sampling fraction."""
-        con, changed = self.con, False
-        fresh = not con.execute(
-            "SELECT 1 FROM duckdb_tables() WHERE database_name = ? AND table_name = 'store_meta'", [STORE]
-        ).fetchall()
-        if fresh:
-            con.execute(TABLE_DDL)
-            con.execute("INSERT INTO store_meta VALUES ('store_schema_version', ?)", [STORE_SCHEMA_VERSION])
-            con.execute("INSERT INTO ingest_ticket VALUES (0)")
-            changed = True
-        else:
-            check_store(con, self.location, STORE)  # a crafted store is refused before anything is written
-        changed |= record_name_maps(con, fresh)
-        digest = _ddl_digest()
-        if con.execute("SELECT value FROM store_meta WHERE key = ?", [DDL_KEY]).fetchall() != [(digest,)]:
-            con.execute(VIEWS_DDL)
-            con.execute("DELETE FROM metric_definition")
-            con.executemany(
-                "INSERT INTO metric_definition VALUES (?, ?, ?, ?, ?, ?)",
-                [[m.name, m.formula, m.needs_truth, m.of, m.per, m.binary] for m in METRIC_TABLE],
-            )
-            con.execute("DELETE FROM store_meta WHERE key = ?", [DDL_KEY])
-            con.execute("INSERT INTO store_meta VALUES (?, ?)", [DDL_KEY, digest])
-            changed = True
-        changed |= self._record(LOSS_KEY, stored_loss(con), self.loss, json.dumps(self.loss.to_dict()))
-        changed |= self._record(SAMPLE_KEY, stored_sample(con), self.sample, repr(self.sample))
-        self._changed(changed)
-
-    def _record(self, key: str, recorded, wanted, text: str) -> bool:
-        """Record `wanted` under `key` on a store without one (True), or refuse a store made with another."""
-        if recorded is None:
-            self.con.execute("INSERT INTO store_meta VALUES (?, ?)", [key, text])
-            return True
-        if recorded != wanted:
-            what = {LOSS_KEY: "the loss", SAMPLE_KEY: "--sample-sequences"}[key]
-            said = (recorded.describe(), wanted.describe()) if key == LOSS_KEY else (recorded, wanted)
-            raise StoreError(
-                f"{self.db} holds metrics computed under {what} {said[0]}; this replay asks for {said[1]}. "
-                f"One store holds one {what.removeprefix('the ')}: replay under the same, or into another "
-                "store"
-            )
-        return False
+        """The store set up, or checked (`evaluator.store.setup`), in the transaction of `committed`."""
+        self._changed(set_up(self.con, self.location, self.loss, self.sample))
 
     def digests(self) -> dict[str, str]:
         """The digest of every file already in the store, with the path (or URI) it was recorded under."""
