@@ -67,6 +67,20 @@ def test_a_writer_s_own_commits_count_as_checked_another_writer_s_between_are_re
         check(db)
 
 
+def test_a_writer_s_commit_of_nothing_never_counts_another_s_snapshot_as_checked(tmp_path, fresh_process):
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    with StoreWriter(db) as writer:  # checked at open
+        writer.record_max_staleness(3, "test", "max_staleness")  # its own commit, counted as checked
+        own = snapshot(db)
+        assert checked_up_to(locate(db))[1] == own
+        craft(db)  # the next snapshot, another writer's
+        writer.record_max_staleness(3, "test", "max_staleness")  # the same again: nothing to commit
+    assert checked_up_to(locate(db))[1] == own < snapshot(db)
+    with pytest.raises(StoreError, match="file_tokens.run_id are longer than"):
+        check(db)
+
+
 def look(path: Path, db: Path, checked: tuple[str, int] | None) -> Look:
     stat = path.stat()
     entry = Entry(path, stat.st_size, stat.st_mtime_ns)

@@ -126,7 +126,8 @@ def _remember(key: str, snapshot: int) -> None:
 
 
 def written(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE) -> None:
-    """After a commit of this process's writer: its snapshot counts as checked when it directly follows one
+    """After a commit of this process's writer that wrote rows (never after one that committed nothing: the
+    latest snapshot is then another writer's): its snapshot counts as checked when it directly follows one
     checked (no other writer's commit between; the rows a writer inserts are replay's by construction),
     so a reader in this process does not read them again."""
     key, now = _key(db), snapshot_id(con, catalog)

@@ -107,8 +107,9 @@ def merge_small_files(db: str | os.PathLike, tables: tuple[str, ...] = WATCHED_T
             def work(table: str = table) -> list:
                 return con.execute(f"CALL ducklake_merge_adjacent_files('{STORE}', '{table}')").fetchall()
 
-            merged += bool(committed(con, work, f"merge {table}"))
-            written(con, location)  # the same rows in fewer files
+            if committed(con, work, f"merge {table}"):  # else no commit: the latest snapshot is another's
+                merged += 1
+                written(con, location)  # the same rows in fewer files
         return merged
     finally:
         con.close()

@@ -130,9 +130,19 @@ class StoreWriter:
         )
 
     def _committed(self, work: Callable[[], T], name: str | tuple[str, ...]) -> T:
-        """`committed` on this writer's connection; its snapshot then counts as checked (`written`)."""
-        result = committed(self.con, work, name)
-        written(self.con, self._attached)
+        """`committed` on this writer's connection; the snapshot its commit made then counts as checked
+        (`written`). A work that ends in a `Rollback` commits nothing: the snapshot is then another's."""
+        wrote: list[bool] = []
+
+        def tracked() -> T:
+            wrote.clear()  # a try that conflicted is run again
+            result = work()
+            wrote.append(True)
+            return result
+
+        result = committed(self.con, tracked, name)
+        if wrote:
+            written(self.con, self._attached)
         return result
 
     def _changed(self, result):
