@@ -74,14 +74,15 @@ class Look:
         trust_checked(self.checked)
         try:
             self._replay(result)
-            if (result.ingested or self.judge) and locate(self.db).exists():
-                self._judge(result)
-            if self.merge_files and locate(self.db).exists():
-                merge_small_files(self.db)
+            store = locate(self.db)
+            if store.exists():
+                if result.ingested or self.judge:
+                    self._judge(result)
+                if self.merge_files:
+                    merge_small_files(self.db)
+                result.checked = checked_up_to(store) or self.checked
         except ProxauditError as error:  # a store of another loss, ...: watch stops with it
             result.error = error
-        if locate(self.db).exists():
-            result.checked = checked_up_to(locate(self.db)) or self.checked
         return result
 
     def _replay(self, result: LookResult) -> None:
