@@ -8,7 +8,7 @@ from importlib.resources import files
 
 from schemas.figures import EXCESS, EXCESS_FIGURES, INTERVAL_FIGURES, bounds, with_bounds
 
-STORE_SCHEMA_VERSION = "8"
+STORE_SCHEMA_VERSION = "9"
 
 # Estimators of log pi_prox, plus the ground truth itself (DOMAIN.md section 2).
 METHODS: tuple[str, ...] = (

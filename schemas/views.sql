@@ -7,12 +7,16 @@
 -- take a step range and a staleness range (inclusive; the defaults take everything), and `by_step` and
 -- `by_staleness` (true: one row per step or staleness value; else that column is NULL).
 
--- The representative value of a sketch bucket: the midpoint of its relative-width-1/64 interval.
--- bucket = sign(x) * ((bits(|x|) >> 46) - 62911), from the float64 bits of |x| (11 exponent + 6 mantissa
--- bits); bucket 0 holds |x| < 2^-40. Must agree with evaluator.formulas.sketch.bucket_value (a test checks).
+-- The representative value of a sketch bucket: the midpoint of its interval. A fine bucket
+-- f = (bits(|x|) >> 46) - 62911 (float64 bits of |x|: 11 exponent + 6 mantissa bits) spans a relative width
+-- of 1/64; from 2^8 on (fine bucket 3073) eight make one: bucket = sign(x) * (3073 + ((f - 3073) >> 3)).
+-- Bucket 0 holds |x| < 2^-40. Must agree with evaluator.formulas.sketch.bucket_value (a test checks).
+CREATE OR REPLACE MACRO proxaudit_first_fine(b) AS
+    CASE WHEN abs(b) < 3073 THEN abs(b) ELSE 3073 + ((abs(b) - 3073) << 3) END + 62911;
 CREATE OR REPLACE MACRO proxaudit_bucket_value(b) AS
     CASE WHEN b = 0 THEN 0.0
-         ELSE sign(b) * pow(2.0, ((abs(b) + 62911) >> 6) - 1023) * (1.0 + (((abs(b) + 62911) & 63) + 0.5) / 64.0)
+         ELSE sign(b) * pow(2.0, (proxaudit_first_fine(b) >> 6) - 1023)
+              * (1.0 + ((proxaudit_first_fine(b) & 63) + CASE WHEN abs(b) < 3073 THEN 0.5 ELSE 4.0 END) / 64.0)
     END;
 
 -- A q-quantile of a merged sketch: the representative value of the first bucket, in value order, whose

@@ -211,11 +211,12 @@ def promised_value(values: np.ndarray, stat: str) -> float:
 
 
 def within_promise(got: float, promised: float) -> bool:
-    """docs/metrics.md: a quantile is within 1/128 relative of `promised`; below 2^-40 (the zero bucket)
-    within 2^-40."""
+    """docs/metrics.md: a quantile is within 1/128 relative of `promised` below 2^8, within 1/16 from 2^8
+    on; below 2^-40 (the zero bucket) within 2^-40."""
     if abs(promised) < 2.0**-40:
         return abs(got - promised) <= 2.0**-40
-    return abs(got - promised) <= abs(promised) / 128 * (1 + 1e-12)
+    share = 1 / 128 if abs(promised) < 256 else 1 / 16
+    return abs(got - promised) <= abs(promised) * share * (1 + 1e-12)
 
 
 def safe_staleness(levels: pd.DataFrame, max_gme: float, max_flip: float, min_tokens: int) -> int | None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from evaluator.formulas.sketch import OFFSET, SHIFT
+from evaluator.formulas.sketch import COARSE, COARSE_BITS, OFFSET, SHIFT
 
 _OFFSET, _SHIFT = np.int64(OFFSET), np.int64(SHIFT)
+_COARSE, _COARSE_BITS = np.int64(COARSE), np.int64(COARSE_BITS)
 _ABS = np.int64(0x7FFF_FFFF_FFFF_FFFF)
 
 
@@ -29,7 +30,9 @@ def _offsets(values: np.ndarray, lo: int) -> np.ndarray:
     bits = values.view(np.int64)
     out = np.empty(len(bits), dtype=np.int64)
     for i in range(len(bits)):
-        code = max(((bits[i] & _ABS) >> _SHIFT) - _OFFSET, 0)  # bucket of |x|; 0 below 2^-40
+        code = max(((bits[i] & _ABS) >> _SHIFT) - _OFFSET, 0)  # fine bucket of |x|; 0 below 2^-40
+        if code >= _COARSE:  # 8 fine buckets make one from 2^8 on
+            code = _COARSE + ((code - _COARSE) >> _COARSE_BITS)
         negative = bits[i] >> 63  # -1 for x < 0, else 0
         out[i] = ((code ^ negative) - negative) - lo
     return out

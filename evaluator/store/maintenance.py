@@ -14,6 +14,7 @@ import duckdb
 from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import Loss
+from evaluator.formulas.sketch import COARSE, COARSE_BITS
 from evaluator.store.checks import written
 from evaluator.store.commits import committed
 from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate, stored_data_path
@@ -139,16 +140,22 @@ _COPIES = {
     "file_tokens": "SELECT {fid}, run_id, step, staleness, o.n_tokens, n_prox FROM old.file_tokens o {join}",
     "metric_moments": "SELECT {fid}, run_id, step, staleness, method, metric, n, sum, sum_sq, min, max "
     "FROM old.metric_moments o {join} WHERE {known}",
-    "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, bucket, count "
-    "FROM old.sketch_by_step o {join} WHERE {known}",
-    "sketch_by_staleness": "SELECT 0, run_id, staleness, method, metric, bucket, count "
-    "FROM old.sketch_by_staleness WHERE {known}",
+    "sketch_by_step": "SELECT {fid}, run_id, step, method, metric, {bucket}, sum(count) "
+    "FROM old.sketch_by_step o {join} WHERE {known} GROUP BY ALL",
+    "sketch_by_staleness": "SELECT 0, run_id, staleness, method, metric, {bucket}, sum(count) "
+    "FROM old.sketch_by_staleness WHERE {known} GROUP BY ALL",
     "run_finding": "SELECT run_id, rule, column_name, n_rows, message, found_at, figure, threshold, "
     "examples, advice FROM old.run_finding",
     "run_check": "SELECT run_id, check_name, status, why, checked_at FROM old.run_check",
 }
 """What `convert` copies: every file keeps its rows under its new id (from its digest), of the metrics this
-proxaudit computes; the old store had merged its staleness sketches over files, so they come as file 0."""
+proxaudit computes; the old store had merged its staleness sketches over files, so they come as file 0. Its
+sketches kept fine buckets throughout: from 2^8 on, eight make one bucket now (`evaluator.formulas.sketch`),
+exactly, since each bucket is a union of fine ones."""
+_BUCKET = (
+    f"(sign(bucket) * CASE WHEN abs(bucket) < {COARSE} THEN abs(bucket) "
+    f"ELSE {COARSE} + ((abs(bucket) - {COARSE}) >> {COARSE_BITS}) END)::INTEGER"
+)
 _JOIN = "JOIN old.ingested_file f USING (file_id)"
 _KNOWN = f"metric IN ({', '.join(map(repr, METRICS))})"
 
@@ -181,7 +188,8 @@ def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | Non
             for table, sql in _COPIES.items():
                 digest = "o.digest" if table == "ingested_file" else "f.digest"
                 fid = f"('0x' || left({digest}, 15))::UBIGINT::BIGINT"  # evaluator.store.group.file_id_of
-                con.execute(f"INSERT INTO {table} " + sql.format(fid=fid, join=_JOIN, known=_KNOWN))
+                parts = {"fid": fid, "join": _JOIN, "known": _KNOWN, "bucket": _BUCKET}
+                con.execute(f"INSERT INTO {table} " + sql.format(**parts))
             if MAX_STALENESS_KEY in meta:  # the trainer's maximum staleness, for the gate
                 limit = meta[MAX_STALENESS_KEY]
                 con.execute("INSERT INTO store_meta VALUES (?, ?)", [MAX_STALENESS_KEY, limit])
