@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evaluator.formulas.sketch import bucket_code, bucket_value, sketch_quantile
+from evaluator.store.maintenance import _BUCKET
 from schemas.store import STORE_DDL
 from tests.reference import QUANTILE_PERCENT, promised_value, within_promise
 
@@ -65,6 +66,19 @@ def test_sql_macro_agrees_with_python():
     con.register("b", {"bucket": buckets.astype(np.int32)})
     got = np.array([r[0] for r in con.execute("SELECT proxaudit_bucket_value(bucket) FROM b").fetchall()])
     np.testing.assert_allclose(got, bucket_value(buckets), rtol=1e-15, atol=0)
+
+
+def test_converting_fine_buckets_gives_the_buckets_of_the_values():
+    """`store convert`'s SQL remaps an old store's fine codes (64 per power of two throughout, computed here
+    from the bits) to the codes `bucket_code` gives the same values."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.lognormal(0, 60, 20_000), -rng.lognormal(0, 60, 20_000), [0.0, 256.0, -256.0]])
+    bits = x.view(np.int64)
+    fine = np.maximum(((bits & 0x7FFF_FFFF_FFFF_FFFF) >> 46) - 62911, 0) * np.where(bits < 0, -1, 1)
+    con = duckdb.connect()
+    con.register("old", {"bucket": fine.astype(np.int32)})
+    got = np.array([b for (b,) in con.execute(f"SELECT {_BUCKET} FROM old").fetchall()])
+    np.testing.assert_array_equal(got, bucket_code(x))
 
 
 @pytest.mark.parametrize(

@@ -33,17 +33,16 @@ MANTISSA_BITS = 6
 SHIFT = 52 - MANTISSA_BITS
 ZERO_BELOW = 2.0**-40
 OFFSET = (np.array(ZERO_BELOW).view(np.int64) >> SHIFT) - 1  # 62911
-RELATIVE_ACCURACY = 1.0 / 2 ** (MANTISSA_BITS + 1)
 COARSE_FROM = 2.0**8
 """From this magnitude on, buckets are 8 times wider (8 per power of two)."""
 COARSE_BITS = 3
 COARSE = int(np.array(COARSE_FROM).view(np.int64) >> SHIFT) - int(OFFSET)  # 3073: the first coarse bucket
-COARSE_ACCURACY = 1.0 / 2 ** (MANTISSA_BITS - COARSE_BITS + 1)
 
 
 def coarsened(fine: NDArray[np.int64]) -> NDArray[np.int64]:
     """Bucket codes from fine codes of the same sign (>= 0): 3073 + ((fine - 3073) >> 3) from 3073 on
-    (also how a store of fine buckets is converted: each bucket is a union of fine ones)."""
+    (`proxaudit store convert` does the same in SQL to an old store's fine buckets: each bucket is a union
+    of fine ones, so the conversion is exact)."""
     return np.where(fine < COARSE, fine, COARSE + ((fine - COARSE) >> COARSE_BITS))
 
 
