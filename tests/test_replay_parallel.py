@@ -22,7 +22,7 @@ from evaluator.trainer.synthetic import SyntheticSpec, synthetic_steps
 TABLES = ("ingested_file", "file_tokens", "metric_moments", "sketch_by_step", "sketch_by_staleness")
 BATCH_ROWS = 1 << 13
 """Record batches of 8,192 rows: every file is read in several, and the long file has enough for two
-ranges (a file needs `MIN_BATCHES_PER_WORKER` batches to be cut unasked: none here is)."""
+ranges (a file needs `MIN_BATCHES_PER_THREAD` batches a thread to be cut unasked: none here is)."""
 
 
 def write_folder(folder: Path) -> list[Path]:

@@ -155,6 +155,23 @@ def test_range_threads_give_the_same_summary_bit_for_bit(tmp_path):
         assert _merged(getattr(three, name)).equals(_merged(getattr(one, name)))
 
 
+def test_a_file_of_four_batches_is_cut_in_two_range_threads_here_and_a_cluster_wants_eight_a_task(
+    monkeypatch,
+):
+    """A 1M-token file (four batches of 2^18 rows, the last one short) is summarised by two threads on two
+    cores; three batches are one range; never more threads than cores; a cluster's range task takes eight
+    batches."""
+    monkeypatch.setattr(file_summary, "usable_cores", lambda: 2)
+    batch = file_summary.BATCH_ROWS
+    assert file_summary.default_workers(3 * batch + 1) == 2
+    assert file_summary.default_workers(3 * batch) == 1
+    assert file_summary.default_workers(2 * batch) == 1
+    assert file_summary.default_workers(100 * batch) == 2
+    assert file_summary.default_workers(16 * batch, cores=4) == 2
+    assert file_summary.default_workers(15 * batch + 1, cores=4) == 2
+    assert file_summary.default_workers(15 * batch, cores=4) == 1
+
+
 def test_a_failing_range_fails_the_file(tmp_path, monkeypatch):
     """The error of one range's thread is the file's (replay reports it as that file's failure)."""
     spec = SyntheticSpec(run_id="r", tokens_per_step=3000, mean_length=16)

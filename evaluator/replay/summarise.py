@@ -35,8 +35,12 @@ from evaluator.replay.sampling import sampled
 from evaluator.store import FileSummary
 
 BATCH_ROWS = 1 << 18
-MIN_BATCHES_PER_WORKER = 8
-"""A range costs a task on a cluster (and its share of the GIL here); give each at least 2M rows."""
+MIN_BATCHES_PER_THREAD = 2
+"""Range threads here cut a file of at least this many batches a thread (a 1M-token file: two threads, 2.3x
+faster on 2 cores, BENCHMARKS.md; the ranges are folded batch by batch in file order, so the numbers are
+the same whatever the cut)."""
+MIN_BATCHES_PER_TASK = 8
+"""A range on a cluster costs a task: give each at least 2M rows."""
 Rows = dict[str, np.ndarray]
 
 
@@ -108,10 +112,14 @@ def usable_cores() -> int:
 
 
 def default_workers(n_rows: int, batch_rows: int = BATCH_ROWS, cores: int | None = None) -> int:
-    """One worker per usable core (or per CPU of a cluster: `cores`), but no more than the file has
-    `MIN_BATCHES_PER_WORKER` batches for."""
-    cores = usable_cores() if cores is None else cores
-    return max(1, min(cores, n_rows // (batch_rows * MIN_BATCHES_PER_WORKER)))
+    """One range thread per usable core, but no more than the file has `MIN_BATCHES_PER_THREAD` batches
+    (the last one perhaps short) for; or one range task per CPU of a cluster (`cores`), each of
+    `MIN_BATCHES_PER_TASK` batches."""
+    if cores is None:
+        cores, least = usable_cores(), MIN_BATCHES_PER_THREAD
+    else:
+        least = MIN_BATCHES_PER_TASK
+    return max(1, min(cores, -(-n_rows // batch_rows) // least))
 
 
 RangeMap = Callable[[list[SummariseRange]], Iterator[RangeSummary | FileFailed]]
