@@ -20,6 +20,7 @@ from evaluator.importers import nemo_rl
 from evaluator.replay import replay
 from evaluator.store import StoreWriter, connect_store, reader
 from evaluator.store.checks import snapshot_id
+from evaluator.store.derived import mergeable
 from evaluator.store.lake import locate
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import loop, read_alerts
@@ -132,7 +133,7 @@ def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_pat
     own process opens no reader of the store (it keeps nothing a look allocated), the files, verdicts
     and alerts are what one process would give, and the snapshot up to which the looks checked the store's
     values is handed on (a fresh process does not read the whole store again), and every `MERGE_EVERY`
-    looks the small files of the tables looks read are merged."""
+    tidyings the small files of the tables looks read are merged."""
     monkeypatch.setattr(loop, "MERGE_EVERY", 2)
     clock, pids = Clock(), []
     watch, lines = watcher(tmp_path, clock)
@@ -155,6 +156,50 @@ def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_pat
     with connect_store(tmp_path / "metrics") as con:
         assert watch.checked is not None and watch.checked[1] == snapshot_id(con)
         assert con.execute(live).fetchone() == (2,)  # the first two merged by the second look, the third's
+
+
+def test_a_look_s_alerts_are_raised_before_its_sketches_are_merged(tmp_path):
+    """A look judges the run on the new files' staleness sketch rows as they were staged, and watch writes
+    its alerts before the tidying merges them (the merge does not delay an alert); after it the run's rows
+    are one merged sketch, as a clean replay leaves them."""
+    clock = Clock()
+    watch, _ = watcher(tmp_path, clock)
+    for i in range(3):
+        RUN.write_file(tmp_path / "logs", i)
+    seen, tidy = [], watch._tidy
+
+    def looking_first() -> None:
+        with connect_store(tmp_path / "metrics") as con:
+            seen.append((read_alerts(tmp_path / "alerts.jsonl"), mergeable(con)))
+        tidy()
+
+    watch._tidy = looking_first
+    clock.now += 10
+    assert watch.poll() is None and watch.ingested == 3
+    ((alerts, unmerged),) = seen
+    assert alerts and unmerged == ["sim"]
+    with connect_store(tmp_path / "metrics") as con:
+        assert mergeable(con) == []
+    replay([tmp_path / "logs"], tmp_path / "clean", progress=False)
+    assert_same_store(tmp_path / "metrics", tmp_path / "clean")
+
+
+def test_the_tidying_waits_while_files_wait_for_at_most_its_looks(tmp_path, monkeypatch):
+    """One file a look, four files waiting: the second look tidies (`TIDY_AFTER` 2 looks), the third leaves
+    its run's rows unmerged (a file still waits), the fourth, caught up, merges them."""
+    monkeypatch.setattr(loop, "FILES_PER_LOOK", 1)
+    monkeypatch.setattr(loop, "TIDY_AFTER", 2)
+    clock = Clock()
+    watch, _ = watcher(tmp_path, clock)
+    for i in range(4):
+        RUN.write_file(tmp_path / "logs", i)
+    after = []
+    for _ in range(4):
+        clock.now += 10
+        assert watch.poll() is None
+        with connect_store(tmp_path / "metrics") as con:
+            after.append((watch.ingested, watch.tidied, mergeable(con)))
+    assert after == [(1, 0, []), (2, 1, []), (3, 1, ["sim"]), (4, 2, [])]
 
 
 def test_a_look_s_process_dies_with_watch(tmp_path):

@@ -199,6 +199,7 @@ def replay(
     sample: float = 1.0,
     data_path: str | None = None,
     batch_rows: int = BATCH_ROWS,
+    merge: bool = True,
 ) -> ReplayReport:
     """Replay every Parquet file under `paths` into the store at `db_path` (created if missing), in sorted
     order (see the module docstring; `on_found` hears first the folders they are in, with their runs), on
@@ -210,7 +211,9 @@ def replay(
     `evaluator.replay.ray_runner`), ingesting here in the same order. `sample`: the fraction of sequences
     summarised (`evaluator.replay.sampling`; recorded in the store). `data_path`: where a new store's
     Parquet files go (a folder or an s3:// prefix). `batch_rows`: the rows of a record batch
-    (`evaluator.replay.summarise`; how long a file must be to be cut into ranges follows it).
+    (`evaluator.replay.summarise`; how long a file must be to be cut into ranges follows it). `merge`:
+    False leaves merging the runs' staleness sketches to the caller
+    (`evaluator.store.maintenance.merge_run_sketches`: `watch` raises its alerts first).
 
     Raises `UsageError` for a missing path, `NothingReadableError` when no file could be read and
     `StoreError` for a store of other parameters."""
@@ -229,7 +232,9 @@ def replay(
         announcer = Announcer(staging, on_file)
         ingest_s = 0.0
         runner = _runner(ray, file_workers(files) if workers is None else workers)
-        writer = StoreWriter(db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path)
+        writer = StoreWriter(
+            db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path, merge=merge
+        )
         with writer as store, _progress(files, progress) as bar, runner:
             if staleness_limit is not None:
                 store.record_max_staleness(*staleness_limit)

@@ -73,10 +73,10 @@ def stale_runs(con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> lis
     return [run for (run,) in con.execute(_STALE, {"max": limit}).fetchall()]
 
 
-def refresh(con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> list[str]:
-    """Recompute the derived rows of every stale run, and merge the staleness sketches of every run whose
-    rows come from more than one file, inside the caller's transaction; the runs."""
-    unmerged = mergeable(con)
+def refresh(con: duckdb.DuckDBPyConnection, max_staleness: int | None, merge: bool = True) -> list[str]:
+    """Recompute the derived rows of every stale run, and (with `merge`) merge the staleness sketches of
+    every run whose rows come from more than one file, inside the caller's transaction; the runs."""
+    unmerged = mergeable(con) if merge else []
     if unmerged:
         merge_sketches(con, unmerged)
     runs = stale_runs(con, max_staleness)

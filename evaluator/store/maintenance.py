@@ -15,8 +15,9 @@ from evaluator.duck import connect
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import Loss
 from evaluator.formulas.sketch import COARSE, COARSE_BITS
+from evaluator.store import derived
 from evaluator.store.checks import written
-from evaluator.store.commits import committed
+from evaluator.store.commits import Rollback, committed
 from evaluator.store.lake import DUCKDB_MAGIC, STORE, attach, locate, stored_data_path
 from evaluator.store.reader import LOSS_KEY, MAX_STALENESS_KEY
 from evaluator.store.writer import StoreWriter
@@ -92,6 +93,32 @@ def compact(
 WATCHED_TABLES = ("file_tokens", "file_evidence", "file_sequences", "metric_moments")
 """The per-file tables each of watch's looks reads whole (to find stale runs, the run's findings, repeated
 tokens, the intervals and the verdict): one Parquet file per ingested file unless merged."""
+
+
+def merge_run_sketches(db: str | os.PathLike) -> list[str]:
+    """Merge the staleness sketches of every run of the store at `db` whose rows come from more than one
+    file (`evaluator.store.derived.merge_sketches`), in one commit: what a replay with `merge=False` left
+    (`watch` raises its alerts first; readers add up a run's rows over its files either way). The runs
+    merged."""
+    location = locate(db)
+    con = attach(location, read_only=False)
+    try:
+        con.execute(f"USE {STORE}")
+
+        def work() -> list[str]:
+            runs = derived.mergeable(con)
+            if not runs:
+                raise Rollback([])
+            derived.merge_sketches(con, runs)
+            con.execute("UPDATE ingest_ticket SET n = n + 1")  # conflicts with another writer's commit
+            return runs
+
+        runs = committed(con, work, "merge")
+        if runs:
+            written(con, location)
+        return runs
+    finally:
+        con.close()
 
 
 def merge_small_files(db: str | os.PathLike, tables: tuple[str, ...] = WATCHED_TABLES) -> int:

@@ -69,8 +69,13 @@ class StoreWriter:
         max_staleness: int | None = None,
         sample: float = 1.0,
         data_path: str | None = None,
+        merge: bool = True,
     ) -> None:
         self.location = locate(db, data_path)
+        self.merge = merge
+        """merge the runs' staleness sketches as rows pile up and at the end (False: the caller does,
+        `evaluator.store.maintenance.merge_run_sketches`; until then readers add up a run's rows over its
+        files, as they do for another writer's files)"""
         self.db = self.location.given
         self.loss, self.max_staleness, self.sample = loss, max_staleness, float(sample)
         self.con: duckdb.DuckDBPyConnection | None = None
@@ -126,7 +131,7 @@ class StoreWriter:
         """Recompute, in one commit, the findings, checks and intervals of every run whose stored files
         differ from those they were computed from; the runs."""
         return self._committed(
-            lambda: self._changed(derived.refresh(self.con, self.max_staleness)), "derived"
+            lambda: self._changed(derived.refresh(self.con, self.max_staleness, self.merge)), "derived"
         )
 
     def _committed(self, work: Callable[[], T], name: str | tuple[str, ...]) -> T:
@@ -227,7 +232,7 @@ class StoreWriter:
             return [self._alone(f) for f in files]
         self.discard([f for f in files if f.file_id not in registered])  # not the store's files
         for f in files:
-            if f.file_id in registered:
+            if f.file_id in registered and self.merge:
                 self._merge_later(f)
         return results
 

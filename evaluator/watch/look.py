@@ -1,5 +1,7 @@
 """One look's work (`Look`): the newly complete files imported (a trainer's dump) and replayed into the
-store, then every run judged again on the latest snapshot, in a process of its own (`LookProcess`),
+store, then every run judged again on the latest snapshot; once watch has raised the look's alerts, its
+tidying (`Tidy`): the new files' staleness sketches merged into their runs', and every `MERGE_EVERY` looks
+the small data files merged. Both run in a process of their own (`LookProcess`),
 replaced after `LOOKS_PER_PROCESS` looks. Watch itself lists folders and raises alerts: its resident memory
 stays flat however long the run, and what a look's libraries keep between looks (DuckDB's and Arrow's
 allocators, pooled reader connections) goes with the process that kept it.
@@ -15,7 +17,7 @@ from evaluator.replay import replay
 from evaluator.replay.workers import WorkerPool
 from evaluator.store.checks import checked_up_to, trust_checked
 from evaluator.store.lake import locate
-from evaluator.store.maintenance import merge_small_files
+from evaluator.store.maintenance import merge_run_sketches, merge_small_files
 from evaluator.validate.report import findings_lines
 from evaluator.watch.completeness import Entry
 from evaluator.watch.dumps import DumpImporter
@@ -48,10 +50,10 @@ class LookResult:
 
 @dataclass(frozen=True)
 class Look:
-    """Replay `entries` (imported first with `importer`) into the store at `db`; then judge every run if a
-    file went in, or if `judge` (watch has not judged yet), and the store exists. `checked`: the snapshot
-    up to which an earlier look checked the store's values (`evaluator.store.checks.checked_up_to`);
-    `merge_files`: then merge the small data files of the tables each look reads (`merge_small_files`)."""
+    """Replay `entries` (imported first with `importer`) into the store at `db`, its runs' staleness
+    sketches left unmerged for `Tidy`; then judge every run if a file went in, or if `judge` (watch has not
+    judged yet), and the store exists. `checked`: the snapshot up to which an earlier look checked the
+    store's values (`evaluator.store.checks.checked_up_to`)."""
 
     entries: tuple[Entry, ...]
     db: str
@@ -62,7 +64,6 @@ class Look:
     interval: float
     judge: bool
     checked: tuple[str, int] | None = None
-    merge_files: bool = False
     kind = "look"
 
     @property
@@ -78,8 +79,6 @@ class Look:
             if store.exists():
                 if result.ingested or self.judge:
                     self._judge(result)
-                if self.merge_files:
-                    merge_small_files(self.db)
                 result.checked = checked_up_to(store) or self.checked
         except ProxauditError as error:  # a store of another loss, ...: watch stops with it
             result.error = error
@@ -102,7 +101,7 @@ class Look:
             # in this process (a large file is summarised in threads here): no workers' memory on top
             report = replay(
                 logs, self.db, on_file=heard, progress=False, loss=self.loss,
-                max_staleness=self.max_staleness, workers=1,
+                max_staleness=self.max_staleness, workers=1, merge=False,
             )  # fmt: skip
         except UsageError as error:  # a file vanished between the listing and the replay
             result.said.append((f"{error}; looking again in {self.interval:g} s", True))
@@ -123,20 +122,50 @@ class Look:
             result.trends = run_trends(self.db, gate.method, gate.tolerance, self.max_staleness)
 
 
+@dataclass(frozen=True)
+class Tidy:
+    """After a look that ingested files, once its alerts are out: merge the staleness sketches of the runs
+    of the store at `db` (`merge_run_sketches`: the judging read them unmerged, the same counts), and with
+    `merge_files` the small data files of the tables each look reads (`merge_small_files`). `checked` as
+    `Look`'s: the result's `checked` is the snapshot checked after it."""
+
+    db: str
+    merge_files: bool
+    checked: tuple[str, int] | None = None
+    kind = "tidy"
+
+    @property
+    def path(self) -> str:  # named in a failed tidying's error
+        return f"of {self.db}"
+
+    def run(self) -> LookResult:
+        result = LookResult(checked=self.checked)
+        trust_checked(self.checked)
+        try:
+            merge_run_sketches(self.db)
+            if self.merge_files:
+                merge_small_files(self.db)
+            result.checked = checked_up_to(locate(self.db)) or self.checked
+        except ProxauditError as error:
+            result.error = error
+        return result
+
+
 class LookProcess:
-    """Runs each look in a worker process (`evaluator.watch.look_worker`), a fresh one every
-    `looks_per_process` looks; a look that fails unexpectedly, or whose process dies, is a `FileFailed`."""
+    """Runs each look and its tidying in a worker process (`evaluator.watch.look_worker`), a fresh one
+    every `looks_per_process` looks; a look that fails unexpectedly, or whose process dies, is a
+    `FileFailed`."""
 
     def __init__(self, looks_per_process: int = LOOKS_PER_PROCESS) -> None:
         self.looks_per_process = looks_per_process
         self._pool: WorkerPool | None = None
         self._looks = 0
 
-    def run(self, look: Look) -> LookResult:
-        if self._pool is None or self._looks >= self.looks_per_process:
+    def run(self, look: Look | Tidy) -> LookResult:
+        if self._pool is None or (look.kind == "look" and self._looks >= self.looks_per_process):
             self.close()
             self._pool = WorkerPool(1, module=LOOK_WORKER)
-        self._looks += 1
+        self._looks += look.kind == "look"
         (result,) = self._pool.map([look])
         if isinstance(result, FileFailed):
             self.close(kill=True)

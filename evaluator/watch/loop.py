@@ -6,7 +6,8 @@ Each complete file is handed to replay once per version of it (its size and time
 whose digest the store holds, so a restarted watch hands every file again and ingests only what is new,
 and a file that other `replay` processes ingested (a store takes several writers at once) is not counted
 twice. The alerts already written are read back at start, so a restart repeats none. Each look's replay
-and judging run in a process of their own (`evaluator.watch.look`), so watch's own memory stays flat. With
+and judging, and its tidying once its alerts are out (`TIDY_AFTER`), run in a process of their own
+(`evaluator.watch.look`), so watch's own memory stays flat. With
 `tensorboard` or `wandb`, each look that judged (or found the run ended) writes the steps final by then
 (`evaluator.watch.scalars`).
 """
@@ -28,7 +29,7 @@ from evaluator.watch.completeness import Entry, Split, split
 from evaluator.watch.dumps import DumpImporter
 from evaluator.watch.judge import RunVerdict
 from evaluator.watch.listing import Lister
-from evaluator.watch.look import Look, LookProcess
+from evaluator.watch.look import Look, LookProcess, Tidy
 from evaluator.watch.progress import Status, progress_text
 from evaluator.watch.scalars import ScalarExport
 from evaluator.watch.sinks import AlertsFile, Webhook, state
@@ -41,9 +42,14 @@ FILES_PER_LOOK = GROUP_FILES
 """The most files one look replays (in path order, the step order of the hook's files; one group commit): a
 watch that fell behind judges the run and raises its alerts after each such group, not once after the
 whole backlog."""
+TIDY_AFTER = 4
+"""A look's tidying (its runs' staleness sketches merged, `evaluator.watch.look.Tidy`) runs after its alerts,
+once no complete file waits for a look, or before watch exits. While files wait it is put off, so that watch
+catches up sooner, for at most this many looks that ingested files (each judging reads every unmerged
+file's sketch rows)."""
 MERGE_EVERY = 20
-"""Every this many looks, the look then merges the small data files of the tables looks read (one per
-ingested file otherwise: a look late in a long run spent seconds opening them)."""
+"""Every this many tidyings (`evaluator.watch.look.Tidy`), the small data files of the tables looks read
+are merged too (one per ingested file otherwise: a look late in a long run spent seconds opening them)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,9 @@ class Watcher:
         self.importer = options.importer
         """the dump importer, with the runs it has met (each look hands it over and takes it back)"""
         self.looks = LookProcess()
-        self.looked = 0
+        self.untidy, self.tidied = 0, 0
+        """the looks since the last tidying that ingested files (their sketches still to merge: `_tidy`);
+        the tidyings"""
         self.checked: tuple[str, int] | None = None
         """the snapshot up to which a look checked the store's values (the next look, perhaps in a fresh
         process, reads only what came after it)"""
@@ -151,25 +159,37 @@ class Watcher:
             self.scalars.after_look(self.verdicts, self.trends, ended)  # the steps final by now
             self.exported_ended = ended
         self._show(parts, now)
+        code = self._exit_code(ended, bool(new))
+        if self.untidy and (code is not None or self.untidy >= TIDY_AFTER or not self._behind(ended)):
+            self._tidy()  # after the alerts: the merge does not delay them
+        return code
+
+    def _exit_code(self, ended: bool, looked_at_files: bool) -> int | None:
+        o = self.options
         if "fail" in o.exit_on and any(v.action == "do_not_ship" for v in self.verdicts):
             return 1
         if "trend" in o.exit_on and any(t.trend.drifting for t in self.trends):
             return 1
-        if o.until_idle and ended and not new:
+        if o.until_idle and ended and not looked_at_files:
             return 0
         return None
+
+    def _behind(self, ended: bool) -> bool:
+        """Is a complete file waiting for a look (the folders listed again: one may have come meanwhile)?"""
+        files = split(self.fmt, self.lister.scan(), ended=ended)
+        return any(self.handed.get(e.path) != (e.size, e.mtime_ns) for e in files.complete)
 
     def _look(self, new: Sequence[Entry]) -> tuple[bool, list[Alert]]:
         """Replay the newly complete files and judge the runs again, in the looks' process: (judged, the
         alerts)."""
         o = self.options
-        self.looked += 1
         look = Look(
             tuple(new), str(o.db), self.importer, o.loss, o.max_staleness, o.thresholds, o.interval,
-            judge=not self.judged, checked=self.checked, merge_files=self.looked % MERGE_EVERY == 0,
+            judge=not self.judged, checked=self.checked,
         )  # fmt: skip
         result = self.looks.run(look)
         self.checked = result.checked
+        self.untidy += bool(result.ingested)
         for text, err in result.said:
             self.status.echo(text, err=err)
         if result.error is not None:
@@ -185,6 +205,16 @@ class Watcher:
         now = utc_now()
         on_verdicts = self.machine.on_verdicts(self.verdicts, now, self.as_of)
         return True, on_verdicts + self.machine.on_trends(self.trends, now, self.as_of)
+
+    def _tidy(self) -> None:
+        """Merge the sketches of the files the last look ingested (`Tidy`), in the looks' process; every
+        `MERGE_EVERY` tidyings the small data files too."""
+        self.tidied += 1
+        tidy = Tidy(str(self.options.db), self.tidied % MERGE_EVERY == 0, self.checked)
+        result = self.looks.run(tidy)
+        self.checked, self.untidy = result.checked, 0
+        if result.error is not None:
+            raise result.error
 
     def _emit(self, alert: Alert) -> None:
         self.status.echo(f"alert: {alert.text()}")
