@@ -185,8 +185,9 @@ def test_a_look_s_alerts_are_raised_before_its_sketches_are_merged(tmp_path):
 
 
 def test_the_tidying_waits_while_files_wait_for_at_most_its_looks(tmp_path, monkeypatch):
-    """One file a look, four files waiting: the second look tidies (`TIDY_AFTER` 2 looks), the third leaves
-    its run's rows unmerged (a file still waits), the fourth, caught up, merges them."""
+    """One file a look, four files waiting: the first look tidies (`TIDY_AFTER` 2 looks, counting the
+    tidying a watch owes at start), the second leaves its run's rows unmerged (files still wait), the third
+    tidies (two looks), the fourth, caught up, tidies."""
     monkeypatch.setattr(loop, "FILES_PER_LOOK", 1)
     monkeypatch.setattr(loop, "TIDY_AFTER", 2)
     clock = Clock()
@@ -199,7 +200,21 @@ def test_the_tidying_waits_while_files_wait_for_at_most_its_looks(tmp_path, monk
         assert watch.poll() is None
         with connect_store(tmp_path / "metrics") as con:
             after.append((watch.ingested, watch.tidied, mergeable(con)))
-    assert after == [(1, 0, []), (2, 1, []), (3, 1, ["sim"]), (4, 2, [])]
+    assert after == [(1, 1, []), (2, 1, ["sim"]), (3, 2, []), (4, 3, [])]
+
+
+def test_a_restarted_watch_merges_what_a_killed_one_left_unmerged(tmp_path):
+    """A watch killed between a look and its tidying leaves a run's rows unmerged; the next watch merges
+    them at its first look, though it ingests nothing."""
+    for i in range(2):
+        RUN.write_file(tmp_path / "logs", i)
+    replay([tmp_path / "logs"], tmp_path / "metrics", progress=False, merge=False)
+    with connect_store(tmp_path / "metrics") as con:
+        assert mergeable(con) == ["sim"]
+    watch, _ = watcher(tmp_path, Clock())
+    assert watch.poll() is None and watch.ingested == 0
+    with connect_store(tmp_path / "metrics") as con:
+        assert mergeable(con) == []
 
 
 def test_a_look_s_process_dies_with_watch(tmp_path):

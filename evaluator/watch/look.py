@@ -1,7 +1,7 @@
 """One look's work (`Look`): the newly complete files imported (a trainer's dump) and replayed into the
 store, then every run judged again on the latest snapshot; once watch has raised the look's alerts, its
-tidying (`Tidy`): the new files' staleness sketches merged into their runs', and every `MERGE_EVERY` looks
-the small data files merged. Both run in a process of their own (`LookProcess`),
+tidying (`Tidy`): the new files' staleness sketches merged into their runs', and every `MERGE_EVERY`
+tidyings the small data files merged. Both run in a process of their own (`LookProcess`),
 replaced after `LOOKS_PER_PROCESS` looks. Watch itself lists folders and raises alerts: its resident memory
 stays flat however long the run, and what a look's libraries keep between looks (DuckDB's and Arrow's
 allocators, pooled reader connections) goes with the process that kept it.

@@ -106,9 +106,9 @@ class Watcher:
         self.importer = options.importer
         """the dump importer, with the runs it has met (each look hands it over and takes it back)"""
         self.looks = LookProcess()
-        self.untidy, self.tidied = 0, 0
-        """the looks since the last tidying that ingested files (their sketches still to merge: `_tidy`);
-        the tidyings"""
+        self.untidy, self.tidied = 1, 0
+        """the looks since the last tidying that ingested files (their sketches still to merge: `_tidy`; 1 at
+        start: a watch killed before its tidying left some); the tidyings"""
         self.checked: tuple[str, int] | None = None
         """the snapshot up to which a look checked the store's values (the next look, perhaps in a fresh
         process, reads only what came after it)"""
@@ -160,11 +160,16 @@ class Watcher:
             self.exported_ended = ended
         self._show(parts, now)
         code = self._exit_code(ended, bool(new))
-        if self.untidy and (code is not None or self.untidy >= TIDY_AFTER or not self._behind(ended)):
+        if (
+            self.untidy
+            and stored
+            and (code is not None or self.untidy >= TIDY_AFTER or not self._behind(ended))
+        ):
             self._tidy()  # after the alerts: the merge does not delay them
         return code
 
     def _exit_code(self, ended: bool, looked_at_files: bool) -> int | None:
+        """1 when `exit_on` fired, 0 when the run ended and its last files are in (`until_idle`)."""
         o = self.options
         if "fail" in o.exit_on and any(v.action == "do_not_ship" for v in self.verdicts):
             return 1
