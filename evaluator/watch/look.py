@@ -9,6 +9,7 @@ allocators, pooled reader connections) goes with the process that kept it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from evaluator.errors import FileFailed, NothingReadableError, ProxauditError, UsageError
@@ -71,18 +72,13 @@ class Look:
         return f"into {self.db}"
 
     def run(self) -> LookResult:
-        result = LookResult(importer=self.importer, checked=self.checked)
-        trust_checked(self.checked)
-        try:
-            self._replay(result)
-            store = locate(self.db)
-            if store.exists():
-                if result.ingested or self.judge:
-                    self._judge(result)
-                result.checked = checked_up_to(store) or self.checked
-        except ProxauditError as error:  # a store of another loss, ...: watch stops with it
-            result.error = error
-        return result
+        result = LookResult(importer=self.importer)
+        return on_store(self.db, self.checked, result, lambda: self._look(result))
+
+    def _look(self, result: LookResult) -> None:
+        self._replay(result)
+        if (result.ingested or self.judge) and locate(self.db).exists():
+            self._judge(result)
 
     def _replay(self, result: LookResult) -> None:
         logs = [e.path for e in self.entries]
@@ -139,16 +135,30 @@ class Tidy:
         return f"of {self.db}"
 
     def run(self) -> LookResult:
-        result = LookResult(checked=self.checked)
-        trust_checked(self.checked)
-        try:
-            merge_run_sketches(self.db)
-            if self.merge_files:
-                merge_small_files(self.db)
-            result.checked = checked_up_to(locate(self.db)) or self.checked
-        except ProxauditError as error:
-            result.error = error
-        return result
+        return on_store(self.db, self.checked, LookResult(), self._merge)
+
+    def _merge(self) -> None:
+        merge_run_sketches(self.db)
+        if self.merge_files:
+            merge_small_files(self.db)
+
+
+def on_store(
+    db: str, checked: tuple[str, int] | None, result: LookResult, work: Callable[[], None]
+) -> LookResult:
+    """`result` once `work()` (a look's or a tidying's) is done on the store at `db`: the store's values
+    trusted up to `checked` first, and after it the snapshot up to which they are checked (`checked` while
+    there is no store); a `ProxauditError` (a store of another loss, ...) is its `error`: watch stops."""
+    result.checked = checked
+    trust_checked(checked)
+    try:
+        work()
+        store = locate(db)
+        if store.exists():
+            result.checked = checked_up_to(store) or checked
+    except ProxauditError as error:
+        result.error = error
+    return result
 
 
 class LookProcess:
