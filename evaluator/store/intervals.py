@@ -7,17 +7,12 @@ staleness >= 1, where the excess is not 0 by construction); the error metrics' m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import duckdb
 import numpy as np
 import pyarrow as pa
 
 from evaluator.formulas.bootstrap import REPLICATES, percentile_interval, ratio_replicates, step_draws
 from schemas.figures import EXCESS, EXCESS_FIGURES, FIGURES, FLOOR, FLOOR_METHOD, INTERVAL_FIGURES, LEVEL
-
-if TYPE_CHECKING:  # pandas only when intervals are computed: importing the store does not load it
-    import pandas as pd
 
 _STAT = {"sum": "s", "count": "n"}
 SUMS: dict[str, tuple[str, str, str, str]] = {
@@ -37,66 +32,77 @@ ALL, STALE = -1, -2
 """The staleness labels of the every-staleness grouping (NULL in the tables) and of the stale tokens'
 (staleness >= 1: what a run's excess pools) while computing."""
 
-_SUMS = """
-    SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
-    FROM metric_moments WHERE metric IN ({metrics}) AND run_id IN (SELECT unnest($runs))
-    GROUP BY ALL ORDER BY ALL"""
-"""Ordered sums, ordered rows: the same store gives the same floats whatever DuckDB's threads do."""
+_SUMS = f"""
+    WITH sums AS (
+        SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
+        FROM metric_moments WHERE metric IN ({{metrics}}) AND run_id IN (SELECT unnest($runs))
+        GROUP BY ALL),
+    cells AS (
+        SELECT * FROM sums
+        UNION ALL
+        SELECT run_id, step, {ALL}, method, metric, sum(n ORDER BY staleness), sum(s ORDER BY staleness)
+        FROM sums GROUP BY run_id, step, method, metric
+        UNION ALL
+        SELECT run_id, step, {STALE}, method, metric, sum(n ORDER BY staleness), sum(s ORDER BY staleness)
+        FROM sums WHERE staleness > 0 GROUP BY run_id, step, method, metric)
+    SELECT run_id, metric, n, s,
+        dense_rank() OVER (PARTITION BY run_id ORDER BY step)::INTEGER - 1 AS step_index,
+        dense_rank() OVER (PARTITION BY run_id ORDER BY staleness, method)::INTEGER - 1 AS cell,
+        staleness, method
+    FROM cells ORDER BY run_id, step_index, cell, metric"""
+"""Each run's per-step sums and counts of each (staleness, method) cell, with every staleness's (`ALL`) and
+the stale tokens' (`STALE`) added over stalenesses, in fixed orders (over files, then over stalenesses):
+the same store gives the same floats whatever DuckDB's threads do. Steps and cells as dense indices."""
 
 
-def _per_step(wide: pd.DataFrame, metric: str, stat: str, cells: pd.MultiIndex, steps) -> np.ndarray:
-    """`[n_steps, cells]` of one metric's per-step sums or counts (0 where a cell has none), from the run's
-    table of every metric's sums and counts by step (`_run_rows`)."""
-    if (stat, metric) not in wide.columns:
-        return np.zeros((len(steps), len(cells)))
-    part = wide[stat][metric]
-    return part.reindex(index=steps, columns=cells, fill_value=0.0).to_numpy(np.float64)
+class _Run:
+    """One run's rows of `_SUMS`: its `[n_steps, cells]` sums and counts of each metric (`per_step`), its
+    cells as (staleness, method) in index order."""
+
+    def __init__(self, rows: dict[str, np.ndarray]) -> None:
+        self.rows = rows
+        self.n_steps = int(rows["step_index"].max()) + 1
+        cell_ids, first = np.unique(rows["cell"], return_index=True)
+        self.cells = list(zip(rows["staleness"][first].tolist(), rows["method"][first].tolist(), strict=True))
+        self._of_metric = {m: rows["metric"] == m for m in np.unique(rows["metric"]).tolist()}
+
+    def per_step(self, metric: str, stat: str) -> np.ndarray:
+        """`[n_steps, cells]` of one metric's per-step sums or counts (0 where a cell has none)."""
+        table = np.zeros((self.n_steps, len(self.cells)))
+        at = self._of_metric.get(metric)
+        if at is not None:
+            table[self.rows["step_index"][at], self.rows["cell"][at]] = self.rows[stat][at]
+        return table
 
 
-def _run_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
+def _run_rows(run: _Run) -> tuple[list[dict], list[dict]]:
     """One run's decision and mean interval rows, every staleness and each one."""
-    import pandas as pd
-
-    everything, stale = frame.assign(staleness=ALL), frame[frame["staleness"] > 0].assign(staleness=STALE)
-    frame = pd.concat([frame, everything, stale], ignore_index=True)
-    steps = np.sort(frame["step"].unique())
-    draws = step_draws(len(steps))
-    cells = pd.MultiIndex.from_frame(frame[["staleness", "method"]].drop_duplicates())
-    wide = frame.pivot_table(  # one table of every metric's sums and counts by step
-        index="step",
-        columns=["metric", "staleness", "method"],
-        values=["n", "s"],
-        aggfunc="sum",
-        fill_value=0.0,
-    )
+    draws = step_draws(run.n_steps)
     replicates = {}
     for figure, (num, num_stat, den, den_stat) in SUMS.items():
-        numerator = _per_step(wide, num, num_stat, cells, steps)
-        denominator = _per_step(wide, den, den_stat, cells, steps)
+        numerator, denominator = run.per_step(num, num_stat), run.per_step(den, den_stat)
         replicates[figure] = (ratio_replicates(numerator, denominator, draws), denominator.sum(axis=0) > 0)
-    decision, pooled = [], _excess_cells(cells)
+    decision, pooled = [], _excess_cells(run.cells)
     for figure, (reps, present) in replicates.items():
         lower, upper = percentile_interval(reps)
-        floor = _floor(reps, cells)
+        floor = _floor(reps, run.cells)
         excess = None
         if figure in EXCESS_FIGURES:
             own = np.where(pooled >= 0, reps[:, np.maximum(pooled, 0)], np.nan)  # (R, C)
             excess = percentile_interval(own - floor[:, None])
-        for i, (staleness, method) in enumerate(cells):
+        for i, (staleness, method) in enumerate(run.cells):
             if not present[i] or method == "ground_truth" or staleness == STALE:
                 continue
-            row = dict(staleness=staleness, method=method, n_steps=len(steps), figure=figure,
+            row = dict(staleness=staleness, method=method, n_steps=run.n_steps, figure=figure,
                        lower=lower[i], upper=upper[i])  # fmt: skip
             if excess is not None:
                 row |= dict(excess_lower=excess[0][i], excess_upper=excess[1][i])
             decision.append(row)
     means = []
     for metric in MEAN_METRICS:
-        reps = ratio_replicates(
-            _per_step(wide, metric, "s", cells, steps), _per_step(wide, metric, "n", cells, steps), draws
-        )
+        reps = ratio_replicates(run.per_step(metric, "s"), run.per_step(metric, "n"), draws)
         lower, upper = percentile_interval(reps)
-        for i, (staleness, method) in enumerate(cells):
+        for i, (staleness, method) in enumerate(run.cells):
             if staleness != STALE and np.isfinite(lower[i]):
                 means.append(
                     dict(staleness=staleness, method=method, metric=metric, lower=lower[i], upper=upper[i])
@@ -104,7 +110,7 @@ def _run_rows(frame: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     return decision, means
 
 
-def _excess_cells(cells: pd.MultiIndex) -> np.ndarray:
+def _excess_cells(cells: list[tuple[int, str]]) -> np.ndarray:
     """`[cells]` the cell whose replicates each cell's excess is taken from: its own, but the stale tokens'
     for every staleness (-1 where a method has none)."""
     position = {cell: i for i, cell in enumerate(cells)}
@@ -113,23 +119,25 @@ def _excess_cells(cells: pd.MultiIndex) -> np.ndarray:
     )
 
 
-def _floor(replicates: np.ndarray, cells: pd.MultiIndex) -> np.ndarray:
+def _floor(replicates: np.ndarray, cells: list[tuple[int, str]]) -> np.ndarray:
     """`[replicates]` the engine floor's replicates: `rollout` at staleness 0 (NaN when not measured)."""
     key = (0, FLOOR_METHOD)
     if key not in cells:
         return np.full(replicates.shape[0], np.nan)
-    return replicates[:, cells.get_loc(key)]
+    return replicates[:, cells.index(key)]
 
 
 def interval_tables(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict[str, pa.Table]:
     """`decision_interval` and `mean_interval` rows of `runs`, from the store's moments."""
     sql = _SUMS.format(metrics=", ".join(f"'{m}'" for m in METRICS))
-    frame = con.execute(sql, {"runs": runs}).df()
+    rows = con.execute(sql, {"runs": runs}).fetchnumpy()
+    run_ids, starts = np.unique(rows["run_id"], return_index=True)  # rows come ordered by run
+    ends = [*starts[1:], len(rows["run_id"])]
     decision, means = [], []
-    for run_id, part in frame.groupby("run_id", sort=True):
-        rows = _run_rows(part)
-        decision += [r | {"run_id": run_id} for r in rows[0]]
-        means += [r | {"run_id": run_id} for r in rows[1]]
+    for run_id, start, end in zip(run_ids.tolist(), starts, ends, strict=True):
+        found = _run_rows(_Run({k: v[start:end] for k, v in rows.items()}))
+        decision += [r | {"run_id": run_id} for r in found[0]]
+        means += [r | {"run_id": run_id} for r in found[1]]
     return {"decision_interval": _arrow(decision, _COLUMNS["decision_interval"]),
             "mean_interval": _arrow(means, _COLUMNS["mean_interval"])}  # fmt: skip
 
@@ -191,17 +199,18 @@ def selection_intervals(
     draws = step_draws(len(steps), REPLICATES * family)
     base = figure.removeprefix(EXCESS).removeprefix(FLOOR).removeprefix("mean:")
     num, num_stat, den, den_stat = SUMS.get(base, (base, "s", base, "n"))
-    frame = con.execute(_STEP_SUMS, [run_id, method or FLOOR_METHOD, FLOOR_METHOD, num, den]).df()
+    rows = con.execute(_STEP_SUMS, [run_id, method or FLOOR_METHOD, FLOOR_METHOD, num, den]).fetchnumpy()
+    step_index = np.minimum(np.searchsorted(steps, rows["step"]), len(steps) - 1)
+    known = steps[step_index] == rows["step"]  # a metric's steps outside the intervals' are left out
 
     def replicates(who: str, selected: list[tuple[int, int]]) -> np.ndarray:
         """`[replicates, ranges]` of `who` over each staleness range."""
 
         def sums(metric: str, stat: str) -> np.ndarray:  # (n_steps, ranges), stalenesses added in order
-            part = frame[(frame["method"] == who) & (frame["metric"] == metric)]
-            by_staleness = part.pivot_table(index="step", columns="staleness", values=stat, aggfunc="sum")
-            by_staleness = by_staleness.reindex(steps).fillna(0.0)
-            levels = by_staleness.columns.to_numpy()
-            cells = by_staleness.to_numpy(np.float64)
+            at = known & (rows["method"] == who) & (rows["metric"] == metric)
+            levels, level_index = np.unique(rows["staleness"][at], return_inverse=True)
+            cells = np.zeros((len(steps), len(levels)))
+            cells[step_index[at], level_index] = rows[stat][at]
             return np.stack([cells[:, (levels >= lo) & (levels <= hi)].sum(axis=1) for lo, hi in selected], 1)
 
         return ratio_replicates(sums(num, num_stat), sums(den, den_stat), draws)
