@@ -27,7 +27,6 @@ def test_answers_are_the_connection_s_own_in_every_form():
     assert memo.execute(SQL, [4]).fetchone() == (0, 0.0)
     assert memo.execute(SQL, [0]).fetchone() is None
     np.testing.assert_array_equal(memo.execute(SQL, [4]).fetchnumpy()["value"], [0, 0.5, 1, 1.5])
-    assert memo.execute(SQL, [4]).df().equals(con.execute(SQL, [4]).df())
 
 
 def test_a_repeated_query_runs_once_and_its_answer_cannot_be_changed_by_a_caller():
@@ -35,13 +34,10 @@ def test_a_repeated_query_runs_once_and_its_answer_cannot_be_changed_by_a_caller
     memo = Memo(counting)
     first = memo.execute(SQL, [3]).fetchall()
     first.append("changed")
-    frame = memo.execute(SQL, [3]).df()
-    frame["value"] = -1.0
     memo.execute(SQL, [3]).fetchnumpy()["value"][:] = -1.0
     assert memo.execute(SQL, [3]).fetchall() == [(0, 0.0), (1, 0.5), (2, 1.0)]
-    assert memo.execute(SQL, [3]).df()["value"].tolist() == [0.0, 0.5, 1.0]
     assert memo.execute(SQL, [3]).fetchnumpy()["value"].tolist() == [0.0, 0.5, 1.0]
-    assert counting.queries == 3  # one per form: fetchall, df, fetchnumpy
+    assert counting.queries == 2  # one per form: fetchall, fetchnumpy
     memo.execute(SQL, [5]).fetchall()  # other parameters: another query
-    assert counting.queries == 4
+    assert counting.queries == 3
     assert Memo.of(memo) is memo and Memo.of(counting) is not memo  # a caller's memo serves its callees

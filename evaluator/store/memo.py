@@ -13,7 +13,7 @@ import duckdb
 
 
 class Memo:
-    """`con` whose `execute(sql, params)` results (`fetchall`, `fetchone`, `fetchnumpy`, `df`) are kept
+    """`con` whose `execute(sql, params)` results (`fetchall`, `fetchone`, `fetchnumpy`) are kept
     per (sql, parameters, form); every other attribute is the connection's own."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -53,6 +53,3 @@ class _Answer:
 
     def fetchnumpy(self) -> dict:
         return {k: v.copy() for k, v in self._memo._answer(self._sql, self._params, "fetchnumpy").items()}
-
-    def df(self):  # noqa: ANN201 (pandas is imported by DuckDB on demand)
-        return self._memo._answer(self._sql, self._params, "df").copy()
