@@ -4,6 +4,7 @@ ingest guarantees (idempotence, folder re-replay, bad files skipped, a kill mid-
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -340,3 +341,50 @@ def test_mismatch_floor_and_safe_staleness(replayed, values):
     }
     assert {(r.run_id, r.method): r.safe_staleness for r in got.itertuples()} == expected
     assert len(set(expected.values())) > 1  # the methods differ on this log: the comparison says something
+
+
+def test_one_small_file_is_checked_and_summarised_while_the_store_opens(replayed, tmp_path, monkeypatch):
+    """A replay of one small file into an existing store: the store opens in a thread while the file is
+    checked and summarised (the open here waits until the check has begun: run one after the other, it
+    would wait in vain); the file goes in as it would otherwise. The same file again: its work, done
+    while the store opened, is dropped, and nothing changes."""
+    import threading
+
+    from evaluator.replay import pipeline
+    from evaluator.store.writer import StoreWriter
+
+    db, files = replayed
+    copy = tmp_path / "m"
+    shutil.copytree(db, copy)
+    new = write_log_atomic(
+        synthetic_steps(SyntheticSpec(run_id="run-c", seed=3, tokens_per_step=1024, mean_length=24), 0, 4),
+        tmp_path / "c-000.parquet",
+    )
+    checking, opened_in = threading.Event(), []
+    check_file, enter = pipeline.check_file, StoreWriter.__enter__
+
+    def check(path):
+        checking.set()
+        return check_file(path)
+
+    def open_store(self):
+        opened_in.append((threading.current_thread() is threading.main_thread(), checking.wait(60)))
+        return enter(self)
+
+    monkeypatch.setattr("evaluator.replay.tasks.check_file", check)
+    monkeypatch.setattr(StoreWriter, "__enter__", open_store)
+    report = replay([new], copy)
+    assert [o.status for o in report.outcomes] == ["ingested"]
+    assert opened_in == [(False, True)]  # in another thread, once the check had begun
+    before = table_counts(copy)
+    checking.clear()
+    again = replay([new], copy)
+    assert [o.status for o in again.outcomes] == ["already ingested"] and table_counts(copy) == before
+    assert opened_in[1] == (False, True)
+    fresh = tmp_path / "fresh"
+    monkeypatch.undo()
+    replay([*files, new], fresh)
+    assert table_counts(copy) == table_counts(fresh)
+    key = ["run_id", "step", "method", "metric"]
+    a, b = (view(d, "step_summary").sort_values(key).reset_index(drop=True) for d in (copy, fresh))
+    pd.testing.assert_frame_equal(a, b)

@@ -24,11 +24,13 @@ replays may write the same store at once (each file is ingested once, whichever 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +43,7 @@ from evaluator.problems import Problem
 from evaluator.replay.groups import Groups, failed
 from evaluator.replay.histograms import needs_compiled
 from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
-from evaluator.replay.slots import Slot, digests, require_one_parquet
+from evaluator.replay.slots import Slot, digests, require_one_parquet, stored
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
 from evaluator.replay.tasks import Check, StageTo, Summarise
 from evaluator.replay.workers import LocalRunner, WorkerPool, load_kernels
@@ -99,7 +101,7 @@ def check_and_summarise(
 
 def _check(slots: list[Slot], runner, bar: tqdm) -> None:
     """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
-    todo = [s for s in slots if s.to_check]
+    todo = _to_do(slots)
     results = runner.map(Check(s.path) for s in todo)
     for i, (slot, checked) in enumerate(zip(todo, results, strict=True), 1):
         if isinstance(checked, FileFailed):
@@ -235,18 +237,18 @@ def replay(
         writer = StoreWriter(
             db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path, merge=merge
         )
-        with writer as store, _progress(files, progress) as bar, runner:
+        slots = digests(files, staging)
+        with contextlib.ExitStack() as opened, _progress(files, progress) as bar, runner:
+
+            def work(store: StoreWriter | None) -> tuple[list, Iterator]:
+                stage_to = _worker_staging(store, staging, max_staleness) if ray is not None else None
+                return _work(slots, runner, bar, loss, sample, batch_rows, max_staleness, stage_to)
+
+            store, ahead = _open_while(writer, opened, _alone(slots, runner), lambda: work(None))
             if staleness_limit is not None:
                 store.record_max_staleness(*staleness_limit)
-            slots = digests(files, store.digests(), staging)
-            if any(s.to_check and needs_compiled(footer_rows(s.path)) for s in slots):
-                load_kernels()  # numba's start, while the files are checked (a small file needs none)
-            _check(slots, runner, bar)
-            checked = [s.checked for s in slots if s.checked is not None]
-            findings = judge_call(checked, max_staleness, duplicates=False).findings
-            bar.reset()
-            stage_to = _worker_staging(store, staging, max_staleness) if ray is not None else None
-            summaries = _summaries(slots, runner, loss, bar, sample, batch_rows, stage_to)
+            held = stored(slots, store.digests(), staging)
+            findings, summaries = ahead if ahead and not held else work(store)
             with Groups(store, announcer) as groups:
                 for i, (slot, summary) in enumerate(summaries, 1):
                     start = time.perf_counter()
@@ -259,6 +261,62 @@ def replay(
     if all(o.status == "unreadable" for o in outcomes):
         raise NothingReadableError("no input file could be read: " + "; ".join(o.line() for o in outcomes))
     return ReplayReport(outcomes, findings, ingest_s)
+
+
+def _work(
+    slots: list[Slot],
+    runner,
+    bar: tqdm,
+    loss: Loss,
+    sample: float,
+    batch_rows: int,
+    max_staleness: int | None,
+    stage_to=None,
+) -> tuple[list, Iterator]:
+    """The files' work before the store takes them: each file to do checked, the call judged (its
+    findings), and the summaries (`_summaries`, lazily)."""
+    if any(s.to_check and needs_compiled(footer_rows(s.path)) for s in slots):
+        load_kernels()  # numba's start, while the files are checked (a small file needs none)
+    _check(slots, runner, bar)
+    checked = [s.checked for s in slots if s.checked is not None]
+    findings = judge_call(checked, max_staleness, duplicates=False).findings
+    bar.reset()
+    return findings, _summaries(slots, runner, loss, bar, sample, batch_rows, stage_to)
+
+
+def _to_do(slots: list[Slot]) -> list[Slot]:
+    """The slots to check: neither known from their digest (`stored`) nor copies of earlier files."""
+    return [s for s in slots if s.to_check]
+
+
+def _alone(slots: list[Slot], runner) -> bool:
+    """Is there one file to do, small enough to need no compiled kernels, and checked and summarised in
+    this process? Its work then needs nothing from the store."""
+    todo = _to_do(slots)
+    return (
+        len(todo) == 1 and isinstance(runner, LocalRunner) and not needs_compiled(footer_rows(todo[0].path))
+    )
+
+
+def _open_while(
+    writer: StoreWriter, opened: contextlib.ExitStack, alone: bool, work: Callable[[], tuple[list, Iterator]]
+) -> tuple[StoreWriter, tuple[list, list] | None]:
+    """(the store, `work()`'s result or None): the store opened (`writer`, closed by `opened`) in a thread
+    while a file that is `alone` is checked, judged and summarised here (`work`): opening is mostly DuckDB
+    (its extensions, the store's check) and the file's work mostly polars, numpy and DuckDB, all without the
+    GIL, so a replay of one small file pays about the longer of the two, not both. The caller drops that
+    work if the store holds the file after all (`stored`)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="open-store") as pool:
+        opening = pool.submit(writer.__enter__)
+        try:
+            done = None
+            if alone:
+                findings, summaries = work()
+                done = findings, list(summaries)  # summarised now
+        finally:
+            store = opening.result()  # an open that failed has closed itself: its error is the call's
+            opened.push(writer)
+    return store, done
 
 
 def _worker_staging(store: StoreWriter, staging: Staging, max_staleness: int | None):

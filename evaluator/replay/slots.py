@@ -51,10 +51,9 @@ class Slot:
         return FileOutcome(self.path, status, problems=report.problems)
 
 
-def digests(files: list[Path], known: dict[str, str], staging: Staging) -> list[Slot]:
-    """A slot per file: unreadable, in the store (already ingested from where it is, or a copy of a
-    stored file), a byte copy of an earlier file, or to do. `known`: the stored files' digests and paths;
-    `staging.digests`: the digests of copied objects, taken while they were downloaded."""
+def digests(files: list[Path], staging: Staging) -> list[Slot]:
+    """A slot per file: unreadable, a byte copy of an earlier file, or to do (`stored` then marks those the
+    store holds). `staging.digests`: the digests of copied objects, taken while they were downloaded."""
     slots, first = [], {}
     for path in files:
         slot = Slot(path)
@@ -64,19 +63,28 @@ def digests(files: list[Path], known: dict[str, str], staging: Staging) -> list[
             problem = Problem("unreadable", None, 0, f"cannot read it: {error}")
             slot.outcome = FileOutcome(path, "unreadable", problems=[problem])
         else:
-            if slot.digest in known:
-                here, stored = recorded_location(staging.location(path)), known[slot.digest]
-                slot.outcome = (
-                    FileOutcome(path, "already ingested")
-                    if here == stored
-                    else FileOutcome(path, "copy", copy_of=stored)
-                )
-            elif slot.digest in first:
+            if slot.digest in first:
                 slot.copy_of = first[slot.digest]
             else:
                 first[slot.digest] = slot
         slots.append(slot)
     return slots
+
+
+def stored(slots: list[Slot], known: dict[str, str], staging: Staging) -> list[Slot]:
+    """Mark the slots whose file the store holds (`known`: the stored files' digests and paths): already
+    ingested from where it is, or a copy of a stored file; a check made meanwhile is dropped. Those
+    slots."""
+    held = [slot for slot in slots if slot.digest in known]
+    for slot in held:
+        here, holder = recorded_location(staging.location(slot.path)), known[slot.digest]
+        slot.outcome = (
+            FileOutcome(slot.path, "already ingested")
+            if here == holder
+            else FileOutcome(slot.path, "copy", copy_of=holder)
+        )
+        slot.copy_of = slot.checked = None
+    return held
 
 
 def require_one_parquet(files: list[Path], staging: Staging) -> None:
