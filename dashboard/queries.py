@@ -23,6 +23,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from evaluator.duck import literal
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.store import open_store
@@ -219,9 +220,10 @@ def decision(db: Path, filters: Filters, tolerance: Tolerance = DEFAULT_TOLERANC
         over = [first_step, last_step, lo, hi]
     return _frame(
         db,
-        f"""SELECT d.*, s.* EXCLUDE (run_id, method) FROM {source} d LEFT JOIN {Tolerance.SQL} s
+        f"""SELECT d.*, s.* EXCLUDE (run_id, method) FROM {source} d
+            LEFT JOIN {Tolerance.SQL.format(*map(literal, tolerance.values()))} s
             USING (run_id, method) WHERE {where} ORDER BY run_id, method""",
-        [*over, *tolerance.values(), *params],
+        [*over, *params],
     )
 
 

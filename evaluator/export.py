@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from evaluator.duck import literal
 from evaluator.store import open_store
 
 STAT_SUFFIX = {"mean": "avg", "min": "min", "max": "max"}
@@ -51,9 +52,9 @@ class RunSeries:
         return RunSeries(self.run_id, cut)
 
 
-def _long(con, sql: str, params: list, stats: dict[str, str], prefix) -> pa.Table:
+def _long(con, sql: str, stats: dict[str, str], prefix) -> pa.Table:
     """Rows (run_id, tag, step, value) of a wide query, one per stat column that is not null."""
-    wide = con.sql(sql, params=params).to_arrow_table()
+    wide = con.sql(sql).to_arrow_table()
     parts = []
     for column, suffix in stats.items():
         kept = wide.filter(pc.is_valid(wide[column]))
@@ -65,13 +66,12 @@ def _long(con, sql: str, params: list, stats: dict[str, str], prefix) -> pa.Tabl
 
 def run_series(db: str | Path, run_id: str | None = None, from_step: int = 0) -> list[RunSeries]:
     """Every run's (or one run's) scalars from the store, of the steps from `from_step` on."""
-    where, params = ("TRUE", []) if run_id is None else ("run_id = ?", [run_id])
+    where = "TRUE" if run_id is None else f"run_id = {literal(run_id)}"
     with open_store(db) as con:
         metrics = _long(
             con,
             "SELECT run_id, step, method, metric, mean, min, max FROM step_summary "
-            f"WHERE {where} AND step >= ?",
-            [*params, from_step],
+            f"WHERE {where} AND step >= {literal(from_step)}",
             STAT_SUFFIX,
             lambda t: (t["method"], t["metric"]),
         )
@@ -79,7 +79,6 @@ def run_series(db: str | Path, run_id: str | None = None, from_step: int = 0) ->
             con,
             "SELECT * EXCLUDE (staleness) FROM decision_over(by_step := true, first_step := "
             f"{int(from_step)}) WHERE {where}",
-            params,
             dict(zip(DECISION_FIGURES, DECISION_FIGURES, strict=True)),
             lambda t: (t["method"], pa.array(["decision"] * t.num_rows, pa.string())),
         )

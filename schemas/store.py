@@ -260,8 +260,8 @@ class Tolerance:
     min_tokens: int = 1000
     """a staleness with fewer tokens is not judged"""
 
-    SQL = "safe_staleness(max_gradient_mass_error := ?, max_clip_flip_rate := ?, min_tokens := ?)"
-    """The call of the table macro `safe_staleness`, with `values()` as its parameters."""
+    SQL = "safe_staleness(max_gradient_mass_error := {}, max_clip_flip_rate := {}, min_tokens := {})"
+    """The call of the table macro `safe_staleness`: `values()`, as SQL literals, in its places."""
 
     def values(self) -> list[float | int]:
         return [float(self.max_gradient_mass_error), float(self.max_clip_flip_rate), int(self.min_tokens)]

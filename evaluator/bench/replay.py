@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from evaluator.duck import connect
+from evaluator.duck import connect, literal
 from evaluator.errors import ProxauditError
 from evaluator.store import connect_store
 from evaluator.trainer.synthetic import SyntheticSpec, write_synthetic_log
@@ -79,8 +79,8 @@ def table_bytes(db: Path, table: str) -> tuple[int, int]:
     """(rows, bytes) of one table of a store: the sizes of its Parquet data files."""
     with connect_store(db) as con:
         (size,) = con.execute(
-            "SELECT coalesce(sum(data_file_size_bytes), 0)::BIGINT FROM ducklake_list_files('store', ?)",
-            [table],
+            "SELECT coalesce(sum(data_file_size_bytes), 0)::BIGINT FROM ducklake_list_files('store', "
+            f"{literal(table)})"
         ).fetchone()
         (rows,) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
     return rows, size

@@ -8,7 +8,7 @@ import functools
 
 import duckdb
 
-from evaluator.duck import connect
+from evaluator.duck import connect, literal
 from evaluator.errors import StoreError
 from evaluator.store.lake import STORE, Location, catalog_inode
 from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL
@@ -30,9 +30,8 @@ it: `written`)."""
 def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tuple[str, str], ...]]:
     """Every table and view of the catalog's main schema with its (column, type), in column order."""
     rows = con.execute(
-        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
-        "AND schema_name = 'main' ORDER BY table_name, column_index",
-        [catalog],
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+        f"WHERE database_name = {literal(catalog)} AND schema_name = 'main' ORDER BY table_name, column_index"
     ).fetchall()
     found: dict[str, list[tuple[str, str]]] = {}
     for table, column, dtype in rows:
@@ -55,8 +54,8 @@ def check_store(
     DDL as a base table with its columns, the schema
     version recorded, and (with `values`) values replay writes (`check_values`)."""
     found = _columns(con, catalog)
-    tables = "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = ?"
-    base = {t for (t,) in con.execute(tables, [catalog]).fetchall()}
+    sql = f"SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = {literal(catalog)}"
+    base = {t for (t,) in con.execute(sql).fetchall()}
     if "store_meta" not in base:
         what = f"tables {', '.join(sorted(base))}" if base else "views only" if found else "nothing"
         raise StoreError(f"{db} is not a proxaudit metrics store (it holds {what}, no store_meta table)")

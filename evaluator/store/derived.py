@@ -16,6 +16,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from evaluator.duck import arrow_view, literal
 from evaluator.store.evidence import run_evidence
 from evaluator.store.findings import checks_table, findings_table
 from evaluator.store.intervals import interval_tables
@@ -28,20 +29,20 @@ _STALE = """
     now AS (SELECT run_id, count(*) AS n_files, bit_xor(file_id) AS files_xor FROM files GROUP BY run_id)
     SELECT now.run_id FROM now LEFT JOIN run_state s USING (run_id)
     WHERE s.run_id IS NULL OR s.n_files != now.n_files OR s.files_xor != now.files_xor
-       OR s.max_staleness != $max ORDER BY 1"""
+       OR s.max_staleness != {max} ORDER BY 1"""
 _OF_FILES = """
-    SELECT run_id FROM sketch_by_staleness WHERE $all OR run_id IN (SELECT unnest($runs)) GROUP BY run_id
+    SELECT run_id FROM sketch_by_staleness WHERE {all} OR run_id IN (SELECT unnest({runs})) GROUP BY run_id
     HAVING count(DISTINCT file_id) > 1 ORDER BY 1"""
 _STATE = """
-    SELECT run_id, count(*) AS n_files, bit_xor(file_id) AS files_xor, $max::INTEGER AS max_staleness
-    FROM (SELECT DISTINCT run_id, file_id FROM file_tokens WHERE run_id IN (SELECT unnest($runs)))
+    SELECT run_id, count(*) AS n_files, bit_xor(file_id) AS files_xor, {max}::INTEGER AS max_staleness
+    FROM (SELECT DISTINCT run_id, file_id FROM file_tokens WHERE run_id IN (SELECT unnest({runs})))
     GROUP BY run_id ORDER BY run_id"""
 
 
 _MERGED = """
     CREATE OR REPLACE TEMP TABLE merged_sketch AS
     SELECT 0::BIGINT AS file_id, run_id, staleness, method, metric, bucket, sum(count)::BIGINT AS count
-    FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs)) GROUP BY ALL
+    FROM sketch_by_staleness WHERE run_id IN (SELECT unnest({runs})) GROUP BY ALL
     ORDER BY run_id, method, metric, staleness, bucket"""
 """One row per bucket, in the order a file's rows are staged (`evaluator.store.staging`)."""
 
@@ -50,7 +51,7 @@ def mergeable(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None) -> 
     """Those of `runs` (default: every run) whose staleness sketch rows come from more than one file (file
     0: merged rows). A run of one file is not merged: its rows are its sketch already, and whether a run's
     rows are merged then depends on its set of files alone, never on the replays that stored them."""
-    rows = con.execute(_OF_FILES, {"all": runs is None, "runs": runs or []}).fetchall()
+    rows = con.execute(_OF_FILES.format(all=literal(runs is None), runs=literal(runs or []))).fetchall()
     return [run for (run,) in rows]
 
 
@@ -59,8 +60,8 @@ def merge_sketches(con: duckdb.DuckDBPyConnection, runs: list[str]) -> int:
     (file_id 0; counts add exactly, so merging in any order and as often as one likes gives the same rows),
     inside the caller's transaction: run-level quantiles then read a run's sketch, not one per file. The
     rows left."""
-    con.execute(_MERGED, {"runs": runs})
-    con.execute("DELETE FROM sketch_by_staleness WHERE run_id IN (SELECT unnest($runs))", {"runs": runs})
+    con.execute(_MERGED.format(runs=literal(runs)))
+    con.execute(f"DELETE FROM sketch_by_staleness WHERE run_id IN (SELECT unnest({literal(runs)}))")
     con.execute("INSERT INTO sketch_by_staleness SELECT * FROM merged_sketch")
     (rows,) = con.execute("SELECT count(*) FROM merged_sketch").fetchone()
     con.execute("DROP TABLE merged_sketch")
@@ -70,7 +71,7 @@ def merge_sketches(con: duckdb.DuckDBPyConnection, runs: list[str]) -> int:
 def stale_runs(con: duckdb.DuckDBPyConnection, max_staleness: int | None) -> list[str]:
     """The runs whose derived rows were computed from other files (or another maximum staleness)."""
     limit = NO_MAX if max_staleness is None else int(max_staleness)
-    return [run for (run,) in con.execute(_STALE, {"max": limit}).fetchall()]
+    return [run for (run,) in con.execute(_STALE.format(max=literal(limit))).fetchall()]
 
 
 def refresh(con: duckdb.DuckDBPyConnection, max_staleness: int | None, merge: bool = True) -> list[str]:
@@ -89,10 +90,10 @@ def refresh(con: duckdb.DuckDBPyConnection, max_staleness: int | None, merge: bo
         found, outcomes = run_findings(evidence, max_staleness)
         tables["run_finding"] = findings_table([f for f in found if f.severity == "warning"])
         tables["run_check"] = checks_table(outcomes)
-    tables["run_state"] = con.execute(_STATE, {"runs": runs, "max": limit}).to_arrow_table()
+    tables["run_state"] = con.execute(_STATE.format(runs=literal(runs), max=literal(limit))).to_arrow_table()
     for table, rows in tables.items():
         who = judged if table in ("run_finding", "run_check") else runs
-        con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest($runs))", {"runs": who})
+        con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT unnest({literal(who)}))")
         _insert(con, table, rows)
     return sorted({*runs, *unmerged})
 
@@ -101,11 +102,8 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:
     """Insert `rows` (their columns by name; a table's timestamp columns are now)."""
     if not rows.num_rows:
         return
-    con.register("derived_rows", rows)
-    try:
-        columns = ", ".join(rows.column_names)
-        stamp = {"run_finding": ", found_at", "run_check": ", checked_at"}.get(table, "")
-        now = ", now()" if stamp else ""
+    columns = ", ".join(rows.column_names)
+    stamp = {"run_finding": ", found_at", "run_check": ", checked_at"}.get(table, "")
+    now = ", now()" if stamp else ""
+    with arrow_view(con, "derived_rows", rows):
         con.execute(f"INSERT INTO {table} ({columns}{stamp}) SELECT *{now} FROM derived_rows ORDER BY ALL")
-    finally:
-        con.unregister("derived_rows")

@@ -9,6 +9,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from evaluator.duck import literal
 from evaluator.validate.evidence import KEYS, Evidence, pooled
 
 EXAMPLES = "examples"
@@ -41,11 +42,10 @@ def run_evidence(con: duckdb.DuckDBPyConnection, runs: list[str]) -> tuple[Evide
     read in file_id order, so the sums add in the same order whatever order the files came in), and
     those runs; (None, []) when none does."""
     rows = con.execute(
-        """WITH files AS (SELECT DISTINCT run_id, file_id FROM file_tokens
-                          WHERE run_id IN (SELECT unnest($runs)))
-           SELECT f.run_id, f.file_id, list(e.name ORDER BY e.name) FILTER (WHERE e.name IS NOT NULL)
-           FROM files f LEFT JOIN file_evidence e USING (file_id) GROUP BY ALL ORDER BY ALL""",
-        {"runs": runs},
+        f"""WITH files AS (SELECT DISTINCT run_id, file_id FROM file_tokens
+                           WHERE run_id IN (SELECT unnest({literal(runs)})))
+            SELECT f.run_id, f.file_id, list(e.name ORDER BY e.name) FILTER (WHERE e.name IS NOT NULL)
+            FROM files f LEFT JOIN file_evidence e USING (file_id) GROUP BY ALL ORDER BY ALL"""
     ).fetchall()
     needed = {*KEYS, EXAMPLES}
     incomplete = {run for run, _, names in rows if not needed <= set(names or ())}
@@ -54,9 +54,8 @@ def run_evidence(con: duckdb.DuckDBPyConnection, runs: list[str]) -> tuple[Evide
         return None, []
     files = sorted({file_id for run, file_id, _ in rows if run in complete})
     stored = con.execute(
-        "SELECT file_id, name, ipc FROM file_evidence WHERE file_id IN (SELECT unnest($files)) "
-        "ORDER BY file_id, name",
-        {"files": files},
+        f"SELECT file_id, name, ipc FROM file_evidence WHERE file_id IN (SELECT unnest({literal(files)})) "
+        "ORDER BY file_id, name"
     ).fetchall()
     by_file: dict[int, dict[str, pa.Table]] = {}
     keep = pa.array(complete, pa.string())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
+from evaluator.duck import literal
 from evaluator.store.intervals import MEAN_METRICS, selection_interval, selection_intervals
 from schemas.figures import FIGURES, FLOOR_METHOD, Observed, lookup, with_bounds
 from schemas.store import FLOOR_COLUMNS, STATS
@@ -17,23 +18,23 @@ ALL_STALENESS = (-(2**31), 2**31 - 1)
 # n, mean, min, max and p50/p90/p99 per run over a staleness range, by the macro of the public views (with
 # the full range it is `run_summary`, with one staleness `staleness_summary`).
 _SELECTION_SQL = f"""
-    SELECT run_id, {", ".join(STATS)} FROM summary_over(lo := $lo, hi := $hi)
-    WHERE method = $method AND metric = $metric"""
+    SELECT run_id, {", ".join(STATS)} FROM summary_over(lo := {{lo}}, hi := {{hi}})
+    WHERE method = {{method}} AND metric = {{metric}}"""
 _STORED_MEAN_SQL = """
     SELECT i.run_id, i.lower, i.upper, d.n_steps FROM mean_interval i
     JOIN (SELECT run_id, max(n_steps) AS n_steps FROM decision_interval GROUP BY run_id) d USING (run_id)
-    WHERE i.staleness IS NULL AND i.method = ? AND i.metric = ?"""
+    WHERE i.staleness IS NULL AND i.method = {method} AND i.metric = {metric}"""
 _OVER_SQL = """
-    SELECT run_id, staleness, n, {name} FROM {view}_over(lo := $lo, hi := $hi, by_staleness := $each)
-    WHERE method = $method"""
-_FLOOR_POINT_SQL = "SELECT run_id, {name} FROM decision_over(lo := 0, hi := 0) WHERE method = ?"
+    SELECT run_id, staleness, n, {name} FROM {view}_over(lo := {lo}, hi := {hi}, by_staleness := {each})
+    WHERE method = {method}"""
+_FLOOR_POINT_SQL = "SELECT run_id, {name} FROM decision_over(lo := 0, hi := 0) WHERE method = {method}"
 _SAFE_STALENESS_SQL = """
     SELECT s.run_id, {columns},
            (SELECT coalesce(sum(d.n), 0) FROM decision_staleness_summary d
-            WHERE d.run_id = s.run_id AND d.method = s.method AND d.n >= $min_tokens) AS n
-    FROM safe_staleness(max_gradient_mass_error := $max_gme, max_clip_flip_rate := $max_flip,
-                        min_tokens := $min_tokens) s
-    WHERE s.method = $method"""
+            WHERE d.run_id = s.run_id AND d.method = s.method AND d.n >= {min_tokens}) AS n
+    FROM safe_staleness(max_gradient_mass_error := {max_gme}, max_clip_flip_rate := {max_flip},
+                        min_tokens := {min_tokens}) s
+    WHERE s.method = {method}"""
 _WARNINGS_SQL = """
     SELECT run_id, sum(n_tokens)::BIGINT AS n,
            (SELECT count(*) FROM run_finding f WHERE f.run_id = t.run_id) AS warnings
@@ -47,12 +48,13 @@ def selection_stats(
     `[lo, hi]` (every token if None); the mean with its 95% interval where the store keeps one for the
     metric. Runs without such tokens are absent."""
     lo, hi = staleness if staleness is not None else ALL_STALENESS
-    params = {"method": method, "metric": metric, "lo": lo, "hi": hi}
-    rows = con.execute(_SELECTION_SQL, params).fetchall()
+    values = {"method": method, "metric": metric, "lo": lo, "hi": hi}
+    rows = con.execute(_SELECTION_SQL.format(**{k: literal(v) for k, v in values.items()})).fetchall()
     out = {}
     stored = {}
     if metric in MEAN_METRICS and staleness is None:  # the whole run: the interval the store keeps
-        stored = {r[0]: r[1:] for r in con.execute(_STORED_MEAN_SQL, [method, metric]).fetchall()}
+        sql = _STORED_MEAN_SQL.format(method=literal(method), metric=literal(metric))
+        stored = {r[0]: r[1:] for r in con.execute(sql).fetchall()}
     for run_id, *values in rows:
         n = int(values[0])
         stats = {stat: Observed(value, n=n) for stat, value in zip(STATS, values, strict=True)}
@@ -66,8 +68,11 @@ def selection_stats(
 
 
 def runs_with_metric(con: duckdb.DuckDBPyConnection, method: str, metric: str) -> set[str]:
-    sql = "SELECT DISTINCT run_id FROM metric_moments WHERE method = ? AND metric = ? AND n > 0"
-    return {row[0] for row in con.execute(sql, [method, metric]).fetchall()}
+    sql = (
+        f"SELECT DISTINCT run_id FROM metric_moments WHERE method = {literal(method)} "
+        f"AND metric = {literal(metric)} AND n > 0"
+    )
+    return {row[0] for row in con.execute(sql).fetchall()}
 
 
 def observe(
@@ -85,10 +90,12 @@ def observe(
         rows = con.execute(_WARNINGS_SQL).fetchall()
         return {run: Observed(count, n=n, display=figure.display) for run, n, count in rows}
     if figure.view == "safe_staleness":
-        params = {"method": check.method, "max_gme": check.max_gradient_mass_error,
-                  "max_flip": check.max_clip_flip_rate, "min_tokens": check.min_tokens}  # fmt: skip
         columns = ", ".join(f"s.{c}" for c in with_bounds(figure.name))
-        rows = con.execute(_SAFE_STALENESS_SQL.format(columns=columns), params).fetchall()
+        sql = _SAFE_STALENESS_SQL.format(
+            columns=columns, method=literal(check.method), max_gme=literal(check.max_gradient_mass_error),
+            max_flip=literal(check.max_clip_flip_rate), min_tokens=literal(check.min_tokens),
+        )  # fmt: skip
+        rows = con.execute(sql).fetchall()
         return {run: Observed(v, lo, hi, n, display="level") for run, v, lo, hi, n in rows}
     if variant == "floor":
         return {run: floor[figure.name] for run, floor in engine_floors(con).items()}
@@ -108,12 +115,13 @@ def _points(
     """`{(run_id, staleness): (tokens, value)}` of a decision or weight figure (or its excess over the engine
     floor) over staleness [lo, hi], from the exact sums: pooled (staleness None), or at `each` staleness."""
     figure, variant = lookup(check.figure)
-    params = {"method": check.method, "lo": lo, "hi": hi, "each": each}
-    rows = con.execute(_OVER_SQL.format(name=figure.name, view=figure.view), params).fetchall()
+    sql = _OVER_SQL.format(name=figure.name, view=figure.view, method=literal(check.method), lo=literal(lo),
+                           hi=literal(hi), each=literal(each))  # fmt: skip
+    rows = con.execute(sql).fetchall()
     floors = {}
     if variant == "excess":
-        sql = _FLOOR_POINT_SQL.format(name=figure.name)
-        floors = dict(con.execute(sql, [FLOOR_METHOD]).fetchall())
+        sql = _FLOOR_POINT_SQL.format(name=figure.name, method=literal(FLOOR_METHOD))
+        floors = dict(con.execute(sql).fetchall())
     out = {}
     for run_id, staleness, n, value in rows:
         if variant == "excess":
@@ -160,10 +168,11 @@ def engine_floors(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Observe
 def stale_levels(con: duckdb.DuckDBPyConnection, min_tokens: int) -> dict[str, int]:
     """Each run's largest staleness with at least `min_tokens` loss tokens with `prox_logp` (runs with none
     are absent): the staleness judged up to when nothing says what the trainer runs."""
-    sql = """SELECT run_id, max(staleness) FROM (
-                 SELECT run_id, staleness FROM file_tokens GROUP BY ALL HAVING sum(n_prox) >= ?)
-             GROUP BY run_id"""
-    return dict(con.execute(sql, [min_tokens]).fetchall())
+    sql = f"""SELECT run_id, max(staleness) FROM (
+                  SELECT run_id, staleness FROM file_tokens GROUP BY ALL
+                  HAVING sum(n_prox) >= {literal(min_tokens)})
+              GROUP BY run_id"""
+    return dict(con.execute(sql).fetchall())
 
 
 def minibatches(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from evaluator.duck import arrow_view, literal
 from evaluator.errors import StoreError
 from evaluator.problems import Problem
 from evaluator.store.evidence import evidence_rows
@@ -98,8 +99,8 @@ def check(con: duckdb.DuckDBPyConnection, files: list[StagedFile], db: str) -> l
     constants, so DuckLake skips the stored files whose seq_id range misses the group's); a file found to
     repeat stored tokens is looked at again on its own (a copy, or which file holds them)."""
     ids = [f.file_id for f in files]
-    sql = "SELECT file_id, digest FROM ingested_file WHERE list_contains(?, file_id)"
-    stored = dict(con.execute(sql, [ids]).fetchall())
+    sql = f"SELECT file_id, digest FROM ingested_file WHERE list_contains({literal(ids)}, file_id)"
+    stored = dict(con.execute(sql).fetchall())
     results: list[Result | None] = []
     for f in files:
         if stored.get(f.file_id, f.digest) != f.digest:
@@ -111,32 +112,26 @@ def check(con: duckdb.DuckDBPyConnection, files: list[StagedFile], db: str) -> l
         return results
     bounds = pc.min_max(group["seq_id"])
     in_range = f"e.seq_id BETWEEN {int(bounds['min'].as_py())} AND {int(bounds['max'].as_py())}"
-    con.register("group_sequences", group)
-    try:
+    with arrow_view(con, "group_sequences", group):
         sql = overlaps_sql("group_sequences", "file_sequences", "l.file", "e.file_id", in_range)
         repeating = [todo[row[0]] for row in con.execute(sql).fetchall()]
-    finally:
-        con.unregister("group_sequences")
     for i in repeating:
-        con.register("part_sequences", files[i].sequences)
-        try:
-            results[i] = repeats(con, files[i].file_tokens, files[i].moments)
-        finally:
-            con.unregister("part_sequences")
+        results[i] = repeats(con, files[i].sequences, files[i].file_tokens, files[i].moments)
     return results
 
 
 def register(con: duckdb.DuckDBPyConnection, files: list[StagedFile]) -> None:
     """In the transaction `con` is in: the files' rows of `ingested_file`, their staged Parquet files and
     their evidence for the findings."""
-    values = ", ".join(["(?, ?, ?, ?, ?, now())"] * len(files))
-    params = [v for f in files for v in (f.file_id, f.digest, f.location, f.n_rows, f.n_tokens)]
-    con.execute(f"INSERT INTO ingested_file VALUES {values}", params)
+    values = ", ".join(
+        f"({', '.join(literal(v) for v in (f.file_id, f.digest, f.location, f.n_rows, f.n_tokens))}, now())"
+        for f in files
+    )
+    con.execute(f"INSERT INTO ingested_file VALUES {values}")
     for f in files:
         for table, target in f.staged.items():
             con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(target)}')")
     evidence = [evidence_rows(f.file_id, f.evidence) for f in files if f.evidence is not None]
     if evidence:
-        con.register("part", pa.concat_tables(evidence))
-        con.execute("INSERT INTO file_evidence SELECT * FROM part")
-        con.unregister("part")
+        with arrow_view(con, "part", pa.concat_tables(evidence)):
+            con.execute("INSERT INTO file_evidence SELECT * FROM part")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import duckdb
 
-from evaluator.duck import connect
+from evaluator.duck import connect, literal
 from evaluator.errors import StoreError, UsageError
 
 STORE = "store"
@@ -223,9 +223,10 @@ def _recorded_data_path(con: duckdb.DuckDBPyConnection, location: Location) -> s
     resets the WAL index under this process's readers (a bus error, or a wrong read)."""
     if location.folder is None or not location.exists():
         return ""
-    sql = "SELECT value FROM sqlite_scan(?, 'ducklake_metadata') WHERE key = 'data_path'"
+    catalog = literal(str(location.folder / CATALOG_FILE))
+    sql = f"SELECT value FROM sqlite_scan({catalog}, 'ducklake_metadata') WHERE key = 'data_path'"
     try:
-        rows = con.execute(sql, [str(location.folder / CATALOG_FILE)]).fetchall()
+        rows = con.execute(sql).fetchall()
     except duckdb.Error:
         return ""  # not a DuckLake catalog yet: attaching says so
     return rows[0][0] if rows else ""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from evaluator.duck import connect
+from evaluator.duck import connect, literal
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import Loss
 from evaluator.formulas.sketch import COARSE, COARSE_BITS
@@ -75,14 +75,12 @@ def compact(
         if expire_older_than_h is not None:
             (expired,) = con.execute(
                 f"SELECT count(*) FROM ducklake_expire_snapshots('{STORE}', older_than => now() - "
-                "to_microseconds(?))",
-                [int(expire_older_than_h * 3600e6)],
+                f"to_microseconds({literal(int(expire_older_than_h * 3600e6))}))"
             ).fetchone()
         con.execute(f"SELECT count(*) FROM ducklake_cleanup_old_files('{STORE}', cleanup_all => true)")
         con.execute(
             f"SELECT count(*) FROM ducklake_delete_orphaned_files('{STORE}', older_than => now() - "
-            "to_microseconds(?))",
-            [int(orphan_age_h * 3600e6)],
+            f"to_microseconds({literal(int(orphan_age_h * 3600e6))}))"
         )
         _delete_unregistered(con, orphan_age_h)
         return Compaction(before, _data_files(con), expired)
@@ -219,7 +217,7 @@ def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | Non
                 con.execute(f"INSERT INTO {table} " + sql.format(**parts))
             if MAX_STALENESS_KEY in meta:  # the trainer's maximum staleness, for the gate
                 limit = meta[MAX_STALENESS_KEY]
-                con.execute("INSERT INTO store_meta VALUES (?, ?)", [MAX_STALENESS_KEY, limit])
+                con.execute(f"INSERT INTO store_meta VALUES ({literal(MAX_STALENESS_KEY)}, {literal(limit)})")
             con.execute("UPDATE ingest_ticket SET n = n + 1")
             return con.execute("SELECT count(*) FROM ingested_file").fetchone()[0]
 

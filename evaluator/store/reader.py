@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import duckdb
 import pyarrow as pa
 
+from evaluator.duck import literal
 from evaluator.errors import StoreError, UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.store.checks import check_store, snapshot_id
@@ -89,7 +90,7 @@ def _prepared(location: Location, wait_s: float, version: int | None) -> duckdb.
     try:
         check_store(con, location, STORE, values=False)
         con.execute(f"SET search_path = 'memory.main,{STORE}.main'")
-        con.execute("SET allowed_directories = [?]", [data_path(con, location)])
+        con.execute(f"SET allowed_directories = {literal([data_path(con, location)])}")
         con.execute("SET enable_external_access = false; SET lock_configuration = true")
         con.execute(VIEWS_DDL)
     except BaseException:
@@ -171,7 +172,8 @@ def version_stamp(db: str | os.PathLike) -> tuple[int, ...]:
 
 def require_run(con: duckdb.DuckDBPyConnection, run: str | None, db: str | os.PathLike | Location) -> None:
     """A `UsageError` naming the store's runs when `run` (a `--run` option; None: every run) is not in it."""
-    if run is None or con.execute("SELECT 1 FROM file_tokens WHERE run_id = ? LIMIT 1", [run]).fetchall():
+    sql = f"SELECT 1 FROM file_tokens WHERE run_id = {literal(run)} LIMIT 1"
+    if run is None or con.execute(sql).fetchall():
         return
     runs = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM file_tokens ORDER BY 1").fetchall()]
     raise UsageError(f"no run {run!r} in {db}; runs: {', '.join(runs) or 'none'}")
@@ -192,13 +194,14 @@ SAMPLE_KEY = "sample_sequences"
 
 def stored_loss(con: duckdb.DuckDBPyConnection) -> Loss | None:
     """The loss the store's metrics were computed under (None before the first replay)."""
-    rows = con.execute("SELECT value FROM store_meta WHERE key = ?", [LOSS_KEY]).fetchall()  # no result open
+    sql = f"SELECT value FROM store_meta WHERE key = {literal(LOSS_KEY)}"
+    rows = con.execute(sql).fetchall()  # no result open
     return Loss.from_dict(json.loads(rows[0][0])) if rows else None
 
 
 def stored_sample(con: duckdb.DuckDBPyConnection) -> float | None:
     """The fraction of sequences the store's metrics summarise (None before the first replay)."""
-    rows = con.execute("SELECT value FROM store_meta WHERE key = ?", [SAMPLE_KEY]).fetchall()
+    rows = con.execute(f"SELECT value FROM store_meta WHERE key = {literal(SAMPLE_KEY)}").fetchall()
     return float(rows[0][0]) if rows else None
 
 
@@ -210,7 +213,7 @@ def stored_max_staleness(con: duckdb.DuckDBPyConnection) -> tuple[int, str, str]
     """(the trainer's maximum staleness, where it was read, the config key that sets it) as the latest
     replay that knew it recorded it: its `--max-staleness`, or the trainer's config given with
     `--loss-from`; None if none did."""
-    rows = con.execute("SELECT value FROM store_meta WHERE key = ?", [MAX_STALENESS_KEY]).fetchall()
+    rows = con.execute(f"SELECT value FROM store_meta WHERE key = {literal(MAX_STALENESS_KEY)}").fetchall()
     if not rows:
         return None
     recorded = json.loads(rows[0][0])
@@ -219,6 +222,6 @@ def stored_max_staleness(con: duckdb.DuckDBPyConnection) -> tuple[int, str, str]
 
 def what_if_rows(con: duckdb.DuckDBPyConnection, run: str | None = None) -> pa.Table:
     """The what-if table (of `run`, or every run): per run its own loss first, then the others by name."""
-    where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
+    where = f"WHERE run_id = {literal(run)}" if run is not None else ""
     sql = f"SELECT * FROM what_if {where} ORDER BY run_id, NOT own, loss, method"
-    return con.sql(sql, params=params).to_arrow_table()
+    return con.sql(sql).to_arrow_table()

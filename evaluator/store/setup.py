@@ -9,6 +9,7 @@ import json
 
 import duckdb
 
+from evaluator.duck import literal
 from evaluator.errors import StoreError
 from evaluator.formulas.loss import Loss
 from evaluator.store.checks import check_store
@@ -31,26 +32,28 @@ def set_up(con: duckdb.DuckDBPyConnection, location: Location, loss: Loss, sampl
     anything changed."""
     changed = False
     fresh = not con.execute(
-        "SELECT 1 FROM duckdb_tables() WHERE database_name = ? AND table_name = 'store_meta'", [STORE]
+        f"SELECT 1 FROM duckdb_tables() WHERE database_name = {literal(STORE)} AND table_name = 'store_meta'"
     ).fetchall()
     if fresh:
         con.execute(TABLE_DDL)
-        con.execute("INSERT INTO store_meta VALUES ('store_schema_version', ?)", [STORE_SCHEMA_VERSION])
+        version = literal(STORE_SCHEMA_VERSION)
+        con.execute(f"INSERT INTO store_meta VALUES ('store_schema_version', {version})")
         con.execute("INSERT INTO ingest_ticket VALUES (0)")
         changed = True
     else:
         check_store(con, location, STORE)  # a crafted store is refused before anything is written
     changed |= record_name_maps(con, fresh)
     digest = _ddl_digest()
-    if con.execute("SELECT value FROM store_meta WHERE key = ?", [DDL_KEY]).fetchall() != [(digest,)]:
+    if con.execute(f"SELECT value FROM store_meta WHERE key = {literal(DDL_KEY)}").fetchall() != [(digest,)]:
         con.execute(VIEWS_DDL)
         con.execute("DELETE FROM metric_definition")
-        con.executemany(
-            "INSERT INTO metric_definition VALUES (?, ?, ?, ?, ?, ?)",
-            [[m.name, m.formula, m.needs_truth, m.of, m.per, m.binary] for m in METRIC_TABLE],
+        rows = ", ".join(
+            f"({', '.join(literal(v) for v in (m.name, m.formula, m.needs_truth, m.of, m.per, m.binary))})"
+            for m in METRIC_TABLE
         )
-        con.execute("DELETE FROM store_meta WHERE key = ?", [DDL_KEY])
-        con.execute("INSERT INTO store_meta VALUES (?, ?)", [DDL_KEY, digest])
+        con.execute(f"INSERT INTO metric_definition VALUES {rows}")
+        con.execute(f"DELETE FROM store_meta WHERE key = {literal(DDL_KEY)}")
+        con.execute(f"INSERT INTO store_meta VALUES ({literal(DDL_KEY)}, {literal(digest)})")
         changed = True
     db = location.given
     changed |= _record(con, db, LOSS_KEY, stored_loss(con), loss, json.dumps(loss.to_dict()))
@@ -61,7 +64,7 @@ def set_up(con: duckdb.DuckDBPyConnection, location: Location, loss: Loss, sampl
 def _record(con: duckdb.DuckDBPyConnection, db: str, key: str, recorded, wanted, text: str) -> bool:
     """Record `wanted` under `key` on a store without one (True), or refuse a store made with another."""
     if recorded is None:
-        con.execute("INSERT INTO store_meta VALUES (?, ?)", [key, text])
+        con.execute(f"INSERT INTO store_meta VALUES ({literal(key)}, {literal(text)})")
         return True
     if recorded != wanted:
         what = {LOSS_KEY: "the loss", SAMPLE_KEY: "--sample-sequences"}[key]

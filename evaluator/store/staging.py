@@ -14,6 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from evaluator.duck import arrow_view
 from evaluator.problems import Problem
 from evaluator.store.checks import expected_tables
 from evaluator.store.lake import STORE, quote, stored_data_path
@@ -84,11 +85,8 @@ class Stager:
         for table, (part, sql) in parts.items():
             columns = expected_tables()[table]
             casts = ", ".join(f"#{i + 1}::{dtype} AS {name}" for i, (name, dtype) in enumerate(columns))
-            self.con.register("part", part)
-            try:
+            with arrow_view(self.con, "part", part):
                 staged[table] = self._copy(f"SELECT {casts} FROM ({sql.format(fid=file_id)})", table, file_id)
-            finally:
-                self.con.unregister("part")
         return staged
 
     def stage_empty(self, tables: list[str]) -> dict[str, str]:

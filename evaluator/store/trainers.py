@@ -15,6 +15,7 @@ from itertools import groupby
 
 import duckdb
 
+from evaluator.duck import literal
 from evaluator.text_table import printable
 
 CHECKS = {
@@ -62,11 +63,9 @@ class TrainerFigure:
 
 def trainer_figures(con: duckdb.DuckDBPyConnection, run: str | None = None) -> list[TrainerFigure]:
     """The rows of `trainer_mismatch` (of `run`, or every run): per run the floor, then each trainer."""
-    where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
+    where = f"WHERE run_id = {literal(run)}" if run is not None else ""
     order = "ORDER BY run_id, trainer <> 'proxaudit', trainer, metric"
-    rows = (
-        con.sql(f"SELECT * FROM trainer_mismatch {where} {order}", params=params).to_arrow_table().to_pylist()
-    )
+    rows = con.sql(f"SELECT * FROM trainer_mismatch {where} {order}").to_arrow_table().to_pylist()
     return [TrainerFigure(**row) for row in rows]
 
 

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from evaluator.duck import arrow_view, literal
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
 from evaluator.sources import recorded_location
@@ -270,11 +272,11 @@ class StoreWriter:
         entry = json.dumps({"value": int(value), "source": source, "key": key})
 
         def work() -> None:
-            con, key = self.con, MAX_STALENESS_KEY
-            if con.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchall() == [(entry,)]:
+            con, key = self.con, literal(MAX_STALENESS_KEY)
+            if con.execute(f"SELECT value FROM store_meta WHERE key = {key}").fetchall() == [(entry,)]:
                 raise Rollback(None)
-            con.execute("DELETE FROM store_meta WHERE key = ?", [key])
-            con.execute("INSERT INTO store_meta VALUES (?, ?)", [key, entry])
+            con.execute(f"DELETE FROM store_meta WHERE key = {key}")
+            con.execute(f"INSERT INTO store_meta VALUES ({key}, {literal(entry)})")
             self._changed(True)
 
         self._committed(work, "max_staleness")
@@ -282,18 +284,15 @@ class StoreWriter:
     def record_what_if(self, rows: pa.Table) -> None:
         """Record the what-if table of one replay (`evaluator.verdict.what_if`): the rows of the runs it
         judged replace every earlier row of those runs, in one commit."""
-        con = self.con
+        con, runs = self.con, pc.unique(rows["run_id"]).to_pylist()
 
         def work() -> None:
-            con.execute("DELETE FROM what_if WHERE run_id IN (SELECT DISTINCT run_id FROM judged)")
-            con.execute("INSERT INTO what_if BY NAME SELECT * FROM judged")
+            con.execute(f"DELETE FROM what_if WHERE list_contains({literal(runs)}, run_id)")
+            with arrow_view(con, "judged", rows):
+                con.execute("INSERT INTO what_if BY NAME SELECT * FROM judged")
             self._changed(True)
 
-        con.register("judged", rows)
-        try:
-            self._committed(work, "what_if")
-        finally:
-            con.unregister("judged")
+        self._committed(work, "what_if")
 
     def close(self) -> None:
         if self._stager is not None:  # a cursor of the connection

@@ -25,7 +25,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from evaluator.duck import connect
+from evaluator.duck import arrow_view, connect, literal
 from evaluator.formulas.gradients import LOG_WEIGHT_MAX
 from evaluator.validate import columns, groups, repeats, segments, shapes
 from evaluator.validate.block_sample import BLOCK, BlockSample, load_block_sample
@@ -156,22 +156,20 @@ def pooled(evidences: list[Evidence]) -> Evidence:
     with connect() as con:
         for name, keys in KEYS.items():
             part = pa.concat_tables([e.tables[name] for e in evidences], promote_options="permissive")
-            con.register("part", part)
             values = [c for c in part.column_names if c not in keys]
             kind = {f.name: "BIGINT" if pa.types.is_integer(f.type) else "DOUBLE" for f in part.schema}
             aggregate = ", ".join(f"{_NOT_SUMMED.get(c, f'sum({c})::{kind[c]}')} AS {c}" for c in values)
-            out[name] = con.sql(
-                f"SELECT {', '.join(keys)}, {aggregate} FROM part GROUP BY ALL"
+            with arrow_view(con, "part", part):
+                out[name] = con.sql(
+                    f"SELECT {', '.join(keys)}, {aggregate} FROM part GROUP BY ALL"
+                ).to_arrow_table()
+        with arrow_view(con, "part", pa.concat_tables([e.examples for e in evidences])):
+            examples = con.sql(
+                f"""SELECT * EXCLUDE (rank) FROM (
+                SELECT *, row_number() OVER (
+                    PARTITION BY run_id, kind ORDER BY step, seq_id, minibatch, pos) AS rank
+                FROM part) WHERE rank <= {literal(shapes.EXAMPLES)} ORDER BY run_id, kind, rank"""
             ).to_arrow_table()
-            con.unregister("part")
-        con.register("part", pa.concat_tables([e.examples for e in evidences]))
-        examples = con.sql(
-            """SELECT * EXCLUDE (rank) FROM (
-            SELECT *,
-                   row_number() OVER (PARTITION BY run_id, kind ORDER BY step, seq_id, minibatch, pos) AS rank
-            FROM part) WHERE rank <= ? ORDER BY run_id, kind, rank""",
-            params=[shapes.EXAMPLES],
-        ).to_arrow_table()
     return Evidence(out, examples)
 
 

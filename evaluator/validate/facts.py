@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from evaluator.duck import connect
+from evaluator.duck import arrow_view, connect
 from evaluator.problems import Problem
 
 SEQUENCE_KEYS = ("run_id", "seq_id", "minibatch")
@@ -82,7 +82,8 @@ def shared_tokens(sequences: list[pa.Table]) -> list[tuple]:
     if sum(table.num_rows > 0 for table in sequences) < 2:
         return []
     with connect() as con:
-        con.register("keyed", keyed(sequences))
+        with arrow_view(con, "sequences", keyed(sequences)):  # read twice: a table
+            con.execute("CREATE TABLE keyed AS FROM sequences")
         return con.execute(overlaps_sql("keyed", "keyed", "l.file", "e.file", "e.file < l.file")).fetchall()
 
 

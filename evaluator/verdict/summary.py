@@ -12,6 +12,7 @@ from itertools import groupby
 
 import pyarrow as pa
 
+from evaluator.duck import literal
 from evaluator.errors import NoGroundTruthError, UsageError
 from evaluator.gate import DEFAULT_THRESHOLDS
 from evaluator.store import open_store
@@ -84,7 +85,8 @@ DECISION_SOURCE = f"""(
     FROM decision_summary d LEFT JOIN {Tolerance.SQL} s USING (run_id, method)
     LEFT JOIN engine_floor f USING (run_id))"""
 """`--by decision`: each method's figures with their intervals and excess over the engine floor, its safe
-staleness (absolute and beyond the floor, each with its 95% bounds), and its run's floor."""
+staleness (absolute and beyond the floor, each with its 95% bounds), and its run's floor; the tolerance's
+values go in its places (`Tolerance.SQL`)."""
 COMPACT = {
     **dict.fromkeys(
         ("run", "staleness"),
@@ -125,18 +127,16 @@ def summary_table(
         if value is not None and name not in keyed:
             raise UsageError(f"--by {by} has no {name} column: leave out --{name}")
     filters = {"run_id": run, "method": method, "metric": metric}
-    where = [f"{column} = ?" for column, value in filters.items() if value is not None]
-    params = [value for value in filters.values() if value is not None]
+    where = [f"{column} = {literal(value)}" for column, value in filters.items() if value is not None]
     source = VIEW_BY[by]
     if by == "decision":
-        source = DECISION_SOURCE
-        params = tolerance.values() + params
+        source = DECISION_SOURCE.format(*map(literal, tolerance.values()))
     order = ORDER_BY.get(by, ["run_id", *([by] if by != "run" else []), "method", "metric"])
     condition = "WHERE " + " AND ".join(where) if where else ""
     sql = f"SELECT * FROM {source} {condition} ORDER BY {', '.join(order)}"
     with open_store(db_path) as con:
         require_run(con, run, db_path)
-        return con.sql(sql, params=params).to_arrow_table()
+        return con.sql(sql).to_arrow_table()
 
 
 def decision_lines(

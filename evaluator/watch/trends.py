@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluator.duck import literal
 from evaluator.formulas.trend import Trend, step_figure, trend
 from evaluator.store import open_store
 from schemas.figures import shown
@@ -18,7 +19,8 @@ FLOOR = "engine floor"
 """The subject of the floor's trend (a method's is the method's name)."""
 _STEP_SUMS_SQL = """
     SELECT run_id, step, grad_weight_abs_error AS moved, true_grad_weight AS mass
-    FROM decision_over(lo := $lo, hi := $hi, by_step := true) WHERE method = $method ORDER BY run_id, step"""
+    FROM decision_over(lo := {lo}, hi := {hi}, by_step := true) WHERE method = {method}
+    ORDER BY run_id, step"""
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ def run_trends(
 def _step_sums(con, method: str, lo: int, hi: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """`{run_id: (steps, moved, mass)}`: per step, the sums of |W(a) - W(g)| and of W(g) over the
     stalenesses `lo..hi` (NaN where a step has none)."""
-    sums = con.execute(_STEP_SUMS_SQL, {"method": method, "lo": lo, "hi": hi}).fetchnumpy()
+    sql = _STEP_SUMS_SQL.format(method=literal(method), lo=literal(lo), hi=literal(hi))
+    sums = con.execute(sql).fetchnumpy()
     runs = np.asarray(sums["run_id"], dtype=object)
     steps, moved, mass = (np.ma.filled(sums[c].astype(np.float64), np.nan) for c in ("step", "moved", "mass"))
     return {str(run): (steps[runs == run], moved[runs == run], mass[runs == run]) for run in np.unique(runs)}
