@@ -7,10 +7,13 @@ staleness >= 1, where the excess is not 0 by construction); the error metrics' m
 
 from __future__ import annotations
 
+import itertools
+
 import duckdb
 import numpy as np
 import pyarrow as pa
 
+from evaluator.duck import literal
 from evaluator.formulas.bootstrap import REPLICATES, percentile_interval, ratio_replicates, step_draws
 from schemas.figures import EXCESS, EXCESS_FIGURES, FIGURES, FLOOR, FLOOR_METHOD, INTERVAL_FIGURES, LEVEL
 
@@ -35,7 +38,7 @@ ALL, STALE = -1, -2
 _SUMS = f"""
     WITH sums AS (
         SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
-        FROM metric_moments WHERE metric IN ({{metrics}}) AND run_id IN (SELECT unnest($runs))
+        FROM metric_moments WHERE metric IN ({{metrics}}) AND run_id IN (SELECT unnest({{runs}}))
         GROUP BY ALL),
     cells AS (
         SELECT * FROM sums
@@ -129,12 +132,13 @@ def _floor(replicates: np.ndarray, cells: list[tuple[int, str]]) -> np.ndarray:
 
 def interval_tables(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict[str, pa.Table]:
     """`decision_interval` and `mean_interval` rows of `runs`, from the store's moments."""
-    sql = _SUMS.format(metrics=", ".join(f"'{m}'" for m in METRICS))
-    rows = con.execute(sql, {"runs": runs}).fetchnumpy()
-    run_ids, starts = np.unique(rows["run_id"], return_index=True)  # rows come ordered by run
-    ends = [*starts[1:], len(rows["run_id"])]
+    sql = _SUMS.format(metrics=", ".join(map(literal, METRICS)), runs=literal(runs))
+    rows = con.execute(sql).fetchnumpy()
+    run_ids = rows["run_id"]  # ordered by run: each run's rows from one bound to the next
+    bounds = np.flatnonzero(np.r_[True, run_ids[1:] != run_ids[:-1], True]) if len(run_ids) else [0]
     decision, means = [], []
-    for run_id, start, end in zip(run_ids.tolist(), starts, ends, strict=True):
+    for start, end in itertools.pairwise(bounds):
+        run_id = run_ids[start]
         found = _run_rows(_Run({k: v[start:end] for k, v in rows.items()}))
         decision += [r | {"run_id": run_id} for r in found[0]]
         means += [r | {"run_id": run_id} for r in found[1]]
@@ -172,7 +176,7 @@ _SCHEMAS = {
 
 _STEP_SUMS = """
     SELECT step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
-    FROM metric_moments WHERE run_id = ? AND method IN (?, ?) AND metric IN (?, ?)
+    FROM metric_moments WHERE run_id = {run} AND method IN ({methods}) AND metric IN ({metrics})
     GROUP BY ALL ORDER BY ALL"""
 
 
@@ -191,15 +195,22 @@ def selection_intervals(
     `excess_<figure>` (minus the engine floor's), `floor_<figure>` (the floor's own; no method) or
     `mean:<metric>` (a metric's mean). Only the sums it needs are read (the steps of the run that have any
     of the intervals' metrics set the draws)."""
-    marks = ", ".join("?" * len(METRICS))
-    sql = f"SELECT DISTINCT step FROM metric_moments WHERE run_id = ? AND metric IN ({marks})"
-    steps = np.sort(con.execute(sql, [run_id, *METRICS]).fetchnumpy()["step"])
+    metrics = ", ".join(map(literal, METRICS))
+    sql = (
+        f"SELECT DISTINCT step FROM metric_moments WHERE run_id = {literal(run_id)} AND metric IN ({metrics})"
+    )
+    steps = np.sort(con.execute(sql).fetchnumpy()["step"])
     if not len(steps):
         return [(None, None)] * len(ranges), 0
     draws = step_draws(len(steps), REPLICATES * family)
     base = figure.removeprefix(EXCESS).removeprefix(FLOOR).removeprefix("mean:")
     num, num_stat, den, den_stat = SUMS.get(base, (base, "s", base, "n"))
-    rows = con.execute(_STEP_SUMS, [run_id, method or FLOOR_METHOD, FLOOR_METHOD, num, den]).fetchnumpy()
+    sums = _STEP_SUMS.format(
+        run=literal(run_id),
+        methods=", ".join(map(literal, (method or FLOOR_METHOD, FLOOR_METHOD))),
+        metrics=", ".join(map(literal, (num, den))),
+    )
+    rows = con.execute(sums).fetchnumpy()
     step_index = np.minimum(np.searchsorted(steps, rows["step"]), len(steps) - 1)
     known = steps[step_index] == rows["step"]  # a metric's steps outside the intervals' are left out
 
