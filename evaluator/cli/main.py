@@ -21,6 +21,7 @@ from evaluator.cli.reading import query, summary
 from evaluator.cli.store_cmd import store_group
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
 from evaluator.cli.watch import watch_cmd
+from evaluator.pandas_free import arrow_without_pandas
 
 _max_staleness = click.option(
     "--max-staleness",
@@ -235,5 +236,6 @@ for command in (bench, train_demo, dashboard, demo):
 
 
 def main() -> None:
+    arrow_without_pandas()
     # click's own usage errors exit with 2 already, which matches our convention.
     cli(prog_name="proxaudit")

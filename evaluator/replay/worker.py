@@ -6,10 +6,12 @@ Reads pickled tasks from stdin until it is closed and answers each with a pickle
 
 from __future__ import annotations
 
+from evaluator.pandas_free import arrow_without_pandas
 from evaluator.replay.workers import load_kernels, serve_stdio
 
 
 def main() -> None:
+    arrow_without_pandas()
     load_kernels()  # numba's start, while the first file is checked
     serve_stdio()
 
