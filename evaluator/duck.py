@@ -10,11 +10,17 @@ of extensions: proxaudit loads the ones it needs from their pip packages by path
 Values reach SQL as literals (`literal`) and Arrow tables as streams (`arrow_view`), never as bound
 parameters or registered tables: DuckDB's Python client (1.5.5) imports pandas to convert a bound
 parameter, and pyarrow.dataset (which imports pandas) to scan a registered table: 0.4 s and 55 MB in every
-process that does either.
+process that does either. pyarrow itself imports pandas on its first conversion of a Python or numpy value
+(`pa.array`), only to recognise pandas objects: proxaudit's own processes (the command line, replay's
+workers, watch's looks), which never hand it one, let that first conversion find no pandas
+(`arrow_without_pandas`); an explicit conversion (`Table.to_pandas`) still imports it, and the dashboard
+runs in a process of its own.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -73,3 +79,22 @@ def arrow_view(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> It
         yield
     finally:
         con.unregister(name)
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas":
+            raise ImportError("pandas is kept out of this process (evaluator.duck.arrow_without_pandas)")
+        return None
+
+
+def arrow_without_pandas() -> None:
+    """Have pyarrow settle, now, that pandas is absent (a no-op if pandas is imported already)."""
+    if "pandas" in sys.modules:
+        return
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)

@@ -2,7 +2,7 @@
 never as bound parameters or registered tables: DuckDB's Python client imports pandas for those (0.4 s and
 55 MB a process). `literal` gives every value back exactly and nothing but the value; `replay`, `gate`,
 `summary` and `watch`, run as a user runs them, never import pandas: not through DuckDB, nor through pyarrow
-(`evaluator.pandas_free`)."""
+(`evaluator.duck.arrow_without_pandas`)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from evaluator.cli.reading import query, summary
 from evaluator.cli.store_cmd import store_group
 from evaluator.cli.tools import bench, dashboard, demo, train_demo
 from evaluator.cli.watch import watch_cmd
-from evaluator.pandas_free import arrow_without_pandas
+from evaluator.duck import arrow_without_pandas
 
 _max_staleness = click.option(
     "--max-staleness",

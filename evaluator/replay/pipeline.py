@@ -30,11 +30,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
@@ -42,7 +40,9 @@ from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
 from evaluator.replay.groups import Groups, failed
 from evaluator.replay.histograms import needs_compiled
+from evaluator.replay.opening import alone, open_while
 from evaluator.replay.outcomes import Announcer, FileOutcome, ReplayReport
+from evaluator.replay.reading import footer_rows
 from evaluator.replay.slots import Slot, digests, require_one_parquet, stored
 from evaluator.replay.summarise import BATCH_ROWS, FileSummary, default_workers, summarise_file, usable_cores
 from evaluator.replay.tasks import Check, StageTo, Summarise
@@ -59,14 +59,6 @@ def _progress(files: list[Path], enabled: bool | None) -> tqdm:
     rows = sum(footer_rows(path) for path in files)
     disable = not sys.stderr.isatty() if enabled is None else not enabled
     return tqdm(total=rows, unit="tok", unit_scale=True, desc=f"0/{len(files)} files", disable=disable)
-
-
-def footer_rows(path: Path) -> int:
-    """A file's rows by its Parquet footer; 0 for one that cannot be read (validation reports it)."""
-    try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except Exception:
-        return 0
 
 
 @dataclass
@@ -101,7 +93,7 @@ def check_and_summarise(
 
 def _check(slots: list[Slot], runner, bar: tqdm) -> None:
     """Check every file still to do (the rules of `proxaudit validate` on its own), on the runner."""
-    todo = _to_do(slots)
+    todo = [s for s in slots if s.to_check]
     results = runner.map(Check(s.path) for s in todo)
     for i, (slot, checked) in enumerate(zip(todo, results, strict=True), 1):
         if isinstance(checked, FileFailed):
@@ -244,7 +236,7 @@ def replay(
                 stage_to = _worker_staging(store, staging, max_staleness) if ray is not None else None
                 return _work(slots, runner, bar, loss, sample, batch_rows, max_staleness, stage_to)
 
-            store, ahead = _open_while(writer, opened, _alone(slots, runner), lambda: work(None))
+            store, ahead = open_while(writer, opened, alone(slots, runner), lambda: work(None))
             if staleness_limit is not None:
                 store.record_max_staleness(*staleness_limit)
             held = stored(slots, store.digests(), staging)
@@ -282,41 +274,6 @@ def _work(
     findings = judge_call(checked, max_staleness, duplicates=False).findings
     bar.reset()
     return findings, _summaries(slots, runner, loss, bar, sample, batch_rows, stage_to)
-
-
-def _to_do(slots: list[Slot]) -> list[Slot]:
-    """The slots to check: neither known from their digest (`stored`) nor copies of earlier files."""
-    return [s for s in slots if s.to_check]
-
-
-def _alone(slots: list[Slot], runner) -> bool:
-    """Is there one file to do, small enough to need no compiled kernels, and checked and summarised in
-    this process? Its work then needs nothing from the store."""
-    todo = _to_do(slots)
-    return (
-        len(todo) == 1 and isinstance(runner, LocalRunner) and not needs_compiled(footer_rows(todo[0].path))
-    )
-
-
-def _open_while(
-    writer: StoreWriter, opened: contextlib.ExitStack, alone: bool, work: Callable[[], tuple[list, Iterator]]
-) -> tuple[StoreWriter, tuple[list, list] | None]:
-    """(the store, `work()`'s result or None): the store opened (`writer`, closed by `opened`) in a thread
-    while a file that is `alone` is checked, judged and summarised here (`work`): opening is mostly DuckDB
-    (its extensions, the store's check) and the file's work mostly polars, numpy and DuckDB, all without the
-    GIL, so a replay of one small file pays about the longer of the two, not both. The caller drops that
-    work if the store holds the file after all (`stored`)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="open-store") as pool:
-        opening = pool.submit(writer.__enter__)
-        try:
-            done = None
-            if alone:
-                findings, summaries = work()
-                done = findings, list(summaries)  # summarised now
-        finally:
-            store = opening.result()  # an open that failed has closed itself: its error is the call's
-            opened.push(writer)
-    return store, done
 
 
 def _worker_staging(store: StoreWriter, staging: Staging, max_staleness: int | None):

@@ -13,6 +13,7 @@ against the file's sequences and replays a copy sorted by sequence (`sorted_copy
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -121,3 +122,11 @@ def sorted_copy(path, out) -> None:
             f"COPY (SELECT * FROM read_parquet('{source}') ORDER BY run_id, seq_id, minibatch, pos) "
             f"TO '{target}' (FORMAT parquet)"
         )
+
+
+def footer_rows(path: Path) -> int:
+    """A file's rows by its Parquet footer; 0 for one that cannot be read (validation reports it)."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:
+        return 0

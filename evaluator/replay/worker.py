@@ -6,7 +6,7 @@ Reads pickled tasks from stdin until it is closed and answers each with a pickle
 
 from __future__ import annotations
 
-from evaluator.pandas_free import arrow_without_pandas
+from evaluator.duck import arrow_without_pandas
 from evaluator.replay.workers import load_kernels, serve_stdio
 
 

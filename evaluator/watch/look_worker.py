@@ -26,7 +26,7 @@ def die_with_parent() -> None:
 
 def main() -> None:
     die_with_parent()
-    from evaluator.pandas_free import arrow_without_pandas
+    from evaluator.duck import arrow_without_pandas
     from evaluator.replay.workers import serve_stdio
 
     arrow_without_pandas()
