@@ -64,8 +64,8 @@ class BenchResult:
 def bare_scan_seconds(path: Path) -> float:
     """Best of two timed scans summing `behave_logp`, `prox_logp`, `theta_logp` (one warms the cache)."""
     con = connect()
-    escaped = str(path).replace("'", "''")
-    query = f"SELECT sum(behave_logp), sum(prox_logp), sum(theta_logp) FROM read_parquet('{escaped}')"
+    sums = "sum(behave_logp), sum(prox_logp), sum(theta_logp)"
+    query = f"SELECT {sums} FROM read_parquet({literal(str(path))})"
     times = []
     for _ in range(2):
         start = time.perf_counter()

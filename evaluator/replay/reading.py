@@ -113,14 +113,12 @@ def _joined(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
 def sorted_copy(path, out) -> None:
     """`path` rewritten to `out` with its rows ordered by sequence and position (DuckDB sorts out of core):
     what a file whose sequences are not contiguous is replayed from."""
-    from evaluator.duck import connect
+    from evaluator.duck import connect, literal
 
     with connect() as con:
-        source = str(path).replace("'", "''")
-        target = str(out).replace("'", "''")
         con.execute(
-            f"COPY (SELECT * FROM read_parquet('{source}') ORDER BY run_id, seq_id, minibatch, pos) "
-            f"TO '{target}' (FORMAT parquet)"
+            f"COPY (SELECT * FROM read_parquet({literal(str(path))}) "
+            f"ORDER BY run_id, seq_id, minibatch, pos) TO {literal(str(out))} (FORMAT parquet)"
         )
 
 

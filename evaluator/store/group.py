@@ -24,7 +24,7 @@ from evaluator.duck import arrow_view, literal
 from evaluator.errors import StoreError
 from evaluator.problems import Problem
 from evaluator.store.evidence import evidence_rows
-from evaluator.store.lake import STORE, quote
+from evaluator.store.lake import STORE
 from evaluator.store.repeats import CopyOf, repeats
 from evaluator.store.staging import FileSummary, Stager, unstorable_text
 from evaluator.validate.evidence import Evidence
@@ -130,7 +130,7 @@ def register(con: duckdb.DuckDBPyConnection, files: list[StagedFile]) -> None:
     con.execute(f"INSERT INTO ingested_file VALUES {values}")
     for f in files:
         for table, target in f.staged.items():
-            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(target)}')")
+            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', {literal(target)})")
     evidence = [evidence_rows(f.file_id, f.evidence) for f in files if f.evidence is not None]
     if evidence:
         with arrow_view(con, "part", pa.concat_tables(evidence)):

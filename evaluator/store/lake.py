@@ -50,11 +50,7 @@ def extension_path(name: str) -> Path:
 def load(con: duckdb.DuckDBPyConnection, *names: str) -> None:
     """LOAD each extension from its pip package's file (signature checked by DuckDB)."""
     for name in names:
-        con.execute(f"LOAD '{quote(str(extension_path(name)))}'")
-
-
-def quote(text: str) -> str:
-    return text.replace("'", "''")
+        con.execute(f"LOAD {literal(str(extension_path(name)))}")
 
 
 @dataclass(frozen=True)
@@ -83,16 +79,16 @@ class Location:
         path the catalog records (a folder store moved or copied whole reads and writes its own files)."""
         options = []
         if self.data_path:  # a store being made; an existing one's catalog records its data path
-            options.append(f"DATA_PATH '{quote(self.data_path)}'")
+            options.append(f"DATA_PATH {literal(self.data_path)}")
         elif own_data:
-            own = quote(str(self.folder / DATA_FOLDER) + os.sep)
-            options += [f"DATA_PATH '{own}'", "OVERRIDE_DATA_PATH true"]
+            own = str(self.folder / DATA_FOLDER) + os.sep
+            options += [f"DATA_PATH {literal(own)}", "OVERRIDE_DATA_PATH true"]
         if read_only:
             options.append("READ_ONLY")
         if version is not None:
             options.append(f"SNAPSHOT_VERSION {int(version)}")
         listed = f" ({', '.join(options)})" if options else ""
-        return f"ATTACH 'ducklake:{quote(self.catalog)}' AS {STORE}{listed}"
+        return f"ATTACH {literal('ducklake:' + self.catalog)} AS {STORE}{listed}"
 
     def __str__(self) -> str:
         return self.given
@@ -265,7 +261,7 @@ def s3_secret(con: duckdb.DuckDBPyConnection) -> None:
         "REGION": env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION"),
         "ENDPOINT": endpoint.split("://", 1)[-1] or None,
     }
-    options = [f"{k} '{quote(v)}'" for k, v in fields.items() if v]
+    options = [f"{k} {literal(v)}" for k, v in fields.items() if v]
     if endpoint:
         options += ["URL_STYLE 'path'", f"USE_SSL {str(endpoint.startswith('https')).lower()}"]
     con.execute(f"CREATE OR REPLACE SECRET proxaudit_s3 (TYPE s3, {', '.join(options)})")

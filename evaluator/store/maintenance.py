@@ -207,7 +207,7 @@ def convert(old: str | os.PathLike, new: str | os.PathLike, data_path: str | Non
     loss = Loss.from_dict(json.loads(meta[LOSS_KEY]))
     with StoreWriter(new, loss, data_path=data_path) as writer:
         con = writer.con
-        con.execute(f"ATTACH '{str(old_path.absolute()).replace(chr(39), chr(39) * 2)}' AS old (READ_ONLY)")
+        con.execute(f"ATTACH {literal(str(old_path.absolute()))} AS old (READ_ONLY)")
 
         def copy() -> int:
             for table, sql in _COPIES.items():

@@ -14,10 +14,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evaluator.duck import arrow_view
+from evaluator.duck import arrow_view, literal
 from evaluator.problems import Problem
 from evaluator.store.checks import expected_tables
-from evaluator.store.lake import STORE, quote, stored_data_path
+from evaluator.store.lake import STORE, stored_data_path
 
 
 @dataclass
@@ -106,7 +106,7 @@ class Stager:
         target = f"{self.data}main/{table}/proxaudit-{file_id:015x}-{uuid.uuid4().hex}.parquet"
         if "://" not in target:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
-        self.con.execute(f"COPY ({select}) TO '{quote(target)}' (FORMAT parquet, COMPRESSION zstd)")
+        self.con.execute(f"COPY ({select}) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)")
         return target
 
     def discard(self, staged: dict[str, str]) -> None:
@@ -137,7 +137,7 @@ def record_name_maps(con: duckdb.DuckDBPyConnection, fresh: bool) -> bool:
     empty = stager.stage_empty(missing)
     try:
         for table, path in empty.items():  # a file without rows leaves its name map and no data file
-            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', '{quote(path)}')")
+            con.execute(f"CALL ducklake_add_data_files('{STORE}', '{table}', {literal(path)})")
     finally:
         stager.discard(empty)
         stager.close()

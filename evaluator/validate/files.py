@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from evaluator.duck import connect
+from evaluator.duck import connect, literal
 from evaluator.problems import FileReport, Problem, format_key
 from evaluator.validate import audit
 from evaluator.validate.evidence import Evidence, gather
@@ -122,8 +122,8 @@ def _open_source(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
         con.register("src", ds.dataset(path, format="parquet"))
         return
-    escaped = str(path).replace("'", "''")
-    con.execute(f"CREATE VIEW src AS SELECT * FROM read_parquet('{escaped}', hive_partitioning = false)")
+    source = literal(str(path))
+    con.execute(f"CREATE VIEW src AS SELECT * FROM read_parquet({source}, hive_partitioning = false)")
 
 
 # --- schema ---------------------------------------------------------------------------------------
