@@ -34,6 +34,15 @@ def streamlit_components_scanned_once():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def checked_records_of_this_session(tmp_path_factory):
+    """The records of checked snapshots (`evaluator.store.checked_record`) in a folder of the session, not
+    the user's cache; the tests' subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROXAUDIT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return REPO

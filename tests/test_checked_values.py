@@ -1,10 +1,14 @@
 """The value checks a store's readers and writers run (`evaluator.store.checks`) read each row once in a
 process: the rows this process's writer committed right after a checked snapshot count as checked, another
-writer's rows between are read; and watch hands the snapshot a look checked to the next look, in a fresh
-process, which then reads only what came after it."""
+writer's rows between are read; watch hands the snapshot a look checked to the next look, in a fresh
+process, which then reads only what came after it; and a record in the user's cache folder
+(`evaluator.store.checked_record`) does the same for any later process, trusted only where the store's
+snapshot of that id was committed at the recorded time."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from evaluator.formulas.loss import DEFAULT_LOSS
 from evaluator.logio import write_log_atomic
 from evaluator.replay.pipeline import replay
 from evaluator.store import checks, connect_store, open_store
+from evaluator.store.checked_record import CACHE_DIR_VARIABLE
 from evaluator.store.checks import checked_up_to, snapshot_id
 from evaluator.store.lake import locate
 from evaluator.store.writer import StoreWriter
@@ -25,9 +30,10 @@ LONG_RUN_ID = "repeat('x', 300)"  # longer than a run_id may be: a crafted store
 
 
 @pytest.fixture
-def fresh_process(monkeypatch):
-    """Nothing checked yet, as in a new process."""
+def fresh_process(monkeypatch, tmp_path):
+    """Nothing checked yet, as in a new process of a user who never ran proxaudit."""
     monkeypatch.setattr(checks, "_CHECKED", {})
+    monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
 
 
 def log(folder: Path, first_step: int) -> Path:
@@ -104,3 +110,70 @@ def test_a_look_reads_only_the_rows_after_the_snapshot_an_earlier_look_checked(t
     monkeypatch.setattr(checks, "_CHECKED", {})
     third = look(log(tmp_path, 4), db, second.checked).run()
     assert isinstance(third.error, StoreError) and "file_tokens.run_id are longer than" in str(third.error)
+
+
+def records(tmp_path: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (tmp_path / "cache" / "checked").glob("*.json")]
+
+
+def committed_at(db: Path, snapshot: int) -> str:
+    """The commit time DuckLake's catalog holds for a snapshot, read from the SQLite catalog itself."""
+    with sqlite3.connect(db / "catalog.sqlite") as con:
+        sql = "SELECT snapshot_time FROM ducklake_snapshot WHERE snapshot_id = ?"
+        return con.execute(sql, [snapshot]).fetchone()[0]
+
+
+def test_a_new_store_s_writer_records_its_own_rows_as_checked(tmp_path, fresh_process):
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    assert checked_up_to(locate(db))[1] == snapshot(db)  # every row of the store its own
+    (written,) = records(tmp_path)
+    assert written["key"] == checked_up_to(locate(db))[0] and written["snapshot"] == snapshot(db)
+    assert written["committed_at"].removesuffix("+00") == committed_at(db, snapshot(db)).removesuffix("+00")
+
+
+def write_record(tmp_path: Path, db: Path, snapshot: int, at: str | None = None) -> None:
+    """A record, as a process that checked `db` up to `snapshot` writes it (`at`: another commit time)."""
+    (path,) = (tmp_path / "cache" / "checked").glob("*.json")
+    key = json.loads(path.read_text())["key"]
+    with connect_store(db) as con:
+        if at is None:
+            checks.checked_record.record(con, key, "store", snapshot)
+        else:
+            path.write_text(json.dumps({"key": key, "snapshot": snapshot, "committed_at": at}))
+
+
+def test_a_later_process_reads_only_the_rows_committed_after_the_recorded_snapshot(
+    tmp_path, fresh_process, monkeypatch
+):
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    craft(db)  # before the recorded snapshot: as if a process had checked it
+    write_record(tmp_path, db, snapshot(db))
+    monkeypatch.setattr(checks, "_CHECKED", {})  # a later process
+    check(db)
+    assert checked_up_to(locate(db))[1] == snapshot(db)
+
+    craft(db)  # after it: read and refused
+    monkeypatch.setattr(checks, "_CHECKED", {})
+    with pytest.raises(StoreError, match="file_tokens.run_id are longer than"):
+        check(db)
+
+
+@pytest.mark.parametrize("record", ["another commit time", "not JSON", "no snapshot"])
+def test_a_record_the_store_does_not_bear_out_is_ignored(tmp_path, fresh_process, monkeypatch, record):
+    """A record of another store once at the path (the same key: a catalog's inode reused), or one that
+    cannot be read: the store is checked whole."""
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    craft(db)
+    if record == "another commit time":
+        write_record(tmp_path, db, snapshot(db), at="2026-01-01 00:00:00+00")
+    else:
+        (path,) = (tmp_path / "cache" / "checked").glob("*.json")
+        path.write_text(
+            "{" if record == "not JSON" else json.dumps({"key": json.loads(path.read_text())["key"]})
+        )
+    monkeypatch.setattr(checks, "_CHECKED", {})
+    with pytest.raises(StoreError, match="file_tokens.run_id are longer than"):
+        check(db)

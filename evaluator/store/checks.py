@@ -4,12 +4,14 @@ put foreign names on charts."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import duckdb
 
 from evaluator.duck import connect, literal
 from evaluator.errors import StoreError
+from evaluator.store import checked_record
 from evaluator.store.lake import STORE, Location, catalog_inode
 from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL
 from schemas.token_log import RUN_ID_MAX_BYTES
@@ -24,7 +26,7 @@ _VALUE_RULES = {
 }
 _CHECKED: dict[str, int] = {}
 """The snapshot up to which each store's values passed `check_values` in this process (or were written by
-it: `written`)."""
+it: `written`, `made`; or by another: `checked_record`, `trust_checked`)."""
 
 
 def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tuple[str, str], ...]]:
@@ -87,12 +89,16 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: st
     """A `StoreError` unless every text value is one replay writes: a run_id of at most
     `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
     store repeats these on every row, so a crafted one with long or foreign values would cost readers
-    memory per row (and put foreign names on charts). Each row is checked once in a process: a snapshot
-    after one already checked has the rows inserted since read (DuckLake's `ducklake_table_insertions`),
-    and a commit of this process right after a checked snapshot counts as checked (`written`)."""
+    memory per row (and put foreign names on charts). Each row is checked once: a snapshot after one
+    already checked, in this process or in an earlier one (`checked_record`), has the rows inserted since
+    read (DuckLake's `ducklake_table_insertions`), and a commit of this process right after a checked
+    snapshot counts as checked (`written`)."""
     key, now = _key(db), snapshot_id(con, catalog)
     since = _CHECKED.get(key)
+    if since is None:
+        since = checked_record.recorded(con, key, catalog)
     if since == now:
+        _remember(key, now)
         return
     for table, columns in expected_tables().items():
         texts = [c for c, dtype in columns if dtype == "VARCHAR"]
@@ -116,6 +122,7 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: st
                     f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
                 )
     _remember(key, now)
+    checked_record.record(con, key, catalog, now)
 
 
 def _remember(key: str, snapshot: int) -> None:
@@ -128,10 +135,27 @@ def written(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = S
     """After a commit of this process's writer that wrote rows (never after one that committed nothing: the
     latest snapshot is then another writer's): its snapshot counts as checked when it directly follows one
     checked (no other writer's commit between; the rows a writer inserts are replay's by construction),
-    so a reader in this process does not read them again."""
+    so a reader in this process does not read them again (nor one in a later process, once `keep` records
+    it)."""
     key, now = _key(db), snapshot_id(con, catalog)
     if _CHECKED.get(key) == now - 1:
         _remember(key, now)
+
+
+def made(con: duckdb.DuckDBPyConnection, db: Location, snapshot: int, catalog: str = STORE) -> None:
+    """A store this process's writer made, set up in `snapshot`: checked up to it while no other writer
+    committed since (every row in it is this writer's)."""
+    if snapshot_id(con, catalog) == snapshot:
+        _remember(_key(db), snapshot)
+
+
+def keep(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE) -> None:
+    """Record on disk the snapshot up to which this process checked (or wrote) the store, for later
+    processes (`checked_record`): a writer does when it closes."""
+    key = _key(db)
+    if key in _CHECKED:
+        with contextlib.suppress(duckdb.Error):  # a connection left in a failed transaction: no record
+            checked_record.record(con, key, catalog, _CHECKED[key])
 
 
 def checked_up_to(db: Location | str) -> tuple[str, int] | None:

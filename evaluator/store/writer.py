@@ -32,8 +32,7 @@ from evaluator.duck import arrow_view, literal
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
 from evaluator.sources import recorded_location
-from evaluator.store import derived
-from evaluator.store.checks import written
+from evaluator.store import checks, derived
 from evaluator.store.commits import Rollback, T, committed
 from evaluator.store.group import Result, StagedFile, check, entangled, register, staged_file
 from evaluator.store.lake import (
@@ -96,13 +95,17 @@ class StoreWriter:
             try:
                 with made_whole(self.location) as staged:
                     self._open(staged)
-                    made = catalog_inode(staged)
+                    made, set_up_in = catalog_inode(staged), checks.snapshot_id(self.con)
                     detach(self.con)  # renamed next, then attached again here: its extensions are loaded
             except BaseException:
                 self.close()
                 raise
             # the store this writer made is set up; one another writer made meanwhile is checked and set up
-            self._open(self.location, setup=catalog_inode(self.location) != made)
+            if catalog_inode(self.location) == made:
+                self._open(self.location, setup=False)
+                checks.made(self.con, self.location, set_up_in)
+            else:
+                self._open(self.location)
         self._stager = Stager(self.con)
         return self
 
@@ -149,7 +152,7 @@ class StoreWriter:
 
         result = committed(self.con, tracked, name)
         if wrote:
-            written(self.con, self._attached)
+            checks.written(self.con, self._attached)
         return result
 
     def _changed(self, result):
@@ -298,5 +301,6 @@ class StoreWriter:
         if self._stager is not None:  # a cursor of the connection
             self._stager.close()
         if self.con is not None:
+            checks.keep(self.con, self._attached)
             self.con.close()
         self.con = self._stager = None
