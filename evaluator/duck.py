@@ -15,6 +15,10 @@ process that does either. pyarrow itself imports pandas on its first conversion 
 workers, watch's looks), which never hand it one, let that first conversion find no pandas
 (`arrow_without_pandas`); an explicit conversion (`Table.to_pandas`) still imports it, and the dashboard
 runs in a process of its own.
+
+DuckDB's allocator keeps the memory a query frees for the next one; `memory_released_eagerly` makes the
+connections opened inside it hand every freed block back at once (watch's looks of several files, whose
+peak otherwise grows by a few hundred MiB with each file), at some cost in time.
 """
 
 from __future__ import annotations
@@ -31,11 +35,31 @@ import pyarrow as pa
 NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
+_RELEASE_EAGERLY = False
+"""Inside `memory_released_eagerly`."""
+
+
 def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """`duckdb.connect(database, read_only)` with DuckDB's progress bar and extension downloads off."""
     con = duckdb.connect(database, read_only=read_only, config=NO_DOWNLOADS)
     con.execute("SET enable_progress_bar = false; SET enable_progress_bar_print = false")
+    if _RELEASE_EAGERLY:
+        con.execute("SET allocator_bulk_deallocation_flush_threshold = '0MB'")
     return con
+
+
+@contextmanager
+def memory_released_eagerly(when: bool = True) -> Iterator[None]:
+    """(`when`) The connections `connect` opens meanwhile, in any thread, flush DuckDB's allocator at every
+    bulk deallocation (a query's or a closed database's memory), so that the process's resident memory
+    falls back between one file's work and the next: a watch look of four 1M-token files peaked at 1.1
+    GiB with it, as a look of one does, against 1.6 GiB without (about 10-25% slower)."""
+    global _RELEASE_EAGERLY
+    before, _RELEASE_EAGERLY = _RELEASE_EAGERLY, _RELEASE_EAGERLY or when
+    try:
+        yield
+    finally:
+        _RELEASE_EAGERLY = before
 
 
 def interrupted(error: BaseException) -> bool:
