@@ -7,7 +7,9 @@ import numpy as np
 
 from evaluator.store.memo import Memo
 
-SQL = "SELECT i AS step, i * 0.5 AS value FROM range(?) t(i) ORDER BY i"
+
+def sql(n: int) -> str:
+    return f"SELECT i AS step, i * 0.5 AS value FROM range({n}) t(i) ORDER BY i"
 
 
 class Counting:
@@ -16,28 +18,28 @@ class Counting:
     def __init__(self) -> None:
         self.con, self.queries = duckdb.connect(), 0
 
-    def execute(self, sql, params=None):
+    def execute(self, sql):
         self.queries += 1
-        return self.con.execute(sql, params)
+        return self.con.execute(sql)
 
 
 def test_answers_are_the_connection_s_own_in_every_form():
     con, memo = duckdb.connect(), Memo(duckdb.connect())
-    assert memo.execute(SQL, [4]).fetchall() == con.execute(SQL, [4]).fetchall()
-    assert memo.execute(SQL, [4]).fetchone() == (0, 0.0)
-    assert memo.execute(SQL, [0]).fetchone() is None
-    np.testing.assert_array_equal(memo.execute(SQL, [4]).fetchnumpy()["value"], [0, 0.5, 1, 1.5])
+    assert memo.execute(sql(4)).fetchall() == con.execute(sql(4)).fetchall()
+    assert memo.execute(sql(4)).fetchone() == (0, 0.0)
+    assert memo.execute(sql(0)).fetchone() is None
+    np.testing.assert_array_equal(memo.execute(sql(4)).fetchnumpy()["value"], [0, 0.5, 1, 1.5])
 
 
 def test_a_repeated_query_runs_once_and_its_answer_cannot_be_changed_by_a_caller():
     counting = Counting()
     memo = Memo(counting)
-    first = memo.execute(SQL, [3]).fetchall()
+    first = memo.execute(sql(3)).fetchall()
     first.append("changed")
-    memo.execute(SQL, [3]).fetchnumpy()["value"][:] = -1.0
-    assert memo.execute(SQL, [3]).fetchall() == [(0, 0.0), (1, 0.5), (2, 1.0)]
-    assert memo.execute(SQL, [3]).fetchnumpy()["value"].tolist() == [0.0, 0.5, 1.0]
+    memo.execute(sql(3)).fetchnumpy()["value"][:] = -1.0
+    assert memo.execute(sql(3)).fetchall() == [(0, 0.0), (1, 0.5), (2, 1.0)]
+    assert memo.execute(sql(3)).fetchnumpy()["value"].tolist() == [0.0, 0.5, 1.0]
     assert counting.queries == 2  # one per form: fetchall, fetchnumpy
-    memo.execute(SQL, [5]).fetchall()  # other parameters: another query
+    memo.execute(sql(5)).fetchall()  # another query
     assert counting.queries == 3
     assert Memo.of(memo) is memo and Memo.of(counting) is not memo  # a caller's memo serves its callees

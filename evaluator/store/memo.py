@@ -13,43 +13,43 @@ import duckdb
 
 
 class Memo:
-    """`con` whose `execute(sql, params)` results (`fetchall`, `fetchone`, `fetchnumpy`) are kept
-    per (sql, parameters, form); every other attribute is the connection's own."""
+    """`con` whose `execute(sql)` results (`fetchall`, `fetchone`, `fetchnumpy`) are kept per (sql, form);
+    every other attribute is the connection's own. Values are in the SQL (`evaluator.duck.literal`)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
-        self._answers: dict[tuple[str, str, str], Any] = {}
+        self._answers: dict[tuple[str, str], Any] = {}
 
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection | Memo) -> Memo:
         """`con`'s memo: `con` itself if it is one (a caller's memo goes on serving its callees)."""
         return con if isinstance(con, Memo) else cls(con)
 
-    def execute(self, sql: str, params: object = None) -> _Answer:
-        return _Answer(self, sql, params)
+    def execute(self, sql: str) -> _Answer:
+        return _Answer(self, sql)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
 
-    def _answer(self, sql: str, params: object, form: str) -> Any:
-        key = (sql, repr(params), form)
+    def _answer(self, sql: str, form: str) -> Any:
+        key = (sql, form)
         if key not in self._answers:
-            self._answers[key] = getattr(self._con.execute(sql, params), form)()
+            self._answers[key] = getattr(self._con.execute(sql), form)()
         return self._answers[key]
 
 
 class _Answer:
     """The result of one query through a `Memo`, fetched in the form the caller asks for."""
 
-    def __init__(self, memo: Memo, sql: str, params: object) -> None:
-        self._memo, self._sql, self._params = memo, sql, params
+    def __init__(self, memo: Memo, sql: str) -> None:
+        self._memo, self._sql = memo, sql
 
     def fetchall(self) -> list[tuple]:
-        return list(self._memo._answer(self._sql, self._params, "fetchall"))
+        return list(self._memo._answer(self._sql, "fetchall"))
 
     def fetchone(self) -> tuple | None:
-        rows = self._memo._answer(self._sql, self._params, "fetchall")
+        rows = self._memo._answer(self._sql, "fetchall")
         return rows[0] if rows else None
 
     def fetchnumpy(self) -> dict:
-        return {k: v.copy() for k, v in self._memo._answer(self._sql, self._params, "fetchnumpy").items()}
+        return {k: v.copy() for k, v in self._memo._answer(self._sql, "fetchnumpy").items()}
