@@ -177,3 +177,18 @@ def test_a_record_the_store_does_not_bear_out_is_ignored(tmp_path, fresh_process
     monkeypatch.setattr(checks, "_CHECKED", {})
     with pytest.raises(StoreError, match="file_tokens.run_id are longer than"):
         check(db)
+
+
+def test_a_reader_of_an_older_snapshot_leaves_the_later_one_checked(tmp_path, fresh_process):
+    """A reader at an earlier snapshot (the dashboard's history) checks what it reads, and the later
+    snapshot stays the one checked up to, in this process and on disk."""
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    older = snapshot(db)
+    replay([log(tmp_path, 2)], db, progress=False, workers=1)
+    latest = snapshot(db)
+    check(db)
+    with open_store(db, version=older) as con:
+        assert snapshot_id(con) == older
+    assert checked_up_to(locate(db))[1] == latest
+    assert [r["snapshot"] for r in records(tmp_path)] == [latest]

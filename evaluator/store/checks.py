@@ -121,8 +121,9 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: st
                 raise StoreError(
                     f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
                 )
-    _remember(key, now)
-    checked_record.record(con, key, catalog, now)
+    if since is None or now > since:  # an older snapshot (a reader's `version`) leaves the later one kept
+        _remember(key, now)
+        checked_record.record(con, key, catalog, now)
 
 
 def _remember(key: str, snapshot: int) -> None:
