@@ -10,24 +10,30 @@ import duckdb
 
 from evaluator.duck import literal
 from evaluator.store.intervals import MEAN_METRICS, selection_interval, selection_intervals
-from schemas.figures import FIGURES, FLOOR_METHOD, Observed, lookup, with_bounds
+from schemas.figures import FIGURE_TABLE, FIGURES, FLOOR_METHOD, Observed, lookup, with_bounds
 from schemas.store import FLOOR_COLUMNS, STATS
 from schemas.thresholds import Check
 
 ALL_STALENESS = (-(2**31), 2**31 - 1)
+# Each query below reads what a judging asks of one method (every metric, every figure of a view) and the
+# caller keeps the part it asked for: a judging asks the same query for many checks, and a `Memo` answers it
+# once (each query over the store costs about the same whatever it keeps: mostly the scan of its files).
 # n, mean, min, max and p50/p90/p99 per run over a staleness range, by the macro of the public views (with
 # the full range it is `run_summary`, with one staleness `staleness_summary`).
 _SELECTION_SQL = f"""
-    SELECT run_id, {", ".join(STATS)} FROM summary_over(lo := {{lo}}, hi := {{hi}})
-    WHERE method = {{method}} AND metric = {{metric}}"""
+    SELECT metric, run_id, {", ".join(STATS)} FROM summary_over(lo := {{lo}}, hi := {{hi}})
+    WHERE method = {{method}} ORDER BY metric, run_id"""
 _STORED_MEAN_SQL = """
-    SELECT i.run_id, i.lower, i.upper, d.n_steps FROM mean_interval i
+    SELECT i.metric, i.run_id, i.lower, i.upper, d.n_steps FROM mean_interval i
     JOIN (SELECT run_id, max(n_steps) AS n_steps FROM decision_interval GROUP BY run_id) d USING (run_id)
-    WHERE i.staleness IS NULL AND i.method = {method} AND i.metric = {metric}"""
+    WHERE i.staleness IS NULL AND i.method = {method}"""
+_OVER_VIEWS = ("decision", "weight")
+_RUNS_WITH_SQL = "SELECT DISTINCT metric, run_id FROM metric_moments WHERE method = {method} AND n > 0"
+_VIEW_FIGURES = {view: tuple(f.name for f in FIGURE_TABLE if f.view == view) for view in _OVER_VIEWS}
 _OVER_SQL = """
-    SELECT run_id, staleness, n, {name} FROM {view}_over(lo := {lo}, hi := {hi}, by_staleness := {each})
-    WHERE method = {method}"""
-_FLOOR_POINT_SQL = "SELECT run_id, {name} FROM decision_over(lo := 0, hi := 0) WHERE method = {method}"
+    SELECT run_id, staleness, n, {names} FROM {view}_over(lo := {lo}, hi := {hi}, by_staleness := {each})
+    WHERE method = {method} ORDER BY run_id, staleness"""
+_FLOOR_POINT_SQL = "SELECT run_id, {names} FROM decision_over(lo := 0, hi := 0) WHERE method = {method}"
 _SAFE_STALENESS_SQL = """
     SELECT s.run_id, {columns},
            (SELECT coalesce(sum(d.n), 0) FROM decision_staleness_summary d
@@ -48,13 +54,14 @@ def selection_stats(
     `[lo, hi]` (every token if None); the mean with its 95% interval where the store keeps one for the
     metric. Runs without such tokens are absent."""
     lo, hi = staleness if staleness is not None else ALL_STALENESS
-    values = {"method": method, "metric": metric, "lo": lo, "hi": hi}
-    rows = con.execute(_SELECTION_SQL.format(**{k: literal(v) for k, v in values.items()})).fetchall()
+    values = {"method": method, "lo": lo, "hi": hi}
+    sql = _SELECTION_SQL.format(**{k: literal(v) for k, v in values.items()})
+    rows = _of_metric(con.execute(sql).fetchall(), metric)
     out = {}
     stored = {}
     if metric in MEAN_METRICS and staleness is None:  # the whole run: the interval the store keeps
-        sql = _STORED_MEAN_SQL.format(method=literal(method), metric=literal(metric))
-        stored = {r[0]: r[1:] for r in con.execute(sql).fetchall()}
+        sql = _STORED_MEAN_SQL.format(method=literal(method))
+        stored = {r[0]: r[1:] for r in _of_metric(con.execute(sql).fetchall(), metric)}
     for run_id, *values in rows:
         n = int(values[0])
         stats = {stat: Observed(value, n=n) for stat, value in zip(STATS, values, strict=True)}
@@ -67,12 +74,15 @@ def selection_stats(
     return out
 
 
+def _of_metric(rows: list[tuple], metric: str) -> list[tuple]:
+    """The rows of `metric`, without their first column, the metric."""
+    return [row[1:] for row in rows if row[0] == metric]
+
+
 def runs_with_metric(con: duckdb.DuckDBPyConnection, method: str, metric: str) -> set[str]:
-    sql = (
-        f"SELECT DISTINCT run_id FROM metric_moments WHERE method = {literal(method)} "
-        f"AND metric = {literal(metric)} AND n > 0"
-    )
-    return {row[0] for row in con.execute(sql).fetchall()}
+    """The runs with tokens of `metric` of `method`."""
+    rows = con.execute(_RUNS_WITH_SQL.format(method=literal(method))).fetchall()
+    return {run for (run,) in _of_metric(rows, metric)}
 
 
 def observe(
@@ -115,13 +125,15 @@ def _points(
     """`{(run_id, staleness): (tokens, value)}` of a decision or weight figure (or its excess over the engine
     floor) over staleness [lo, hi], from the exact sums: pooled (staleness None), or at `each` staleness."""
     figure, variant = lookup(check.figure)
-    sql = _OVER_SQL.format(name=figure.name, view=figure.view, method=literal(check.method), lo=literal(lo),
-                           hi=literal(hi), each=literal(each))  # fmt: skip
-    rows = con.execute(sql).fetchall()
+    names = _VIEW_FIGURES[figure.view]
+    column = names.index(figure.name)
+    sql = _OVER_SQL.format(names=", ".join(names), view=figure.view, method=literal(check.method),
+                           lo=literal(lo), hi=literal(hi), each=literal(each))  # fmt: skip
+    rows = [(*row[:3], row[3 + column]) for row in con.execute(sql).fetchall()]
     floors = {}
     if variant == "excess":
-        sql = _FLOOR_POINT_SQL.format(name=figure.name, method=literal(FLOOR_METHOD))
-        floors = dict(con.execute(sql).fetchall())
+        sql = _FLOOR_POINT_SQL.format(names=", ".join(names), method=literal(FLOOR_METHOD))
+        floors = {row[0]: row[1 + column] for row in con.execute(sql).fetchall()}
     out = {}
     for run_id, staleness, n, value in rows:
         if variant == "excess":
