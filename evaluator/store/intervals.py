@@ -7,8 +7,6 @@ staleness >= 1, where the excess is not 0 by construction); the error metrics' m
 
 from __future__ import annotations
 
-import itertools
-
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -16,6 +14,7 @@ import pyarrow as pa
 from evaluator.duck import literal
 from evaluator.formulas.bootstrap import REPLICATES, percentile_interval, ratio_replicates, step_draws
 from schemas.figures import EXCESS, EXCESS_FIGURES, FIGURES, FLOOR, FLOOR_METHOD, INTERVAL_FIGURES, LEVEL
+from schemas.store import METHODS
 
 _STAT = {"sum": "s", "count": "n"}
 SUMS: dict[str, tuple[str, str, str, str]] = {
@@ -35,46 +34,78 @@ ALL, STALE = -1, -2
 """The staleness labels of the every-staleness grouping (NULL in the tables) and of the stale tokens'
 (staleness >= 1: what a run's excess pools) while computing."""
 
-_SUMS = f"""
-    WITH sums AS (
-        SELECT run_id, step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
-        FROM metric_moments WHERE metric IN ({{metrics}}) AND run_id IN (SELECT unnest({{runs}}))
-        GROUP BY ALL),
-    cells AS (
-        SELECT * FROM sums
-        UNION ALL
-        SELECT run_id, step, {ALL}, method, metric, sum(n ORDER BY staleness), sum(s ORDER BY staleness)
-        FROM sums GROUP BY run_id, step, method, metric
-        UNION ALL
-        SELECT run_id, step, {STALE}, method, metric, sum(n ORDER BY staleness), sum(s ORDER BY staleness)
-        FROM sums WHERE staleness > 0 GROUP BY run_id, step, method, metric)
-    SELECT run_id, metric, n, s,
-        dense_rank() OVER (PARTITION BY run_id ORDER BY step)::INTEGER - 1 AS step_index,
-        dense_rank() OVER (PARTITION BY run_id ORDER BY staleness, method)::INTEGER - 1 AS cell,
-        staleness, method
-    FROM cells ORDER BY run_id, step_index, cell, metric"""
-"""Each run's per-step sums and counts of each (staleness, method) cell, with every staleness's (`ALL`) and
-the stale tokens' (`STALE`) added over stalenesses, in fixed orders (over files, then over stalenesses):
-the same store gives the same floats whatever DuckDB's threads do. Steps and cells as dense indices."""
+_METHODS = tuple(sorted(METHODS))
+"""The methods in name order: a row's method is its index here (the store's value checks admit no other)."""
+_ROWS = f"""
+    SELECT list_position({{runs}}, run_id)::INTEGER - 1 AS run, step, staleness,
+           list_position({literal(list(_METHODS))}, method)::INTEGER - 1 AS method,
+           list_position({literal(list(METRICS))}, metric)::INTEGER - 1 AS metric, file_id, n::DOUBLE AS n,
+           sum AS s
+    FROM metric_moments
+    WHERE run_id IN (SELECT unnest({{runs}})) AND method IN ({{methods}}) AND metric IN ({{metrics}})"""
+"""The stored moments of `runs`' `methods` and `metrics` (of `METRICS`), one row per file: runs, methods and
+metrics as their indices (in `runs`, `_METHODS`, `METRICS`)."""
+_CELL = ("run", "step", "staleness", "method", "metric")
+
+
+def _step_sums(
+    con: duckdb.DuckDBPyConnection, runs: list[str], methods: tuple[str, ...], metrics: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    """The per-step sums and counts (`n`, `s`) of each (run, step, staleness, method, metric), its files'
+    rows added in file order: the same store gives the same floats whatever DuckDB's threads do. (Added
+    here rather than by DuckDB's ordered aggregates, which took seconds on a long run.)"""
+    sql = _ROWS.format(runs=literal(runs), methods=", ".join(map(literal, methods)),
+                       metrics=", ".join(map(literal, metrics)))  # fmt: skip
+    return _ordered_sums(con.execute(sql).fetchnumpy(), _CELL, "file_id")
+
+
+def _cells(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The per-step sums of each (run, step, staleness, method, metric) (`_step_sums`), with every
+    staleness's (`ALL`) and the stale tokens' (`STALE`) added over stalenesses in staleness order."""
+    over = [c for c in _CELL if c != "staleness"]
+    every = _ordered_sums(sums, over, "staleness")
+    stale = _ordered_sums({k: v[sums["staleness"] > 0] for k, v in sums.items()}, over, "staleness")
+    for part, label in ((every, ALL), (stale, STALE)):
+        part["staleness"] = np.full(len(part["n"]), label, sums["staleness"].dtype)
+    return {k: np.concatenate([sums[k], every[k], stale[k]]) for k in sums}
+
+
+def _ordered_sums(rows: dict[str, np.ndarray], keys: list[str] | tuple[str, ...], order: str) -> dict:
+    """`n` and `s` of `rows` added over equal `keys`, each group's rows in `order`'s order."""
+    at = np.lexsort([rows[order], *(rows[k] for k in reversed(keys))])
+    ordered = {k: rows[k][at] for k in (*keys, "n", "s")}
+    new = np.zeros(len(at), bool)
+    new[:1] = True
+    for k in keys:
+        new[1:] |= ordered[k][1:] != ordered[k][:-1]
+    starts = np.flatnonzero(new)
+    out = {k: ordered[k][starts] for k in keys}
+    for k in ("n", "s"):
+        out[k] = np.add.reduceat(ordered[k], starts) if len(starts) else ordered[k]
+    return out
 
 
 class _Run:
-    """One run's rows of `_SUMS`: its `[n_steps, cells]` sums and counts of each metric (`per_step`), its
-    cells as (staleness, method) in index order."""
+    """One run's rows of `_cells`: its `[n_steps, cells]` sums and counts of each metric (`per_step`), its
+    cells as (staleness, method) in that order."""
 
     def __init__(self, rows: dict[str, np.ndarray]) -> None:
         self.rows = rows
-        self.n_steps = int(rows["step_index"].max()) + 1
-        cell_ids, first = np.unique(rows["cell"], return_index=True)
-        self.cells = list(zip(rows["staleness"][first].tolist(), rows["method"][first].tolist(), strict=True))
-        self._of_metric = {m: rows["metric"] == m for m in np.unique(rows["metric"]).tolist()}
+        steps, self.step_index = np.unique(rows["step"], return_inverse=True)
+        self.n_steps = len(steps)
+        cells, self.cell = np.unique(
+            rows["staleness"].astype(np.int64) * len(_METHODS) + rows["method"], return_inverse=True
+        )
+        self.cells = [(int(c // len(_METHODS)), _METHODS[c % len(_METHODS)]) for c in cells.tolist()]
+        present = np.flatnonzero(np.bincount(rows["metric"], minlength=len(METRICS)))
+        self._of_metric = {METRICS[m]: rows["metric"] == m for m in present.tolist()}
 
     def per_step(self, metric: str, stat: str) -> np.ndarray:
         """`[n_steps, cells]` of one metric's per-step sums or counts (0 where a cell has none)."""
         table = np.zeros((self.n_steps, len(self.cells)))
         at = self._of_metric.get(metric)
         if at is not None:
-            table[self.rows["step_index"][at], self.rows["cell"][at]] = self.rows[stat][at]
+            table[self.step_index[at], self.cell[at]] = self.rows[stat][at]
         return table
 
 
@@ -132,14 +163,14 @@ def _floor(replicates: np.ndarray, cells: list[tuple[int, str]]) -> np.ndarray:
 
 def interval_tables(con: duckdb.DuckDBPyConnection, runs: list[str]) -> dict[str, pa.Table]:
     """`decision_interval` and `mean_interval` rows of `runs`, from the store's moments."""
-    sql = _SUMS.format(metrics=", ".join(map(literal, METRICS)), runs=literal(runs))
-    rows = con.execute(sql).fetchnumpy()
-    run_ids = rows["run_id"]  # ordered by run: each run's rows from one bound to the next
-    bounds = np.flatnonzero(np.r_[True, run_ids[1:] != run_ids[:-1], True]) if len(run_ids) else [0]
+    runs = sorted(runs)
+    rows = _cells(_step_sums(con, runs, _METHODS, METRICS))
     decision, means = [], []
-    for start, end in itertools.pairwise(bounds):
-        run_id = run_ids[start]
-        found = _run_rows(_Run({k: v[start:end] for k, v in rows.items()}))
+    for code, run_id in enumerate(runs):
+        at = rows["run"] == code
+        if not at.any():
+            continue
+        found = _run_rows(_Run({k: v[at] for k, v in rows.items()}))
         decision += [r | {"run_id": run_id} for r in found[0]]
         means += [r | {"run_id": run_id} for r in found[1]]
     return {"decision_interval": _arrow(decision, _COLUMNS["decision_interval"]),
@@ -174,12 +205,6 @@ _SCHEMAS = {
 }
 
 
-_STEP_SUMS = """
-    SELECT step, staleness, method, metric, sum(n)::DOUBLE AS n, sum(sum ORDER BY file_id) AS s
-    FROM metric_moments WHERE run_id = {run} AND method IN ({methods}) AND metric IN ({metrics})
-    GROUP BY ALL ORDER BY ALL"""
-
-
 def selection_intervals(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -205,12 +230,7 @@ def selection_intervals(
     draws = step_draws(len(steps), REPLICATES * family)
     base = figure.removeprefix(EXCESS).removeprefix(FLOOR).removeprefix("mean:")
     num, num_stat, den, den_stat = SUMS.get(base, (base, "s", base, "n"))
-    sums = _STEP_SUMS.format(
-        run=literal(run_id),
-        methods=", ".join(map(literal, (method or FLOOR_METHOD, FLOOR_METHOD))),
-        metrics=", ".join(map(literal, (num, den))),
-    )
-    rows = con.execute(sums).fetchnumpy()
+    rows = _step_sums(con, [run_id], (method or FLOOR_METHOD, FLOOR_METHOD), (num, den))
     step_index = np.minimum(np.searchsorted(steps, rows["step"]), len(steps) - 1)
     known = steps[step_index] == rows["step"]  # a metric's steps outside the intervals' are left out
 
@@ -218,7 +238,7 @@ def selection_intervals(
         """`[replicates, ranges]` of `who` over each staleness range."""
 
         def sums(metric: str, stat: str) -> np.ndarray:  # (n_steps, ranges), stalenesses added in order
-            at = known & (rows["method"] == who) & (rows["metric"] == metric)
+            at = known & (rows["method"] == _METHODS.index(who)) & (rows["metric"] == METRICS.index(metric))
             levels, level_index = np.unique(rows["staleness"][at], return_inverse=True)
             cells = np.zeros((len(steps), len(levels)))
             cells[step_index[at], level_index] = rows[stat][at]
