@@ -30,6 +30,7 @@ MEAN_METRICS = (
 )  # fmt: skip
 METRICS = tuple(sorted({m for spec in SUMS.values() for m in (spec[0], spec[2])} | set(MEAN_METRICS)))
 """The metrics whose per-step sums the intervals read."""
+_DECISION_METRICS = tuple(sorted({m for spec in SUMS.values() for m in (spec[0], spec[2])}))
 ALL, STALE = -1, -2
 """The staleness labels of the every-staleness grouping (NULL in the tables) and of the stale tokens'
 (staleness >= 1: what a run's excess pools) while computing."""
@@ -230,7 +231,8 @@ def selection_intervals(
     draws = step_draws(len(steps), REPLICATES * family)
     base = figure.removeprefix(EXCESS).removeprefix(FLOOR).removeprefix("mean:")
     num, num_stat, den, den_stat = SUMS.get(base, (base, "s", base, "n"))
-    rows = _step_sums(con, [run_id], (method or FLOOR_METHOD, FLOOR_METHOD), (num, den))
+    metrics = _DECISION_METRICS if base in SUMS else (num, den)  # a judging's figures: one query (`Memo`)
+    rows = _step_sums(con, [run_id], (method or FLOOR_METHOD, FLOOR_METHOD), metrics)
     step_index = np.minimum(np.searchsorted(steps, rows["step"]), len(steps) - 1)
     known = steps[step_index] == rows["step"]  # a metric's steps outside the intervals' are left out
 
