@@ -12,7 +12,7 @@ import duckdb
 from evaluator.duck import connect, literal
 from evaluator.errors import StoreError
 from evaluator.store import checked_record
-from evaluator.store.lake import STORE, Location, catalog_inode
+from evaluator.store.lake import STORE, Location, store_key
 from schemas.store import METHODS, METRICS, STORE_SCHEMA_VERSION, TABLE_DDL
 from schemas.token_log import RUN_ID_MAX_BYTES
 
@@ -50,7 +50,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, str], ...]]:
 
 
 def check_store(
-    con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE, values: bool = True
+    con: duckdb.DuckDBPyConnection, db: Location, catalog: str = STORE, values: bool = True
 ) -> None:
     """A `StoreError` unless the catalog holds a proxaudit store of this schema version: every table of the
     DDL as a base table with its columns, the schema
@@ -77,15 +77,7 @@ def check_store(
         check_values(con, db, catalog)
 
 
-def _key(db: Location | str) -> str:
-    """A store's key: a folder store's catalog with its inode (a store made anew at a path is another)."""
-    folder = getattr(db, "folder", None)
-    if folder is None:
-        return str(db)
-    return f"{db}:{catalog_inode(db)}"
-
-
-def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str) -> None:
+def check_values(con: duckdb.DuckDBPyConnection, db: Location, catalog: str) -> None:
     """A `StoreError` unless every text value is one replay writes: a run_id of at most
     `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
     store repeats these on every row, so a crafted one with long or foreign values would cost readers
@@ -93,7 +85,7 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: st
     already checked, in this process or in an earlier one (`checked_record`), has the rows inserted since
     read (DuckLake's `ducklake_table_insertions`), and a commit of this process right after a checked
     snapshot counts as checked (`written`)."""
-    key, now = _key(db), snapshot_id(con, catalog)
+    key, now = store_key(db), snapshot_id(con, catalog)
     since = _CHECKED.get(key)
     if since is None:
         since = checked_record.recorded(con, key, catalog)
@@ -132,13 +124,13 @@ def _remember(key: str, snapshot: int) -> None:
     _CHECKED[key] = snapshot
 
 
-def written(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE) -> None:
+def written(con: duckdb.DuckDBPyConnection, db: Location, catalog: str = STORE) -> None:
     """After a commit of this process's writer that wrote rows (never after one that committed nothing: the
     latest snapshot is then another writer's): its snapshot counts as checked when it directly follows one
     checked (no other writer's commit between; the rows a writer inserts are replay's by construction),
     so a reader in this process does not read them again (nor one in a later process, once `keep` records
     it)."""
-    key, now = _key(db), snapshot_id(con, catalog)
+    key, now = store_key(db), snapshot_id(con, catalog)
     if _CHECKED.get(key) == now - 1:
         _remember(key, now)
 
@@ -147,21 +139,21 @@ def made(con: duckdb.DuckDBPyConnection, db: Location, snapshot: int, catalog: s
     """A store this process's writer made, set up in `snapshot`: checked up to it while no other writer
     committed since (every row in it is this writer's)."""
     if snapshot_id(con, catalog) == snapshot:
-        _remember(_key(db), snapshot)
+        _remember(store_key(db), snapshot)
 
 
-def keep(con: duckdb.DuckDBPyConnection, db: Location | str, catalog: str = STORE) -> None:
+def keep(con: duckdb.DuckDBPyConnection, db: Location, catalog: str = STORE) -> None:
     """Record on disk the snapshot up to which this process checked (or wrote) the store, for later
     processes (`checked_record`): a writer does when it closes."""
-    key = _key(db)
+    key = store_key(db)
     if key in _CHECKED:
         with contextlib.suppress(duckdb.Error):  # a connection left in a failed transaction: no record
             checked_record.record(con, key, catalog, _CHECKED[key])
 
 
-def checked_up_to(db: Location | str) -> tuple[str, int] | None:
+def checked_up_to(db: Location) -> tuple[str, int] | None:
     """The store's key and the snapshot up to which this process checked its values (None: not checked)."""
-    key = _key(db)
+    key = store_key(db)
     return (key, _CHECKED[key]) if key in _CHECKED else None
 
 

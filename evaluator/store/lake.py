@@ -204,6 +204,14 @@ def catalog_inode(location: Location) -> int:
     return os.stat(location.folder / CATALOG_FILE).st_ino
 
 
+def store_key(location: Location) -> str:
+    """A store's identity (what this process and its cache remember of a store are keyed by): its catalog,
+    a folder store's with the catalog file's inode (a store made anew at the same path is another store)."""
+    if location.folder is None:
+        return location.catalog
+    return f"{location.catalog}:{catalog_inode(location)}"
+
+
 def _set_data_path(catalog: Path, data_path: str) -> None:
     """Record `data_path` in a staged store's catalog, which no connection of this process holds open any
     more (closed, or `detach`ed: `_recorded_data_path` says why that matters)."""

@@ -31,8 +31,8 @@ from evaluator.store.lake import (
     STORE,
     Location,
     attach,
-    catalog_inode,
     locate,
+    store_key,
     stored_data_path,
 )
 from schemas.store import VIEWS_DDL
@@ -41,7 +41,7 @@ READ_LOCK_WAIT_S = 3.0
 POOL_SIZE = 4
 """Idle reader connections kept per store in a process: a reader opens one in a few milliseconds (loading
 the extensions and defining the views cost about half a second), each on the latest snapshot."""
-_POOL: dict[tuple, list[duckdb.DuckDBPyConnection]] = {}
+_POOL: dict[str, list[duckdb.DuckDBPyConnection]] = {}
 _POOL_LOCK = threading.Lock()
 
 
@@ -99,14 +99,6 @@ def _prepared(location: Location, wait_s: float, version: int | None) -> duckdb.
     return con
 
 
-def _pool_key(location: Location) -> tuple:
-    """A store's key in the pool: a folder store's catalog file by its inode (a store made anew at the
-    same path is another store)."""
-    if location.folder is None:
-        return (location.catalog,)
-    return (location.catalog, catalog_inode(location))
-
-
 @contextmanager
 def open_store(
     db: str | os.PathLike, lock_wait_s: float = READ_LOCK_WAIT_S, version: int | None = None
@@ -118,7 +110,7 @@ def open_store(
     location = locate(db)
     if not location.exists():
         raise StoreError(f"no metrics store at {location}: run `proxaudit replay LOGS --db {location}` first")
-    key = _pool_key(location) if version is None else None
+    key = store_key(location) if version is None else None
     with _POOL_LOCK:
         idle = _POOL.get(key, []) if key else []
         con = idle.pop() if idle else None
