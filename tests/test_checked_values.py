@@ -132,6 +132,21 @@ def test_a_new_store_s_writer_records_its_own_rows_as_checked(tmp_path, fresh_pr
     assert written["committed_at"].removesuffix("+00") == committed_at(db, snapshot(db)).removesuffix("+00")
 
 
+def test_a_record_is_written_once_per_snapshot(tmp_path, fresh_process):
+    """A writer that commits nothing, and readers of the snapshot recorded, leave its record as it is (the
+    file is replaced whenever it is written: its inode says whether it was)."""
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    (path,) = (tmp_path / "cache" / "checked").glob("*.json")
+    inode = path.stat().st_ino
+    with StoreWriter(db):
+        pass
+    check(db)
+    assert path.stat().st_ino == inode
+    replay([log(tmp_path, 4)], db, progress=False, workers=1)
+    assert path.stat().st_ino != inode and records(tmp_path)[0]["snapshot"] == snapshot(db)
+
+
 def write_record(tmp_path: Path, db: Path, snapshot: int, at: str | None = None) -> None:
     """A record, as a process that checked `db` up to `snapshot` writes it (`at`: another commit time)."""
     (path,) = (tmp_path / "cache" / "checked").glob("*.json")

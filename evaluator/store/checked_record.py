@@ -24,6 +24,8 @@ from evaluator.duck import literal
 CACHE_DIR_VARIABLE = "PROXAUDIT_CACHE_DIR"
 RECORDS_KEPT = 256
 """The records kept (the most recently written): one per store this user's processes checked."""
+_ON_DISK: dict[Path, int] = {}
+"""The snapshot of each record this process wrote, or read and trusted: not written again."""
 
 
 def _folder() -> Path:
@@ -47,20 +49,25 @@ def _committed_at(con: duckdb.DuckDBPyConnection, catalog: str, snapshot: int) -
 def recorded(con: duckdb.DuckDBPyConnection, key: str, catalog: str) -> int | None:
     """The snapshot a record says the store of `key` was checked up to, if the store attached as `catalog`
     committed a snapshot of that id at the recorded time."""
+    path = _path(key)
     try:
-        record = json.loads(_path(key).read_text())
+        record = json.loads(path.read_text())
         snapshot, at = record["snapshot"], record["committed_at"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if record.get("key") != key or type(snapshot) is not int or not isinstance(at, str):
         return None
-    return snapshot if _committed_at(con, catalog, snapshot) == at else None
+    if _committed_at(con, catalog, snapshot) != at:
+        return None
+    _ON_DISK[path] = snapshot
+    return snapshot
 
 
 def record(con: duckdb.DuckDBPyConnection, key: str, catalog: str, snapshot: int) -> None:
-    """Record that the store of `key` (attached as `catalog`) was checked up to `snapshot`; the oldest
-    records beyond `RECORDS_KEPT` are removed."""
-    at = _committed_at(con, catalog, snapshot)
+    """Record that the store of `key` (attached as `catalog`) was checked up to `snapshot` (unless this
+    process wrote or trusted that record already); the oldest records beyond `RECORDS_KEPT` are removed."""
+    path = _path(key)
+    at = None if _ON_DISK.get(path) == snapshot else _committed_at(con, catalog, snapshot)
     if at is None:
         return
     text = json.dumps({"key": key, "snapshot": snapshot, "committed_at": at})
@@ -71,7 +78,7 @@ def record(con: duckdb.DuckDBPyConnection, key: str, catalog: str, snapshot: int
         try:
             with os.fdopen(handle, "w") as out:
                 out.write(text)
-            os.replace(staged, _path(key))
+            os.replace(staged, path)
         except BaseException:
             Path(staged).unlink(missing_ok=True)
             raise
@@ -80,6 +87,7 @@ def record(con: duckdb.DuckDBPyConnection, key: str, catalog: str, snapshot: int
             old.unlink(missing_ok=True)
     except OSError:
         return
+    _ON_DISK[path] = snapshot
 
 
 def _modified(path: Path) -> int:
