@@ -39,9 +39,14 @@ _RELEASE_EAGERLY = False
 """Inside `memory_released_eagerly`."""
 
 
-def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """`duckdb.connect(database, read_only)` with DuckDB's progress bar and extension downloads off."""
-    con = duckdb.connect(database, read_only=read_only, config=NO_DOWNLOADS)
+def connect(
+    database: str = ":memory:", read_only: bool = False, checked_extensions: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """`duckdb.connect(database, read_only)` with DuckDB's progress bar and extension downloads off.
+    `checked_extensions`: DuckDB does not check the signature of an extension it loads (the caller loads
+    only files whose signature DuckDB checked in this process: `evaluator.store.lake.load`)."""
+    config = NO_DOWNLOADS | ({"allow_unsigned_extensions": True} if checked_extensions else {})
+    con = duckdb.connect(database, read_only=read_only, config=config)
     con.execute("SET enable_progress_bar = false; SET enable_progress_bar_print = false")
     if _RELEASE_EAGERLY:
         con.execute("SET allocator_bulk_deallocation_flush_threshold = '0MB'")
