@@ -21,7 +21,7 @@ from evaluator.replay import replay
 from evaluator.store import StoreWriter, connect_store, reader
 from evaluator.store.checks import snapshot_id
 from evaluator.store.derived import mergeable
-from evaluator.store.lake import locate
+from evaluator.store.lake import locate, store_key
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import loop, read_alerts
 from evaluator.watch.dumps import DumpImporter
@@ -146,7 +146,7 @@ def test_each_look_runs_in_a_process_of_its_own_replaced_after_its_looks(tmp_pat
     assert len(pids[0]) == 1 and pids[1] == pids[0] and len(pids[2]) == 1 and pids[2] != pids[0]
     assert not psutil.pid_exists(pids[0][0]) or psutil.Process(pids[0][0]).status() == psutil.STATUS_ZOMBIE
     assert watch.ingested == 3 and sum(": ingested (" in line for line in lines.lines) == 3
-    assert reader._pool_key(locate(tmp_path / "metrics")) not in reader._POOL  # no reader opened here
+    assert store_key(locate(tmp_path / "metrics")) not in reader._POOL  # no reader opened here
     assert [v.run_id for v in watch.verdicts] == ["sim"] and kinds(tmp_path / "alerts.jsonl")
     meta = "__ducklake_metadata_store"
     live = (
