@@ -27,9 +27,11 @@ _STORED_MEAN_SQL = """
     SELECT i.metric, i.run_id, i.lower, i.upper, d.n_steps FROM mean_interval i
     JOIN (SELECT run_id, max(n_steps) AS n_steps FROM decision_interval GROUP BY run_id) d USING (run_id)
     WHERE i.staleness IS NULL AND i.method = {method}"""
-_OVER_VIEWS = ("decision", "weight")
 _RUNS_WITH_SQL = "SELECT DISTINCT metric, run_id FROM metric_moments WHERE method = {method} AND n > 0"
-_VIEW_FIGURES = {view: tuple(f.name for f in FIGURE_TABLE if f.view == view) for view in _OVER_VIEWS}
+_VIEW_FIGURES = {
+    view: tuple(f.name for f in FIGURE_TABLE if f.view == view) for view in ("decision", "weight")
+}
+"""The figures of which each of the macros `decision_over` and `weight_over` has a column."""
 _OVER_SQL = """
     SELECT run_id, staleness, n, {names} FROM {view}_over(lo := {lo}, hi := {hi}, by_staleness := {each})
     WHERE method = {method} ORDER BY run_id, staleness"""
