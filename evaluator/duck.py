@@ -23,6 +23,7 @@ peak otherwise grows by a few hundred MiB with each file), at some cost in time.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import sys
 from collections.abc import Iterator
@@ -35,8 +36,8 @@ import pyarrow as pa
 NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-_RELEASE_EAGERLY = False
-"""Inside `memory_released_eagerly`."""
+_SETTINGS: dict[str, str] = {}
+"""The DuckDB settings of the connections `connect` opens now (`settings_of_new_connections`)."""
 
 
 def connect(
@@ -48,23 +49,38 @@ def connect(
     config = NO_DOWNLOADS | ({"allow_unsigned_extensions": True} if checked_extensions else {})
     con = duckdb.connect(database, read_only=read_only, config=config)
     con.execute("SET enable_progress_bar = false; SET enable_progress_bar_print = false")
-    if _RELEASE_EAGERLY:
-        con.execute("SET allocator_bulk_deallocation_flush_threshold = '0MB'")
+    for name, value in _SETTINGS.items():
+        con.execute(f"SET {name} = {value}")
     return con
 
 
 @contextmanager
-def memory_released_eagerly(when: bool = True) -> Iterator[None]:
-    """(`when`) The connections `connect` opens meanwhile, in any thread, flush DuckDB's allocator at every
-    bulk deallocation (a query's or a closed database's memory), so that the process's resident memory
-    falls back between one file's work and the next: a watch look of four 1M-token files peaked at 1.1
-    GiB with it, as a look of one does, against 1.6 GiB without (about 10-25% slower)."""
-    global _RELEASE_EAGERLY
-    before, _RELEASE_EAGERLY = _RELEASE_EAGERLY, _RELEASE_EAGERLY or when
+def settings_of_new_connections(**settings: str) -> Iterator[None]:
+    """The connections `connect` opens meanwhile, in any thread, get these DuckDB settings (SQL values), as
+    well as those of an enclosing call."""
+    global _SETTINGS
+    before = _SETTINGS
+    _SETTINGS = before | settings
     try:
         yield
     finally:
-        _RELEASE_EAGERLY = before
+        _SETTINGS = before
+
+
+def memory_released_eagerly(when: bool = True) -> contextlib.AbstractContextManager:
+    """(`when`) The connections `connect` opens meanwhile flush DuckDB's allocator at every bulk
+    deallocation (a query's or a closed database's memory), so that the process's resident memory falls
+    back between one file's work and the next: a watch look of four 1M-token files peaked at 1.1 GiB with
+    it, as a look of one does, against 1.6 GiB without (about 10-25% slower)."""
+    flush = {"allocator_bulk_deallocation_flush_threshold": "'0MB'"}
+    return settings_of_new_connections(**flush) if when else contextlib.nullcontext()
+
+
+def one_thread(when: bool = True) -> contextlib.AbstractContextManager:
+    """(`when`) The connections `connect` opens meanwhile run each query on one thread: for a small input
+    DuckDB's threads cost more than they bring (on two cores, a replay of one 5k-token file 3.5 -> 3.1 s
+    and 4.2 -> 3.4 CPU-seconds)."""
+    return settings_of_new_connections(threads="1") if when else contextlib.nullcontext()
 
 
 def interrupted(error: BaseException) -> bool:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evaluator.duck import one_thread
 from evaluator.errors import FileFailed, NothingReadableError, UsageError
 from evaluator.formulas.loss import DEFAULT_LOSS, Loss
 from evaluator.problems import Problem
@@ -159,6 +160,10 @@ def _summarise_long(
         return FileFailed(f"summarising {slot.path} failed: {type(error).__name__}: {error}")
 
 
+SMALL_INPUT_ROWS = 1 << 16
+"""Up to this many rows in all (by the Parquet footers), a replay's DuckDB connections run on one thread
+(`evaluator.duck.one_thread`): a small file's replay was 10% faster and 15% cheaper in CPU so on two cores,
+where a 1M-token file's was 8% slower (BENCHMARKS.md)."""
 MIN_ROWS_FOR_WORKERS = 1 << 20
 """A worker process costs about 2 CPU-seconds to start (its imports and numba's cache) and replaying costs
 about 3 per million rows (BENCHMARKS.md): under this many rows in all, the files are replayed here."""
@@ -230,7 +235,8 @@ def replay(
             db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path, merge=merge
         )
         slots = digests(files, staging)
-        with contextlib.ExitStack() as opened, _progress(files, progress) as bar, runner:
+        small = sum(footer_rows(s.path) for s in slots) <= SMALL_INPUT_ROWS
+        with one_thread(small), contextlib.ExitStack() as opened, _progress(files, progress) as bar, runner:
 
             def work(store: StoreWriter | None) -> tuple[list, Iterator]:
                 stage_to = _worker_staging(store, staging, max_staleness) if ray is not None else None
