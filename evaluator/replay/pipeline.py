@@ -55,9 +55,8 @@ from evaluator.validate import CheckedFile, check_file, find_parquet_files, judg
 from evaluator.validate.found import Folder, found_folders, nothing_found
 
 
-def _progress(files: list[Path], enabled: bool | None) -> tqdm:
-    """Files, tokens and tokens/s on stderr, only when stderr is a terminal (quiet in CI)."""
-    rows = sum(footer_rows(path) for path in files)
+def _progress(files: list[Path], rows: int, enabled: bool | None) -> tqdm:
+    """Files, tokens (`rows` in all) and tokens/s on stderr, only when stderr is a terminal (quiet in CI)."""
     disable = not sys.stderr.isatty() if enabled is None else not enabled
     return tqdm(total=rows, unit="tok", unit_scale=True, desc=f"0/{len(files)} files", disable=disable)
 
@@ -235,8 +234,13 @@ def replay(
             db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path, merge=merge
         )
         slots = digests(files, staging)
-        small = sum(footer_rows(s.path) for s in slots) <= SMALL_INPUT_ROWS
-        with one_thread(small), contextlib.ExitStack() as opened, _progress(files, progress) as bar, runner:
+        rows = sum(footer_rows(path) for path in files)
+        with (
+            one_thread(rows <= SMALL_INPUT_ROWS),
+            contextlib.ExitStack() as opened,
+            _progress(files, rows, progress) as bar,
+            runner,
+        ):
 
             def work(store: StoreWriter | None) -> tuple[list, Iterator]:
                 stage_to = _worker_staging(store, staging, max_staleness) if ray is not None else None

@@ -39,8 +39,9 @@ from schemas.store import VIEWS_DDL
 
 READ_LOCK_WAIT_S = 3.0
 POOL_SIZE = 4
-"""Idle reader connections kept per store in a process: a reader opens one in a few milliseconds (loading
-the extensions and defining the views cost about half a second), each on the latest snapshot."""
+"""Idle reader connections kept per store in a process: a reader opens one in a few milliseconds (a new
+one attaches the store, checks it and defines the views; its first in a process also has the extensions'
+signatures checked, about a quarter of a second), each on the latest snapshot."""
 _POOL: dict[str, list[duckdb.DuckDBPyConnection]] = {}
 _POOL_LOCK = threading.Lock()
 
