@@ -33,6 +33,7 @@ LONG_RUN_ID = "repeat('x', 300)"  # longer than a run_id may be: a crafted store
 def fresh_process(monkeypatch, tmp_path):
     """Nothing checked yet, as in a new process of a user who never ran proxaudit."""
     monkeypatch.setattr(checks, "_CHECKED", {})
+    monkeypatch.setattr(checks, "_SOUND", {})
     monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
 
 
@@ -85,6 +86,38 @@ def test_a_writer_s_commit_of_nothing_never_counts_another_s_snapshot_as_checked
     assert checked_up_to(locate(db))[1] == own < snapshot(db)
     with pytest.raises(StoreError, match="file_tokens.run_id are longer than"):
         check(db)
+
+
+def test_a_store_s_tables_are_read_once_per_snapshot(tmp_path, fresh_process, monkeypatch):
+    """Its tables and columns are checked at a snapshot this process has not found sound (nor checked
+    whole, nor an earlier process by its record), and again after any commit: another program's DDL is
+    refused."""
+    db = tmp_path / "store"
+    replay([log(tmp_path, 0)], db, progress=False, workers=1)
+    monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path / "another cache"))  # a process that never saw it
+    monkeypatch.setattr(checks, "_CHECKED", {})
+    read: list[int] = []
+    real = checks.check_tables
+    monkeypatch.setattr(checks, "check_tables", lambda *args: read.append(snapshot(db)) or real(*args))
+    for _ in range(3):
+        check(db)  # a new connection's check and its transaction's, then the pooled connection's
+    with StoreWriter(db):
+        pass
+    assert read == [snapshot(db)]
+
+    with connect_store(db, read_only=False) as con:
+        con.execute("ALTER TABLE run_check ADD COLUMN note VARCHAR")
+    with pytest.raises(StoreError, match="table run_check is of other columns"):
+        check(db)
+    with connect_store(db, read_only=False) as con:
+        con.execute("ALTER TABLE run_check DROP COLUMN note")
+    check(db)
+    assert read == [snapshot(db) - 2, snapshot(db) - 1, snapshot(db)]
+
+    monkeypatch.setattr(checks, "_CHECKED", {})  # a later process: it trusts the record of the snapshot
+    monkeypatch.setattr(checks, "_SOUND", {})
+    check(db)
+    assert len(read) == 3
 
 
 def look(path: Path, db: Path, checked: tuple[str, int] | None) -> Look:

@@ -27,6 +27,8 @@ _VALUE_RULES = {
 _CHECKED: dict[str, int] = {}
 """The snapshot up to which each store's values passed `check_values` in this process (or were written by
 it: `written`, `made`; or by another: `checked_record`, `trust_checked`)."""
+_SOUND: dict[str, int] = {}
+"""The snapshot at which each store's tables last passed `check_tables` in this process."""
 
 
 def _columns(con: duckdb.DuckDBPyConnection, catalog: str) -> dict[str, tuple[tuple[str, str], ...]]:
@@ -53,8 +55,23 @@ def check_store(
     con: duckdb.DuckDBPyConnection, db: Location, catalog: str = STORE, values: bool = True
 ) -> None:
     """A `StoreError` unless the catalog holds a proxaudit store of this schema version: every table of the
-    DDL as a base table with its columns, the schema
-    version recorded, and (with `values`) values replay writes (`check_values`)."""
+    DDL as a base table with its columns, the schema version recorded (`check_tables`), and (with
+    `values`) values replay writes (`check_values`). The tables are read once per snapshot: not again at a
+    snapshot this process found sound, nor at one checked whole (values included) in this process or,
+    by its record, in an earlier one; a snapshot changes with every commit, another program's DDL
+    included."""
+    key, now = store_key(db), snapshot_id(con, catalog)
+    since = _checked_since(con, key, catalog)
+    if now not in (since, _SOUND.get(key)):
+        check_tables(con, db, catalog)
+        _remember(_SOUND, key, now)
+    if values:
+        check_values(con, db, catalog, key, now, since)
+
+
+def check_tables(con: duckdb.DuckDBPyConnection, db: Location, catalog: str) -> None:
+    """A `StoreError` unless every table of the DDL is a base table of the catalog with its columns, and
+    the schema version recorded is this proxaudit's."""
     found = _columns(con, catalog)
     sql = f"SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = {literal(catalog)}"
     base = {t for (t,) in con.execute(sql).fetchall()}
@@ -73,24 +90,31 @@ def check_store(
         if table not in base or found.get(table) != columns:
             got = "missing" if table not in found else "a view" if table not in base else "of other columns"
             raise StoreError(f"{db}: table {table} is {got}: the store was changed by another program")
-    if values:
-        check_values(con, db, catalog)
 
 
-def check_values(con: duckdb.DuckDBPyConnection, db: Location, catalog: str) -> None:
+def _checked_since(con: duckdb.DuckDBPyConnection, key: str, catalog: str) -> int | None:
+    """The snapshot up to which the store of `key` was checked whole: in this process, else by a record
+    of an earlier one (`checked_record`), then remembered here."""
+    since = _CHECKED.get(key)
+    if since is None:
+        since = checked_record.recorded(con, key, catalog)
+        if since is not None:
+            _remember(_CHECKED, key, since)
+    return since
+
+
+def check_values(
+    con: duckdb.DuckDBPyConnection, db: Location, catalog: str, key: str, now: int, since: int | None
+) -> None:
     """A `StoreError` unless every text value is one replay writes: a run_id of at most
     `RUN_ID_MAX_BYTES`, a known method and metric, a digest, any other text under `TEXT_MAX_BYTES`. A
     store repeats these on every row, so a crafted one with long or foreign values would cost readers
     memory per row (and put foreign names on charts). Each row is checked once: a snapshot after one
-    already checked, in this process or in an earlier one (`checked_record`), has the rows inserted since
-    read (DuckLake's `ducklake_table_insertions`), and a commit of this process right after a checked
-    snapshot counts as checked (`written`)."""
-    key, now = store_key(db), snapshot_id(con, catalog)
-    since = _CHECKED.get(key)
-    if since is None:
-        since = checked_record.recorded(con, key, catalog)
+    already checked (`since`, of the store of `key`, which the connection reads at snapshot `now`), in this
+    process or in an earlier one (`checked_record`), has the rows inserted since read (DuckLake's
+    `ducklake_table_insertions`), and a commit of this process right after a checked snapshot counts as
+    checked (`written`)."""
     if since == now:
-        _remember(key, now)
         return
     for table, columns in expected_tables().items():
         texts = [c for c, dtype in columns if dtype == "VARCHAR"]
@@ -114,14 +138,14 @@ def check_values(con: duckdb.DuckDBPyConnection, db: Location, catalog: str) -> 
                     f"{db}: {count:,} values of {table}.{column} are {what}: not a store replay writes"
                 )
     if since is None or now > since:  # an older snapshot (a reader's `version`) leaves the later one kept
-        _remember(key, now)
+        _remember(_CHECKED, key, now)
         checked_record.record(con, key, catalog, now)
 
 
-def _remember(key: str, snapshot: int) -> None:
-    if len(_CHECKED) >= 64 and key not in _CHECKED:
-        _CHECKED.pop(next(iter(_CHECKED)))
-    _CHECKED[key] = snapshot
+def _remember(snapshots: dict[str, int], key: str, snapshot: int) -> None:
+    if len(snapshots) >= 64 and key not in snapshots:
+        snapshots.pop(next(iter(snapshots)))
+    snapshots[key] = snapshot
 
 
 def written(con: duckdb.DuckDBPyConnection, db: Location, catalog: str = STORE) -> None:
@@ -132,14 +156,14 @@ def written(con: duckdb.DuckDBPyConnection, db: Location, catalog: str = STORE) 
     it)."""
     key, now = store_key(db), snapshot_id(con, catalog)
     if _CHECKED.get(key) == now - 1:
-        _remember(key, now)
+        _remember(_CHECKED, key, now)
 
 
 def made(con: duckdb.DuckDBPyConnection, db: Location, snapshot: int, catalog: str = STORE) -> None:
     """A store this process's writer made, set up in `snapshot`: checked up to it while no other writer
     committed since (every row in it is this writer's)."""
     if snapshot_id(con, catalog) == snapshot:
-        _remember(store_key(db), snapshot)
+        _remember(_CHECKED, store_key(db), snapshot)
 
 
 def keep(con: duckdb.DuckDBPyConnection, db: Location, catalog: str = STORE) -> None:
@@ -161,7 +185,7 @@ def trust_checked(checked: tuple[str, int] | None) -> None:
     """Take `checked_up_to` of another process of this program (watch's previous look process) as checked
     here: rows at or before that snapshot are not read again."""
     if checked is not None and checked[1] > _CHECKED.get(checked[0], -1):
-        _remember(*checked)
+        _remember(_CHECKED, *checked)
 
 
 def snapshot_id(con: duckdb.DuckDBPyConnection, catalog: str = STORE) -> int:
