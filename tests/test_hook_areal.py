@@ -20,13 +20,23 @@ from evaluator.hook.trainers import FakeProxWarning
 from evaluator.validate import validate_paths
 from tests.tiny_lm import TinyLM, perturbed, sample, token_logps
 
-areal_actor = pytest.importorskip("areal.trainer.ppo.actor", reason="AReaL 1.0.4: make install")
-fsdp_engine = pytest.importorskip("areal.engine.fsdp_engine", reason="AReaL's FSDP engine does not import")
-from areal.api.cli_args import MicroBatchSpec, PPOActorConfig  # noqa: E402
-
 VERSION = 5  # the engine's version: AReaL's global step
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 4], [3, 3, 3], [5, 1]]
 GROUP = 2  # responses per prompt
+
+
+@pytest.fixture(scope="module")
+def areal() -> SimpleNamespace:
+    """AReaL's actor and FSDP engine modules and its config classes, imported when this module's tests run,
+    not when it is collected: every pytest-xdist worker collects every module, and AReaL's imports cost
+    about 15 CPU-seconds."""
+    actor = pytest.importorskip("areal.trainer.ppo.actor", reason="AReaL 1.0.4: make install")
+    engine = pytest.importorskip("areal.engine.fsdp_engine", reason="AReaL's FSDP engine does not import")
+    from areal.api.cli_args import MicroBatchSpec, PPOActorConfig
+
+    return SimpleNamespace(
+        actor=actor, engine=engine, MicroBatchSpec=MicroBatchSpec, PPOActorConfig=PPOActorConfig
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +50,10 @@ def process_group(tmp_path_factory):
     dist.destroy_process_group()
 
 
-def make_engine(config: PPOActorConfig, model: TinyLM, group, model_type: str = "llama"):
+def make_engine(areal: SimpleNamespace, config, model: TinyLM, group, model_type: str = "llama"):
     """AReaL's FSDPPPOActor without FSDP: its own train_batch / forward_batch and everything under them, on
     a tiny model; only the optimizer step (fsdp2_clip_grad_norm over device meshes) is a plain SGD step."""
-    engine = fsdp_engine.FSDPPPOActor.__new__(fsdp_engine.FSDPPPOActor)
+    engine = areal.engine.FSDPPPOActor.__new__(areal.engine.FSDPPPOActor)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     engine.__dict__.update(
         config=config,
@@ -66,17 +76,17 @@ def make_engine(config: PPOActorConfig, model: TinyLM, group, model_type: str = 
         return {"update_successful": 1.0, "grad_norm": 0.0, "lr": 0.5}
 
     engine.optimizer_step = optimizer_step
-    engine.actor = areal_actor.PPOActor(config, engine)
+    engine.actor = areal.actor.PPOActor(config, engine)
     return engine
 
 
-def actor_config(**overrides) -> PPOActorConfig:
+def actor_config(areal: SimpleNamespace, **overrides):
     settings = dict(
         experiment_name="proxaudit",
         trial_name="hook",
         path="",
         ppo_n_minibatches=2,
-        mb_spec=MicroBatchSpec(n_mbs=2),  # two micro-batches per minibatch: the loss runs twice per update
+        mb_spec=areal.MicroBatchSpec(n_mbs=2),  # two micro-batches a minibatch: the loss runs twice an update
         use_decoupled_loss=True,
         prox_logp_method="metrics",
         kl_ctl=0.0,
@@ -84,7 +94,7 @@ def actor_config(**overrides) -> PPOActorConfig:
         reward_norm=None,
         temperature=1.0,
     )
-    return PPOActorConfig(**(settings | overrides))
+    return areal.PPOActorConfig(**(settings | overrides))
 
 
 def rollout(current: TinyLM) -> tuple[list[dict], list[dict]]:
@@ -159,10 +169,10 @@ def load(model: TinyLM, weights: dict) -> TinyLM:
 @pytest.mark.parametrize(
     "model_type", ["llama", "qwen3_moe"], ids=["dict-attention-mask", "no-attention-mask"]
 )
-def test_every_column_equals_a_per_sequence_recompute(tmp_path, process_group, model_type):
+def test_every_column_equals_a_per_sequence_recompute(tmp_path, process_group, areal, model_type):
     model = TinyLM(seed=0)
     prox_model = copy.deepcopy(model)  # the weights at the start of the step: the recompute's
-    engine = make_engine(actor_config(), model, process_group, model_type)
+    engine = make_engine(areal, actor_config(areal), model, process_group, model_type)
     trajectories, truth = rollout(model)
     with TokenLogHook(tmp_path, "areal") as hook:
         record_ppo_updates(engine, hook)
@@ -190,10 +200,10 @@ def test_every_column_equals_a_per_sequence_recompute(tmp_path, process_group, m
     assert all(r.ok for r in validation.reports) and not validation.findings
 
 
-def test_without_decoupled_loss_prox_is_not_recorded(tmp_path, process_group):
+def test_without_decoupled_loss_prox_is_not_recorded(tmp_path, process_group, areal):
     """AReaL's default (use_decoupled_loss false): prox_logp is the rolled behaviour log-prob, a copy."""
     model = TinyLM(seed=0)
-    engine = make_engine(actor_config(use_decoupled_loss=False), model, process_group)
+    engine = make_engine(areal, actor_config(areal, use_decoupled_loss=False), model, process_group)
     trajectories, truth = rollout(model)
     with TokenLogHook(tmp_path, "areal") as hook:
         with pytest.warns(FakeProxWarning, match="use_decoupled_loss"):
@@ -206,11 +216,11 @@ def test_without_decoupled_loss_prox_is_not_recorded(tmp_path, process_group):
     assert [r["behave_logp"] for r in rows] == pytest.approx([behave[r["seq_id"], r["pos"]] for r in rows])
 
 
-def test_recompute_logprob_without_decoupled_loss_records_nothing(tmp_path, process_group):
+def test_recompute_logprob_without_decoupled_loss_records_nothing(tmp_path, process_group, areal):
     """compute_advantages then overwrites the behaviour log-probs with the recompute: no behave to record."""
     model = TinyLM(seed=0)
-    config = actor_config(use_decoupled_loss=False, recompute_logprob=True)
-    engine = make_engine(config, model, process_group)
+    config = actor_config(areal, use_decoupled_loss=False, recompute_logprob=True)
+    engine = make_engine(areal, config, model, process_group)
     trajectories, _ = rollout(model)
     with TokenLogHook(tmp_path, "areal") as hook:
         with pytest.warns(FakeProxWarning, match="recompute_logprob"):
@@ -220,9 +230,9 @@ def test_recompute_logprob_without_decoupled_loss_records_nothing(tmp_path, proc
     assert len(engine.weights) == 2  # training went on
 
 
-def test_loglinear_records_no_prox_and_no_warning(tmp_path, process_group):
+def test_loglinear_records_no_prox_and_no_warning(tmp_path, process_group, areal):
     model = TinyLM(seed=0)
-    engine = make_engine(actor_config(prox_logp_method="loglinear"), model, process_group)
+    engine = make_engine(areal, actor_config(areal, prox_logp_method="loglinear"), model, process_group)
     trajectories, _ = rollout(model)
     with TokenLogHook(tmp_path, "areal") as hook, warnings.catch_warnings():
         warnings.simplefilter("error", FakeProxWarning)
