@@ -22,6 +22,7 @@ from evaluator.store import StoreWriter, connect_store, reader
 from evaluator.store.checks import snapshot_id
 from evaluator.store.derived import mergeable
 from evaluator.store.lake import locate, store_key
+from evaluator.store.maintenance import merge_run_sketches
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.watch import loop, read_alerts
 from evaluator.watch.dumps import DumpImporter
@@ -168,10 +169,10 @@ def test_a_look_s_alerts_are_raised_before_its_sketches_are_merged(tmp_path):
         RUN.write_file(tmp_path / "logs", i)
     seen, tidy = [], watch._tidy
 
-    def looking_first() -> None:
+    def looking_first(final: bool) -> None:
         with connect_store(tmp_path / "metrics") as con:
             seen.append((read_alerts(tmp_path / "alerts.jsonl"), mergeable(con)))
-        tidy()
+        tidy(final)
 
     watch._tidy = looking_first
     clock.now += 10
@@ -187,11 +188,12 @@ def test_a_look_s_alerts_are_raised_before_its_sketches_are_merged(tmp_path):
 def test_the_tidying_waits_while_files_wait_for_at_most_its_looks(tmp_path, monkeypatch):
     """One file a look, four files waiting: the first look tidies (`TIDY_AFTER` 2 looks, counting the
     tidying a watch owes at start), the second leaves its run's rows unmerged (files still wait), the third
-    tidies (two looks), the fourth, caught up, tidies."""
+    tidies (two looks) and merges three files' rows, the fourth, caught up, tidies but leaves the one new
+    file's rows, fewer than the merged ones, unmerged; the run ended, the last tidying merges them."""
     monkeypatch.setattr(loop, "FILES_PER_LOOK", 1)
     monkeypatch.setattr(loop, "TIDY_AFTER", 2)
     clock = Clock()
-    watch, _ = watcher(tmp_path, clock)
+    watch, _ = watcher(tmp_path, clock, until_idle=True)
     for i in range(4):
         RUN.write_file(tmp_path / "logs", i)
     after = []
@@ -200,7 +202,35 @@ def test_the_tidying_waits_while_files_wait_for_at_most_its_looks(tmp_path, monk
         assert watch.poll() is None
         with connect_store(tmp_path / "metrics") as con:
             after.append((watch.ingested, watch.tidied, mergeable(con)))
-    assert after == [(1, 1, []), (2, 1, ["sim"]), (3, 2, []), (4, 3, [])]
+    assert after == [(1, 1, []), (2, 1, ["sim"]), (3, 2, []), (4, 3, ["sim"])]
+    clock.now += 61
+    assert watch.poll() == 0 and watch.tidied == 4
+    with connect_store(tmp_path / "metrics") as con:
+        assert mergeable(con) == []
+    replay([tmp_path / "logs"], tmp_path / "clean", progress=False)
+    assert_same_store(tmp_path / "metrics", tmp_path / "clean")
+
+
+def test_while_the_run_goes_on_a_run_s_sketch_is_merged_once_its_new_rows_match_the_merged(tmp_path):
+    """`merge_run_sketches(grown=True)` (watch's tidying between looks) merges a run's staleness sketch
+    only when the rows of files not merged yet are at least as many as the merged rows (counted here
+    straight from the table); a run of one file is never merged."""
+    for i in range(6):
+        RUN.write_file(tmp_path / "logs", i)
+    files = sorted((tmp_path / "logs").glob("*.parquet"))
+    db = tmp_path / "metrics"
+    outcomes = []
+    for i, path in enumerate(files):
+        replay([path], db, progress=False, merge=False)
+        with connect_store(db) as con:
+            merged, new, n_files = con.execute(
+                "SELECT count(*) FILTER (file_id = 0), count(*) FILTER (file_id != 0), "
+                "count(DISTINCT file_id) FROM sketch_by_staleness"
+            ).fetchone()
+        due = n_files > 1 and new >= merged
+        assert merge_run_sketches(db, grown=True) == (["sim"] if due else []), i
+        outcomes.append(due)
+    assert outcomes[0] is False and True in outcomes[1:] and False in outcomes[2:]
 
 
 def test_a_restarted_watch_merges_what_a_killed_one_left_unmerged(tmp_path):

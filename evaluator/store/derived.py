@@ -32,7 +32,8 @@ _STALE = """
        OR s.max_staleness != {max} ORDER BY 1"""
 _OF_FILES = """
     SELECT run_id FROM sketch_by_staleness WHERE {all} OR run_id IN (SELECT unnest({runs})) GROUP BY run_id
-    HAVING count(DISTINCT file_id) > 1 ORDER BY 1"""
+    HAVING count(DISTINCT file_id) > 1
+       AND (NOT {grown} OR count(*) FILTER (file_id != 0) >= count(*) FILTER (file_id = 0)) ORDER BY 1"""
 _STATE = """
     SELECT run_id, count(*) AS n_files, bit_xor(file_id) AS files_xor, {max}::INTEGER AS max_staleness
     FROM (SELECT DISTINCT run_id, file_id FROM file_tokens WHERE run_id IN (SELECT unnest({runs})))
@@ -47,11 +48,16 @@ _MERGED = """
 """One row per bucket, in the order a file's rows are staged (`evaluator.store.staging`)."""
 
 
-def mergeable(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None) -> list[str]:
+def mergeable(
+    con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, grown: bool = False
+) -> list[str]:
     """Those of `runs` (default: every run) whose staleness sketch rows come from more than one file (file
-    0: merged rows). A run of one file is not merged: its rows are its sketch already, and whether a run's
-    rows are merged then depends on its set of files alone, never on the replays that stored them."""
-    rows = con.execute(_OF_FILES.format(all=literal(runs is None), runs=literal(runs or []))).fetchall()
+    0: merged rows); with `grown`, only those whose rows not merged yet are at least as many as the merged
+    ones (a run's merged sketch is then rewritten each time it doubles, not after every file). A run of one
+    file is not merged: its rows are its sketch already, and whether a run's rows are merged then depends
+    on its set of files alone, never on the replays that stored them."""
+    sql = _OF_FILES.format(all=literal(runs is None), runs=literal(runs or []), grown=literal(grown))
+    rows = con.execute(sql).fetchall()
     return [run for (run,) in rows]
 
 

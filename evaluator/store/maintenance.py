@@ -93,18 +93,20 @@ WATCHED_TABLES = ("file_tokens", "file_evidence", "file_sequences", "metric_mome
 tokens, the intervals and the verdict): one Parquet file per ingested file unless merged."""
 
 
-def merge_run_sketches(db: str | os.PathLike) -> list[str]:
+def merge_run_sketches(db: str | os.PathLike, grown: bool = False) -> list[str]:
     """Merge the staleness sketches of every run of the store at `db` whose rows come from more than one
     file (`evaluator.store.derived.merge_sketches`), in one commit: what a replay with `merge=False` left
-    (`watch` raises its alerts first; readers add up a run's rows over its files either way). The runs
-    merged."""
+    (`watch` raises its alerts first; readers add up a run's rows over its files either way). With `grown`,
+    only the runs whose rows not merged yet are at least as many as their merged ones (`derived.mergeable`):
+    what `watch` does while the run goes on, so that a look late in a long run does not rewrite the run's
+    whole sketch for one file's rows. The runs merged."""
     location = locate(db)
     con = attach(location, read_only=False)
     try:
         con.execute(f"USE {STORE}")
 
         def work() -> list[str]:
-            runs = derived.mergeable(con)
+            runs = derived.mergeable(con, grown=grown)
             if not runs:
                 raise Rollback([])
             derived.merge_sketches(con, runs)

@@ -124,13 +124,15 @@ class Look:
 @dataclass(frozen=True)
 class Tidy:
     """After a look that ingested files, once its alerts are out: merge the staleness sketches of the runs
-    of the store at `db` (`merge_run_sketches`: the judging read them unmerged, the same counts), and with
+    of the store at `db` (`merge_run_sketches`: the judging read them unmerged, the same counts; with
+    `grown`, only the runs whose new rows are at least as many as their merged ones), and with
     `merge_files` the small data files of the tables each look reads (`merge_small_files`). `checked` as
     `Look`'s: the result's `checked` is the snapshot checked after it."""
 
     db: str
     merge_files: bool
     checked: tuple[str, int] | None = None
+    grown: bool = False
     kind = "tidy"
 
     @property
@@ -141,7 +143,7 @@ class Tidy:
         return on_store(self.db, self.checked, LookResult(), self._merge)
 
     def _merge(self) -> None:
-        merge_run_sketches(self.db)
+        merge_run_sketches(self.db, self.grown)
         if self.merge_files:
             merge_small_files(self.db)
 

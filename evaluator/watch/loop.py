@@ -106,9 +106,10 @@ class Watcher:
         self.importer = options.importer
         """the dump importer, with the runs it has met (each look hands it over and takes it back)"""
         self.looks = LookProcess()
-        self.untidy, self.tidied = 1, 0
+        self.untidy, self.tidied, self.unmerged = 1, 0, False
         """the looks since the last tidying that ingested files (their sketches still to merge: `_tidy`; 1 at
-        start: a watch killed before its tidying left some); the tidyings"""
+        start: a watch killed before its tidying left some); the tidyings; whether the last tidying merged
+        only the runs whose new rows matched their merged ones (the final one merges the rest)"""
         self.checked: tuple[str, int] | None = None
         """the snapshot up to which a look checked the store's values (the next look, perhaps in a fresh
         process, reads only what came after it)"""
@@ -160,12 +161,10 @@ class Watcher:
             self.exported_ended = ended
         self._show(parts, now)
         code = self._exit_code(ended, bool(new))
-        if (
-            self.untidy
-            and stored
-            and (code is not None or self.untidy >= TIDY_AFTER or not self._behind(ended))
-        ):
-            self._tidy()  # after the alerts: the merge does not delay them
+        final = code is not None
+        due = self.untidy and (final or self.untidy >= TIDY_AFTER or not self._behind(ended))
+        if stored and (due or (final and self.unmerged)):
+            self._tidy(final)  # after the alerts: the merge does not delay them
         return code
 
     def _exit_code(self, ended: bool, looked_at_files: bool) -> int | None:
@@ -211,11 +210,17 @@ class Watcher:
         on_verdicts = self.machine.on_verdicts(self.verdicts, now, self.as_of)
         return True, on_verdicts + self.machine.on_trends(self.trends, now, self.as_of)
 
-    def _tidy(self) -> None:
+    def _tidy(self, final: bool) -> None:
         """Merge the sketches of the files the last look ingested (`Tidy`), in the looks' process; every
-        `MERGE_EVERY` tidyings the small data files too."""
+        `MERGE_EVERY` tidyings the small data files too. While the run goes on, a run's sketch is merged
+        once its new rows are as many as its merged ones (each merge rewrites the run's whole sketch, which
+        grows with the run); the first tidying (what a killed watch left) and the `final` one, before watch
+        exits, merge every run's, as a clean replay leaves them."""
+        first = self.tidied == 0
         self.tidied += 1
-        tidy = Tidy(str(self.options.db), self.tidied % MERGE_EVERY == 0, self.checked)
+        merge_files = self.tidied % MERGE_EVERY == 0
+        self.unmerged = not (first or final)
+        tidy = Tidy(str(self.options.db), merge_files, self.checked, grown=self.unmerged)
         result = self.looks.run(tidy)
         self.checked, self.untidy = result.checked, 0
         if result.error is not None:
