@@ -166,7 +166,8 @@ def test_worker_processes_only_for_files_worth_their_start(folder, tmp_path, mon
     with_broken = [*files, folder.parent / "broken.parquet"]
     monkeypatch.setattr(replay_module, "usable_cores", lambda: 7)
     monkeypatch.setattr(replay_module, "MIN_ROWS_FOR_WORKERS", rows)
-    assert replay_module.file_workers(with_broken) == 7
-    assert replay_module.file_workers(files[:1]) == 1
+    by_footers = sum(replay_module.footer_rows(path) for path in with_broken)
+    assert replay_module.file_workers(len(with_broken), by_footers) == 7
+    assert replay_module.file_workers(1, replay_module.footer_rows(files[0])) == 1
     monkeypatch.setattr(replay_module, "MIN_ROWS_FOR_WORKERS", rows + 1)
-    assert replay_module.file_workers(with_broken) == 1
+    assert replay_module.file_workers(len(with_broken), by_footers) == 1

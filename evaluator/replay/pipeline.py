@@ -168,18 +168,11 @@ MIN_ROWS_FOR_WORKERS = 1 << 20
 about 3 per million rows (BENCHMARKS.md): under this many rows in all, the files are replayed here."""
 
 
-def file_workers(files: Sequence[Path]) -> int:
-    """Worker processes over files: one per usable core when there are several files holding at least
-    `MIN_ROWS_FOR_WORKERS` rows in all (by their Parquet footers; an unreadable one counts none), else
-    none."""
-    if len(files) < 2:
-        return 1
-    rows = 0
-    for path in files:
-        rows += footer_rows(path)
-        if rows >= MIN_ROWS_FOR_WORKERS:
-            return usable_cores()
-    return 1
+def file_workers(n_files: int, rows: int) -> int:
+    """Worker processes over `n_files` files of `rows` rows in all (by their Parquet footers, `footer_rows`:
+    an unreadable file counts none): one per usable core when there are several files holding at least
+    `MIN_ROWS_FOR_WORKERS` rows, else none."""
+    return usable_cores() if n_files >= 2 and rows >= MIN_ROWS_FOR_WORKERS else 1
 
 
 def replay(
@@ -229,12 +222,12 @@ def replay(
             on_found(found_folders(files, staging))
         announcer = Announcer(staging, on_file)
         ingest_s = 0.0
-        runner = _runner(ray, file_workers(files) if workers is None else workers)
+        rows = sum(footer_rows(path) for path in files)
+        runner = _runner(ray, file_workers(len(files), rows) if workers is None else workers)
         writer = StoreWriter(
             db_path, loss, max_staleness=max_staleness, sample=sample, data_path=data_path, merge=merge
         )
         slots = digests(files, staging)
-        rows = sum(footer_rows(path) for path in files)
         with (
             one_thread(rows <= SMALL_INPUT_ROWS),
             contextlib.ExitStack() as opened,
