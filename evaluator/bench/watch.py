@@ -1,5 +1,6 @@
 """`python -m evaluator.bench.watch`: `proxaudit watch` following a simulated run (one token log of about 1M
-tokens every 10 s, a drift planted from a chosen step), in processes of their own as a user runs them.
+tokens every 10 s, a drift planted from a chosen step, growing to the run's end or until a chosen step, from
+which the files are alike), in processes of their own as a user runs them.
 
 Figures: for each file, the time from its rename into the folder (the writer's clock) to watch's line
 saying it is ingested; for each alert, the time from the file it was judged after (`as_of`) being written
@@ -56,12 +57,21 @@ def _rss(process: psutil.Process) -> tuple[int, int]:
         return 0, 0
 
 
-def run(files: int, interval: float, tokens: int, drift_from: int, drift_rate: float, out: Path) -> str:
+def run(
+    files: int,
+    interval: float,
+    tokens: int,
+    drift_from: int,
+    drift_rate: float,
+    drift_until: int | None,
+    out: Path,
+) -> str:
     logs, db, alerts = out / "logs", out / "metrics", out / "alerts.jsonl"
     writer_args = [
         sys.executable, "-m", "evaluator.trainer.simulated_run", str(logs), "--files", str(files),
         "--interval", str(interval), "--tokens-per-step", str(tokens), "--drift-from-step", str(drift_from),
         "--drift-rate", str(drift_rate), "--run-id", "bench",
+        *(["--drift-until-step", str(drift_until)] if drift_until is not None else []),
     ]  # fmt: skip
     watch_args = [
         sys.executable, "-m", "evaluator.cli", "watch", str(logs), "--db", str(db), "--alerts", str(alerts),
@@ -164,6 +174,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1 << 20, help="tokens per file (one step each)")
     parser.add_argument("--drift-from-step", type=int, default=4, help="the step the planted drift starts at")
     parser.add_argument("--drift-rate", type=float, default=0.03, help="its growth per step")
+    parser.add_argument(
+        "--drift-until-step", type=int, default=None,
+        help="the step it stops growing at (default: never; from there the files are alike)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=None, help="keep the logs, store and alerts here")
     parser.add_argument("--breakdown", action="store_true", help="then each file's CPU time, file by file")
     args = parser.parse_args()
@@ -171,7 +185,15 @@ def main() -> None:
         out = args.out or Path(scratch)
         out.mkdir(parents=True, exist_ok=True)
         print(
-            run(args.files, args.interval, args.tokens, args.drift_from_step, args.drift_rate, out),
+            run(
+                args.files,
+                args.interval,
+                args.tokens,
+                args.drift_from_step,
+                args.drift_rate,
+                args.drift_until_step,
+                out,
+            ),
             flush=True,
         )
         if args.breakdown:

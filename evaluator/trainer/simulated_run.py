@@ -2,7 +2,8 @@
 logs (`evaluator.trainer.synthetic`) at intervals, each file the way the hook writes one (a temporary name,
 then a rename: `evaluator.logio.write_log_atomic`), with a drift planted from a chosen step: from there the
 policy moves faster every step (the synthetic model's `drift`, each token's logit slope per version, grows
-linearly), so the approximation's error at staleness >= 1, and its excess over the engine floor, grow.
+linearly, up to a chosen step if one is given), so the approximation's error at staleness >= 1, and its
+excess over the engine floor, grow.
 
     python -m evaluator.trainer.simulated_run OUT --files 18 --interval 10 --tokens-per-step 1048576
 
@@ -41,10 +42,14 @@ class SimulatedRun:
     """The step from which the policy speeds up."""
     drift_rate: float = 0.01
     """How much `drift` grows per step after `drift_from_step`."""
+    drift_until_step: int | None = None
+    """The step from which `drift` stops growing (None: it grows to the run's end). From there the files
+    are alike: each file's values spread as widely as the last's, so what a reader keeps per file holds."""
 
     def drift_at(self, step: int) -> float:
-        """drift(step) = drift + drift_rate * max(0, step - drift_from_step)."""
-        return self.drift + self.drift_rate * max(0, step - self.drift_from_step)
+        """drift(step) = drift + drift_rate * max(0, min(step, drift_until_step) - drift_from_step)."""
+        until = step if self.drift_until_step is None else min(step, self.drift_until_step)
+        return self.drift + self.drift_rate * max(0, until - self.drift_from_step)
 
     def steps(self, first: int, n: int) -> pa.Table:
         """The rows of steps `[first, first + n)`, each step with its own drift."""
@@ -100,9 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between two files")
     parser.add_argument("--start", type=int, default=0, help="the index of the first file")
     for field in dataclasses.fields(SimulatedRun):
-        parser.add_argument(
-            f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default
-        )
+        kind = int if field.default is None else type(field.default)  # drift_until_step: an int or None
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=field.default)
     args = vars(parser.parse_args(argv))
     out, files, interval, start = (args.pop(k) for k in ("out", "files", "interval", "start"))
     run = SimulatedRun(**args)
