@@ -269,3 +269,38 @@ def test_a_file_summarised_by_numpy_counts_equals_the_compiled_loops(tmp_path, m
     for name in ("file_tokens", "moments", "sketch_by_step", "sketch_by_staleness"):
         assert getattr(by_numpy, name).equals(getattr(by_loop, name)), name
     assert by_numpy.sketch_by_step.num_rows > 0
+
+
+def test_summed_adds_each_key_s_counts_over_parts_and_frees_them_as_it_goes():
+    """`_summed` on hand-made parts (spills of one series each, one of several series, an empty one, two
+    runs whose names sort against their codes): one row per key with its counts added, in the store's
+    order (run_id, method, metric, staleness, bucket), against a count by key in plain Python; the parts'
+    list is emptied."""
+    rng = np.random.default_rng(7)
+    runs = ["zeta", "alpha"]  # code 0 sorts last
+    series_ids = [0, 5, 17, len(file_summary.SERIES) - 1]
+
+    def part(series):
+        n = 400
+        return {
+            "run": rng.integers(0, 2, n),
+            "staleness": rng.integers(0, 4, n),
+            "series": np.asarray(series if np.ndim(series) else np.full(n, series)),
+            "bucket": rng.integers(-30, 30, n),
+            "count": rng.integers(1, 9, n),
+        }
+
+    parts = [part(s) for s in series_ids for _ in range(3)] + [part(rng.choice(series_ids, 400))]
+    parts.append({k: v[:0] for k, v in parts[0].items()})
+    expected: dict[tuple, int] = {}
+    for p in parts:
+        for run, stale, series, bucket, count in zip(*(p[k].tolist() for k in p), strict=True):
+            key = (run, stale, series, bucket)
+            expected[key] = expected.get(key, 0) + count
+    ordered = sorted(expected, key=lambda k: (runs[k[0]], *file_summary.SERIES[k[2]], k[1], k[3]))
+    rows = list(parts)
+    out = file_summary._summed(rows, runs, "staleness")
+    assert rows == []
+    got = list(zip(*(out[k].tolist() for k in ("run", "staleness", "series", "bucket")), strict=True))
+    assert got == ordered
+    assert out["count"].tolist() == [expected[k] for k in ordered]
