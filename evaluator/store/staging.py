@@ -97,9 +97,10 @@ class Stager:
     def _one_thread(self) -> Iterator[None]:
         """DuckDB's queries on one thread meanwhile (`threads` is a setting of the whole database: the
         writer's connection too, whose work waits for the staging anyway). A COPY of rows in order on
-        several threads holds the rows the faster thread wrote ahead until the slower one's are written: a
-        late file of watch's benchmark (1.9M sketch rows, 66 MB in Arrow) raised the process's memory by
-        about 400 MiB in its sketch's COPY on two threads, by 100 MiB on one, in less time."""
+        several threads holds the rows the faster thread wrote ahead until the slower one's are written: on a
+        busy machine (beside watch's benchmark) a late file of that benchmark (1.9M sketch rows, 66 MB in
+        Arrow) raised the process's memory by about 400 MiB in its sketch's COPY on two threads, by 100 MiB
+        on one, in less time; on a quiet machine the two threads keep pace and the peak is the same."""
         (threads,) = self.con.execute("SELECT current_setting('threads')").fetchone()
         self.con.execute("SET threads = 1")
         try:
