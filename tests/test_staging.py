@@ -1,7 +1,6 @@
 """Staging a file's rows (`evaluator.store.staging.Stager`): its COPYs run on one DuckDB thread (in order on
-several, DuckDB holds the rows one thread wrote ahead: on a busy machine a late file of watch's benchmark took
-400 MiB more),
-and the writer's connection gets its threads back, after an error too."""
+several, DuckDB holds the rows one thread wrote ahead: on a busy machine a late file of watch's benchmark
+took 400 MiB more), and the writer's connection gets its threads back, after an error too."""
 
 import pyarrow.parquet as pq
 import pytest
