@@ -83,6 +83,18 @@ def one_thread(when: bool = True) -> contextlib.AbstractContextManager:
     return settings_of_new_connections(threads="1") if when else contextlib.nullcontext()
 
 
+@contextmanager
+def on_one_thread(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """`con`'s database runs its queries on one thread meanwhile (`threads` is a setting of the whole
+    database, every connection to it shares it), and back on as many after, on an error too."""
+    (threads,) = con.execute("SELECT current_setting('threads')").fetchone()
+    con.execute("SET threads = 1")
+    try:
+        yield
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
+
+
 def interrupted(error: BaseException) -> bool:
     """Is `error` a Ctrl-C? DuckDB turns one that comes during a query into an error of its own (a
     `RuntimeError("Query interrupted")` from the Python client, or `duckdb.InterruptException`)."""

@@ -7,8 +7,6 @@ orphans that `proxaudit store compact` deletes."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evaluator.duck import arrow_view, literal
+from evaluator.duck import arrow_view, literal, on_one_thread
 from evaluator.problems import Problem
 from evaluator.store.checks import expected_tables
 from evaluator.store.lake import STORE, stored_data_path
@@ -84,7 +82,12 @@ class Stager:
             "sketch_by_staleness": (summary.sketch_by_staleness, _INSERTS["sketch_by_staleness"]),
         }
         staged = {}
-        with self._one_thread():
+        # One thread (the writer's connection waits for the staging anyway): a COPY of rows in order on
+        # several threads holds the rows the faster thread wrote ahead until the slower one's are written. On
+        # a busy machine (beside watch's benchmark) a late file of that benchmark (1.9M sketch rows, 66 MB in
+        # Arrow) raised the process's memory by about 400 MiB in its sketch's COPY on two threads, by 100 MiB
+        # on one, in less time; on a quiet machine the two threads keep pace and the peak is the same.
+        with on_one_thread(self.con):
             for table, (part, sql) in parts.items():
                 columns = expected_tables()[table]
                 casts = ", ".join(f"#{i + 1}::{dtype} AS {name}" for i, (name, dtype) in enumerate(columns))
@@ -92,21 +95,6 @@ class Stager:
                     select = f"SELECT {casts} FROM ({sql.format(fid=file_id)})"
                     staged[table] = self._copy(select, table, file_id)
         return staged
-
-    @contextmanager
-    def _one_thread(self) -> Iterator[None]:
-        """DuckDB's queries on one thread meanwhile (`threads` is a setting of the whole database: the
-        writer's connection too, whose work waits for the staging anyway). A COPY of rows in order on
-        several threads holds the rows the faster thread wrote ahead until the slower one's are written: on a
-        busy machine (beside watch's benchmark) a late file of that benchmark (1.9M sketch rows, 66 MB in
-        Arrow) raised the process's memory by about 400 MiB in its sketch's COPY on two threads, by 100 MiB
-        on one, in less time; on a quiet machine the two threads keep pace and the peak is the same."""
-        (threads,) = self.con.execute("SELECT current_setting('threads')").fetchone()
-        self.con.execute("SET threads = 1")
-        try:
-            yield
-        finally:
-            self.con.execute(f"SET threads = {int(threads)}")
 
     def stage_empty(self, tables: list[str]) -> dict[str, str]:
         """One Parquet file without rows per table of `tables`, of the staged files' schema: registering it
