@@ -248,7 +248,7 @@ def _merged(parts: list[RangeSummary]) -> FileSummary:
 
 
 _SKETCH_COLUMNS = {level: ("run", level, "series", "bucket", "count") for level in ("step", "staleness")}
-_SERIES_RANK = np.array([sorted(SERIES).index(series) for series in SERIES])
+_SERIES_RANK = np.argsort(sorted(range(len(SERIES)), key=SERIES.__getitem__))
 """Each series' place in (method, metric) order, as the store sorts its rows."""
 
 
