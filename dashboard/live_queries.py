@@ -67,7 +67,9 @@ def decision_at(
     the run was not judged there)."""
     parsed = load_thresholds(thresholds)
     with open_store(db, version=version) as con:
-        judgement = judge_store(con, parsed, str(db), run_id, tolerance=tolerance, alternatives=False)
+        judgement = judge_store(
+            con, parsed, str(db), run_id, tolerance=tolerance, alternatives=False, trainers=False
+        )
     return next((d for d in judgement.decisions if d.run_id == run_id), None)
 
 

@@ -14,9 +14,10 @@ from scipy.stats import linregress
 
 from evaluator.gate import load_thresholds
 from evaluator.replay import replay
-from evaluator.store import connect_store
+from evaluator.store import connect_store, open_store
 from evaluator.trainer.simulated_run import SimulatedRun
 from evaluator.verdict import judge_db, sentence
+from evaluator.verdict.judging import judge_store
 from evaluator.watch.judge import gated, judge_runs
 from evaluator.watch.trends import FLOOR, run_trends
 from schemas.thresholds import DEFAULT_THRESHOLDS
@@ -59,6 +60,38 @@ def test_watch_says_the_decision_the_gate_makes(store, max_staleness, request):
             d.action, d.max_staleness, d.method, d.steps_to_decide
         )  # fmt: skip
         assert v.reason == sentence(d)
+
+
+def test_watch_leaves_the_trainers_figures_unread(drifting_store):
+    """An alert carries no trainer's figure: watch's judging does not ask the store for them (on a long run,
+    a query over every file's moments at each look), and its decisions are the full judging's."""
+    asked: list[str] = []
+
+    class Recording:
+        def __init__(self, con) -> None:
+            self._con = con
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+        def sql(self, query: str):
+            asked.append(query)
+            return self._con.sql(query)
+
+        def execute(self, query: str):
+            asked.append(query)
+            return self._con.execute(query)
+
+    thresholds = load_thresholds(DEFAULT_THRESHOLDS)
+    with open_store(drifting_store) as con:
+        full = judge_store(con, thresholds, str(drifting_store), alternatives=False)
+        assert full.trainers
+        bare = judge_store(
+            Recording(con), thresholds, str(drifting_store), alternatives=False, trainers=False
+        )
+    assert bare.trainers == () and asked and not any("trainer_mismatch" in q for q in asked)
+    said = [(d.action, d.max_staleness, d.method, sentence(d)) for d in bare.decisions]
+    assert said == [(d.action, d.max_staleness, d.method, sentence(d)) for d in full.decisions]
 
 
 def test_the_planted_drift_is_do_not_ship(drifting_store):

@@ -65,12 +65,13 @@ def judge_store(
     max_staleness: int | None = None,
     tolerance: Tolerance = DEFAULT_TOLERANCE,
     alternatives: bool = True,
+    trainers: bool = True,
 ) -> Judgement:
     """The gate's result of `thresholds` on the store of `con` (of `run` alone if given) and each judged
     run's decision, the engine floor judged against `tolerance` where the thresholds have no floor check,
     with each trainer's own mismatch figure on the judged runs; without `alternatives` (the other trainer
-    options that would ship further) where a caller shows none. Each read query is asked of the store once
-    (`Memo`: `con` reads one snapshot)."""
+    options that would ship further) or `trainers` (those figures) where a caller shows none. Each read
+    query is asked of the store once (`Memo`: `con` reads one snapshot)."""
     con = Memo.of(con)
     result = gate_on(con, thresholds, db, run, max_staleness)
     floors, counts = engine_floors(con), minibatches(con)
@@ -82,8 +83,8 @@ def judge_store(
             d = replace(d, alternatives=_alternatives(con, d, counts.get(run_id), max_staleness))
         decisions.append(d)
     judged = {d.run_id for d in decisions}
-    trainers = tuple(f for f in trainer_figures(con, run) if f.run_id in judged)
-    return Judgement(result, tuple(decisions), stored_loss(con) or DEFAULT_LOSS, trainers)
+    figures = tuple(f for f in trainer_figures(con, run) if f.run_id in judged) if trainers else ()
+    return Judgement(result, tuple(decisions), stored_loss(con) or DEFAULT_LOSS, figures)
 
 
 def judge_db(

@@ -62,8 +62,9 @@ def judge_runs(
     judged at each staleness 1..`max_staleness` (None: what replay recorded, else the log's), by run."""
     with open_store(db) as con:
         judgement = judge_store(
-            con, thresholds or default_thresholds(), str(db), max_staleness=max_staleness, alternatives=False
-        )
+            con, thresholds or default_thresholds(), str(db), max_staleness=max_staleness,
+            alternatives=False, trainers=False,
+        )  # fmt: skip
     return [
         RunVerdict(d.run_id, d.action, d.max_staleness, d.method, sentence(d), d.steps_to_decide)
         for d in judgement.decisions
