@@ -15,10 +15,6 @@ process that does either. pyarrow itself imports pandas on its first conversion 
 workers, watch's looks), which never hand it one, let that first conversion find no pandas
 (`arrow_without_pandas`); an explicit conversion (`Table.to_pandas`) still imports it, and the dashboard
 runs in a process of its own.
-
-DuckDB's allocator keeps the memory a query frees for the next one; `memory_released_eagerly` makes the
-connections opened inside it hand every freed block back at once (watch's looks of several files, whose
-peak otherwise grows by a few hundred MiB with each file), at some cost in time.
 """
 
 from __future__ import annotations
@@ -65,15 +61,6 @@ def settings_of_new_connections(**settings: str) -> Iterator[None]:
         yield
     finally:
         _SETTINGS = before
-
-
-def memory_released_eagerly(when: bool = True) -> contextlib.AbstractContextManager:
-    """(`when`) The connections `connect` opens meanwhile flush DuckDB's allocator at every bulk
-    deallocation (a query's or a closed database's memory), so that the process's resident memory falls
-    back between one file's work and the next: a watch look of four 1M-token files peaked at 1.1 GiB with
-    it, as a look of one does, against 1.6 GiB without (about 10-25% slower)."""
-    flush = {"allocator_bulk_deallocation_flush_threshold": "'0MB'"}
-    return settings_of_new_connections(**flush) if when else contextlib.nullcontext()
 
 
 def one_thread(when: bool = True) -> contextlib.AbstractContextManager:

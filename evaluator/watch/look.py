@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from evaluator.duck import memory_released_eagerly
 from evaluator.errors import FileFailed, NothingReadableError, ProxauditError, UsageError
 from evaluator.formulas.loss import Loss
 from evaluator.replay import replay
@@ -95,13 +94,11 @@ class Look:
                 result.ingested.append(str(outcome.path))
 
         try:
-            # in this process (a large file is summarised in threads here): no workers' memory on top; a look
-            # of several files returns each file's memory before the next (its peak then a one-file look's)
-            with memory_released_eagerly(len(logs) > 1):
-                report = replay(
-                    logs, self.db, on_file=heard, progress=False, loss=self.loss,
-                    max_staleness=self.max_staleness, workers=1, merge=False,
-                )  # fmt: skip
+            # in this process (a large file is summarised in threads here): no workers' memory on top
+            report = replay(
+                logs, self.db, on_file=heard, progress=False, loss=self.loss,
+                max_staleness=self.max_staleness, workers=1, merge=False,
+            )  # fmt: skip
         except UsageError as error:  # a file vanished between the listing and the replay
             result.said.append((f"{error}; looking again in {self.interval:g} s", True))
             result.handed = False
