@@ -6,21 +6,11 @@ import duckdb
 import numpy as np
 
 from evaluator.store.memo import Memo
+from tests.recording import Recorder
 
 
 def sql(n: int) -> str:
     return f"SELECT i AS step, i * 0.5 AS value FROM range({n}) t(i) ORDER BY i"
-
-
-class Counting:
-    """A connection that counts the queries it runs."""
-
-    def __init__(self) -> None:
-        self.con, self.queries = duckdb.connect(), 0
-
-    def execute(self, sql):
-        self.queries += 1
-        return self.con.execute(sql)
 
 
 def test_answers_are_the_connection_s_own_in_every_form():
@@ -32,14 +22,14 @@ def test_answers_are_the_connection_s_own_in_every_form():
 
 
 def test_a_repeated_query_runs_once_and_its_answer_cannot_be_changed_by_a_caller():
-    counting = Counting()
+    counting = Recorder(duckdb.connect())
     memo = Memo(counting)
     first = memo.execute(sql(3)).fetchall()
     first.append("changed")
     memo.execute(sql(3)).fetchnumpy()["value"][:] = -1.0
     assert memo.execute(sql(3)).fetchall() == [(0, 0.0), (1, 0.5), (2, 1.0)]
     assert memo.execute(sql(3)).fetchnumpy()["value"].tolist() == [0.0, 0.5, 1.0]
-    assert counting.queries == 2  # one per form: fetchall, fetchnumpy
+    assert len(counting.queries) == 2  # one per form: fetchall, fetchnumpy
     memo.execute(sql(5)).fetchall()  # another query
-    assert counting.queries == 3
+    assert len(counting.queries) == 3
     assert Memo.of(memo) is memo and Memo.of(counting) is not memo  # a caller's memo serves its callees

@@ -5,6 +5,7 @@ aggregated at a time (what the merge holds is then a method's buckets, not the r
 import pandas as pd
 
 from evaluator.store import StoreWriter, derived
+from tests.recording import Recorder
 
 KEYS = ["run_id", "method", "metric", "staleness", "bucket"]
 ROWS = """
@@ -18,20 +19,6 @@ ROWS = """
 """Runs `b` and `a` (named against their order of insertion), three files each, run `a` with merged rows
 (file 0) already, every file with about two thirds of the buckets: 320k merged rows, more than two of
 DuckDB's row groups, so rows written on two threads would come back out of order."""
-
-
-class Recorder:
-    """A connection that keeps the text of each query it runs."""
-
-    def __init__(self, con):
-        self.con, self.queries = con, []
-
-    def execute(self, sql: str):
-        self.queries.append(sql)
-        return self.con.execute(sql)
-
-    def __getattr__(self, name):
-        return getattr(self.con, name)
 
 
 def test_merged_sketch_adds_each_bucket_s_counts_in_staged_order_one_method_at_a_time(tmp_path):

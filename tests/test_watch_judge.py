@@ -21,6 +21,7 @@ from evaluator.verdict.judging import judge_store
 from evaluator.watch.judge import gated, judge_runs
 from evaluator.watch.trends import FLOOR, run_trends
 from schemas.thresholds import DEFAULT_THRESHOLDS
+from tests.recording import Recorder
 
 METHOD = "loglinear_shipped"
 DRIFTING = SimulatedRun(run_id="drifting", tokens_per_step=4096, drift_from_step=4, drift_rate=0.03)
@@ -65,30 +66,13 @@ def test_watch_says_the_decision_the_gate_makes(store, max_staleness, request):
 def test_watch_leaves_the_trainers_figures_unread(drifting_store):
     """An alert carries no trainer's figure: watch's judging does not ask the store for them (on a long run,
     a query over every file's moments at each look), and its decisions are the full judging's."""
-    asked: list[str] = []
-
-    class Recording:
-        def __init__(self, con) -> None:
-            self._con = con
-
-        def __getattr__(self, name):
-            return getattr(self._con, name)
-
-        def sql(self, query: str):
-            asked.append(query)
-            return self._con.sql(query)
-
-        def execute(self, query: str):
-            asked.append(query)
-            return self._con.execute(query)
-
     thresholds = load_thresholds(DEFAULT_THRESHOLDS)
     with open_store(drifting_store) as con:
         full = judge_store(con, thresholds, str(drifting_store), alternatives=False)
         assert full.trainers
-        bare = judge_store(
-            Recording(con), thresholds, str(drifting_store), alternatives=False, trainers=False
-        )
+        recorder = Recorder(con)
+        bare = judge_store(recorder, thresholds, str(drifting_store), alternatives=False, trainers=False)
+    asked = recorder.queries
     assert bare.trainers == () and asked and not any("trainer_mismatch" in q for q in asked)
     said = [(d.action, d.max_staleness, d.method, sentence(d)) for d in bare.decisions]
     assert said == [(d.action, d.max_staleness, d.method, sentence(d)) for d in full.decisions]
